@@ -1,0 +1,194 @@
+"""The serializable contract between the control plane and the data plane.
+
+`TrialSpec` goes to a worker, `TrialResult` comes back. Both are plain pydantic models
+that round-trip through JSON, so they cross process and machine boundaries unchanged.
+Nothing here imports torch, onnxruntime, MLflow or SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+ConfigValue = str | int | float | bool
+
+_ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def _check_entry_point(value: str) -> str:
+    if not _ENTRY_POINT.match(value):
+        raise ValueError("must look like 'package.module:function'")
+    return value
+
+
+EntryPoint = Annotated[str, AfterValidator(_check_entry_point)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelRef(Strict):
+    """Where the model comes from: an ONNX file, or trusted local Python code."""
+
+    onnx: str | None = None
+    entry_point: EntryPoint | None = Field(
+        default=None, description="'package.module:function' returning a torch.nn.Module"
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelRef:
+        if (self.onnx is None) == (self.entry_point is None):
+            raise ValueError("give exactly one of 'onnx' or 'entry_point'")
+        return self
+
+
+class DataRef(Strict):
+    """Evaluation data: an .npz with arrays 'inputs' (and 'labels'), or an entry point
+    returning (inputs, labels) as numpy arrays (labels may be None)."""
+
+    npz: str | None = None
+    entry_point: EntryPoint | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> DataRef:
+        if (self.npz is None) == (self.entry_point is None):
+            raise ValueError("give exactly one of 'npz' or 'entry_point'")
+        return self
+
+
+class MetricRef(Strict):
+    """How accuracy is judged: top-1 accuracy against labels, fidelity (mean cosine
+    similarity to the unmodified model's outputs), or a user function
+    `f(outputs, labels, reference_outputs) -> float` (higher is better)."""
+
+    kind: Literal["accuracy", "fidelity", "custom"] = "accuracy"
+    entry_point: EntryPoint | None = None
+
+    @model_validator(mode="after")
+    def _entry_point_iff_custom(self) -> MetricRef:
+        if (self.kind == "custom") != (self.entry_point is not None):
+            raise ValueError("'entry_point' is required for kind 'custom' and only for it")
+        return self
+
+
+class MeasurementSettings(Strict):
+    """How latency is timed and energy estimated."""
+
+    warmup_iters: int = Field(default=10, ge=0)
+    min_iters: int = Field(default=50, ge=5)
+    max_iters: int = Field(default=2000, ge=5)
+    min_seconds: float = Field(default=0.5, ge=0.0)
+    max_seconds: float = Field(default=5.0, gt=0.0)
+    cpu_watts_per_core: float = Field(
+        default=10.0,
+        gt=0.0,
+        description="power model of the energy estimate: watts drawn per fully busy core",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> MeasurementSettings:
+        if self.max_iters < self.min_iters:
+            raise ValueError("max_iters must be >= min_iters")
+        if self.max_seconds < self.min_seconds:
+            raise ValueError("max_seconds must be >= min_seconds")
+        return self
+
+
+class Workload(Strict):
+    """What a worker needs to load the model and judge it."""
+
+    model: ModelRef
+    data: DataRef
+    metric: MetricRef = MetricRef()
+    python_path: list[str] = Field(
+        default_factory=list, description="directories put on sys.path before entry points load"
+    )
+
+
+class TrialSpec(Strict):
+    study: str
+    trial_number: int
+    attempt: int = 0
+    workload: Workload
+    config: dict[str, ConfigValue]
+    measurement: MeasurementSettings = MeasurementSettings()
+    known_accuracy: float | None = Field(
+        default=None, description="accuracy already measured for this variant; skips evaluation"
+    )
+
+
+TrialStatus = Literal["ok", "unsupported", "oom", "timeout", "error"]
+EnergySource = Literal["nvml", "rapl", "estimate"]
+
+
+class TrialMetrics(Strict):
+    accuracy: float
+    latency_p50_ms: float
+    latency_p90_ms: float
+    latency_p95_ms: float
+    latency_p99_ms: float
+    latency_mean_ms: float
+    latency_cv: float
+    throughput_per_s: float
+    energy_per_sample_j: float
+    energy_source: EnergySource
+    peak_memory_mb: float
+    iterations: int
+    measure_seconds: float
+
+
+class Provenance(Strict):
+    model_sha256: str
+    host: str
+    software: dict[str, str]
+    measurement: MeasurementSettings
+
+
+class TrialResult(Strict):
+    study: str
+    trial_number: int
+    attempt: int
+    status: TrialStatus
+    reason: str | None = None
+    variant_key: str
+    metrics: TrialMetrics | None = None
+    provenance: Provenance | None = None
+    duration_s: float
+
+    @model_validator(mode="after")
+    def _metrics_iff_ok(self) -> TrialResult:
+        if (self.status == "ok") != (self.metrics is not None):
+            raise ValueError("metrics are present exactly when status is 'ok'")
+        return self
+
+
+class ModelInfo(Strict):
+    """What inspecting a workload found: proof that it loads, and its identity."""
+
+    kind: Literal["torch", "onnx"]
+    sha256: str
+    n_samples: int
+    input_shape: list[int]
+    has_labels: bool
+
+
+class ArtifactInfo(Strict):
+    path: str
+    format: Literal["onnx", "safetensors"]
+    sha256: str
+
+
+# Accuracy depends only on these parts of a configuration (the model variant), never on
+# batch size, threads or other kernel choices, so it is measured once per variant.
+_VARIANT_GROUPS = ("precision.", "prune.")
+_VARIANT_KEYS = ("runtime.engine",)
+
+
+def variant_key(config: dict[str, ConfigValue]) -> str:
+    parts = sorted(
+        f"{k}={v}" for k, v in config.items() if k.startswith(_VARIANT_GROUPS) or k in _VARIANT_KEYS
+    )
+    return ",".join(parts)

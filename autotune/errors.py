@@ -1,0 +1,38 @@
+"""The one exception hierarchy of autotune."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AutotuneError(Exception):
+    """Root of every error autotune raises on purpose."""
+
+
+class RequestError(AutotuneError):
+    """Bad user input. Names the field, the rule it broke and the value received."""
+
+    def __init__(self, field: str, rule: str, value: Any) -> None:
+        self.field = field
+        self.rule = rule
+        self.value = value
+        super().__init__(f"{field}: {rule} (got {value!r})")
+
+
+class SpaceError(RequestError):
+    """A search-space file that does not validate."""
+
+
+class Unsupported(AutotuneError):
+    """A transform or runtime cannot build this configuration; the trial is pruned, not failed."""
+
+
+class NoFeasibleConfiguration(AutotuneError):
+    """The study finished, but no measured configuration meets the constraints."""
+
+
+class MissingDependency(AutotuneError):
+    """An optional heavy package is needed for a feature that was asked for."""
+
+    def __init__(self, package: str, feature: str) -> None:
+        super().__init__(f"{feature} needs the package {package!r}; install it to use this feature")
