@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Direction(str, Enum):
+class Direction(StrEnum):
     MAXIMIZE = "maximize"
     MINIMIZE = "minimize"
 

@@ -1,0 +1,415 @@
+"""The coordinator: an Optuna multi-objective study driven by ask/tell over an Executor.
+
+Order of work: inspect the workload (bad input fails here, before anything is written),
+open or resume the study, measure the baseline (the unmodified model, always trial 0),
+keep every executor slot busy until the budget is spent, then pick the tuned
+configuration from the feasible Pareto front and export its optimized model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.contract import ModelInfo, TrialResult, TrialSpec, Workload, variant_key
+from autotune.errors import AutotuneError, NoFeasibleConfiguration, RequestError
+from autotune.hardware import HardwareProfile
+from autotune.metrics import OBJECTIVES, Metric
+from autotune.pareto import Candidate, pareto_front, select
+from autotune.request import Constraints, TuningRequest
+from autotune.space import EffectiveSpace
+from autotune.tracking import Tracker
+from autotune.tuned import ConstraintOutcome, TunedConfig, reported
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.executors import Executor
+
+# Constraint name -> (metric it bounds, True when the bound is an upper bound).
+CONSTRAINT_METRICS: dict[str, tuple[str, bool]] = {
+    "max_accuracy_drop": ("accuracy_drop", True),
+    "max_latency_p95_ms": ("latency_p95_ms", True),
+    "max_energy_per_sample_j": ("energy_per_sample_j", True),
+    "max_memory_mb": ("peak_memory_mb", True),
+    "min_throughput_per_s": ("throughput_per_s", False),
+}
+
+ProgressCallback = Callable[[int, int | None, TrialResult], None]
+
+
+@dataclass
+class TuneSettings:
+    study_name: str
+    storage: str
+    artifact_dir: Path
+    n_trials: int | None
+    timeout_s: float | None
+    seed: int | None = None
+
+
+@dataclass
+class TuneOutcome:
+    study_name: str
+    baseline: Candidate
+    candidates: list[Candidate]
+    front: list[Candidate]
+    tuned: TunedConfig | None
+    n_trials: int
+    notes: list[str] = field(default_factory=list)
+
+
+def constraint_violations(constraints: Constraints, metrics: dict[str, Any]) -> dict[str, float]:
+    """Each bound as Optuna wants it: a value <= 0 means the bound is met."""
+    violations = {}
+    for name, bound in constraints.model_dump(exclude_none=True).items():
+        metric, upper = CONSTRAINT_METRICS[name]
+        value = float(metrics[metric])
+        violations[name] = value - bound if upper else bound - value
+    return violations
+
+
+class Coordinator:
+    def __init__(
+        self,
+        request: TuningRequest,
+        workload: Workload,
+        space: EffectiveSpace,
+        profile: HardwareProfile,
+        executor: Executor,
+        settings: TuneSettings,
+        tracking_uri: str,
+        experiment: str,
+        on_progress: ProgressCallback | None = None,
+    ) -> None:
+        self.request = request
+        self.workload = workload
+        self.space = space
+        self.profile = profile
+        self.executor = executor
+        self.settings = settings
+        self.tracking_uri = tracking_uri
+        self.experiment = experiment
+        self.on_progress = on_progress or (lambda done, total, result: None)
+        self.objectives: list[Metric] = [OBJECTIVES[o] for o in request.objectives]
+
+    def run(self) -> TuneOutcome:
+        info = self.executor.inspect(self.workload)
+        study = self._open_study(info)
+        tracker = Tracker(self.tracking_uri, self.experiment, self.settings.study_name)
+        tracker.log_study_inputs(
+            params=self._study_params(info),
+            documents={
+                "request.yaml": self.request.model_dump(mode="json"),
+                "hardware.json": self.profile.model_dump(mode="json"),
+                "space.json": self.space.model_dump(mode="json"),
+            },
+            tags={"energy_source": "pending", "hardware_fingerprint": self.profile.fingerprint},
+        )
+        try:
+            baseline = self._ensure_baseline(study, tracker)
+            self._search(study, tracker, baseline)
+            return self._finish(study, tracker, info, baseline)
+        except BaseException:
+            tracker.finish("FAILED")
+            raise
+
+    # -- study -------------------------------------------------------------------------
+
+    def _open_study(self, info: ModelInfo) -> optuna.Study:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        storage = _storage(self.settings.storage)
+        sampler = optuna.samplers.TPESampler(multivariate=True, seed=self.settings.seed)
+        study = optuna.create_study(
+            study_name=self.settings.study_name,
+            storage=storage,
+            directions=[m.direction.value for m in self.objectives],
+            sampler=sampler,
+            load_if_exists=True,
+        )
+        identity = {
+            "model_sha256": info.sha256,
+            "objectives": list(self.request.objectives),
+            "space": self.space.name,
+            "hardware_fingerprint": self.profile.fingerprint,
+        }
+        stored = {k: study.user_attrs.get(k) for k in identity}
+        if all(v is None for v in stored.values()):
+            for key, value in identity.items():
+                study.set_user_attr(key, value)
+        elif stored != identity:
+            changed = sorted(k for k in identity if stored[k] != identity[k])
+            raise RequestError(
+                "study",
+                f"exists with a different {', '.join(changed)}; resume only the same tuning "
+                "or choose another study name",
+                self.settings.study_name,
+            )
+        return study
+
+    def _study_params(self, info: ModelInfo) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model_kind": info.kind,
+            "model_sha256": info.sha256,
+            "n_eval_samples": info.n_samples,
+            "objectives": ",".join(self.request.objectives),
+            "search_space": self.space.name,
+            "selection": self.request.selection.strategy,
+            "storage": self.settings.storage,
+        }
+        for name, bound in self.request.constraints.model_dump(exclude_none=True).items():
+            params[f"constraint.{name}"] = bound
+        return params
+
+    # -- trials ------------------------------------------------------------------------
+
+    def _ensure_baseline(self, study: optuna.Study, tracker: Tracker) -> Candidate:
+        existing = _baseline_trial(study)
+        if existing is None:
+            study.enqueue_trial(self.space.baseline(), user_attrs={"baseline": True})
+            trial = study.ask()
+            spec = self._spec(trial, self.space.sample(trial), known_accuracy=None)
+            self.executor.submit(spec)
+            (result,) = self.executor.wait()
+            if result.status != "ok" or result.metrics is None:
+                study.tell(trial, state=_failed_state(result))
+                raise AutotuneError(f"the baseline (unmodified model) failed: {result.reason}")
+            metrics = {**result.metrics.model_dump(), "accuracy_drop": 0.0}
+            self._tell(study, trial, spec, result, metrics, tracker)
+            self.on_progress(1, self.settings.n_trials, result)
+            existing = _baseline_trial(study)
+            assert existing is not None
+        return candidate_from_trial(existing)
+
+    def _search(self, study: optuna.Study, tracker: Tracker, baseline: Candidate) -> None:
+        accuracy_cache = _accuracy_by_variant(study)
+        started = time.monotonic()
+        running: dict[int, tuple[optuna.Trial, TrialSpec]] = {}
+        while True:
+            done = _finished_count(study)
+            while len(running) < self.executor.slots and self._budget_left(
+                done + len(running), started
+            ):
+                trial = study.ask()
+                config = self.space.sample(trial)
+                known = accuracy_cache.get(variant_key(config))
+                spec = self._spec(trial, config, known_accuracy=known)
+                self.executor.submit(spec)
+                running[trial.number] = (trial, spec)
+            if not running:
+                return
+            for result in self.executor.wait():
+                trial, spec = running.pop(result.trial_number)
+                metrics = None
+                if result.metrics is not None:
+                    accuracy = result.metrics.accuracy
+                    accuracy_cache.setdefault(result.variant_key, accuracy)
+                    drop = baseline.metrics["accuracy"] - accuracy
+                    metrics = {**result.metrics.model_dump(), "accuracy_drop": drop}
+                self._tell(study, trial, spec, result, metrics, tracker)
+                self.on_progress(_finished_count(study), self.settings.n_trials, result)
+
+    def _budget_left(self, used: int, started: float) -> bool:
+        if self.settings.n_trials is not None and used >= self.settings.n_trials:
+            return False
+        timeout = self.settings.timeout_s
+        return timeout is None or time.monotonic() - started < timeout
+
+    def _spec(
+        self, trial: optuna.Trial, config: dict[str, Any], known_accuracy: float | None
+    ) -> TrialSpec:
+        return TrialSpec(
+            study=self.settings.study_name,
+            trial_number=trial.number,
+            workload=self.workload,
+            config=config,
+            measurement=self.request.measurement,
+            known_accuracy=known_accuracy,
+        )
+
+    def _tell(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        spec: TrialSpec,
+        result: TrialResult,
+        metrics: dict[str, Any] | None,
+        tracker: Tracker,
+    ) -> None:
+        trial.set_user_attr("config", spec.config)
+        trial.set_user_attr("status", result.status)
+        trial.set_user_attr("variant_key", result.variant_key)
+        tags = {"status": result.status}
+        if result.reason:
+            trial.set_user_attr("reason", result.reason)
+            tags["failure_reason"] = result.reason[:5000]
+        if result.provenance is not None:
+            trial.set_user_attr("provenance", result.provenance.model_dump(mode="json"))
+        if metrics is None:
+            study.tell(trial, state=_failed_state(result))
+        else:
+            violations = constraint_violations(self.request.constraints, metrics)
+            for name, value in violations.items():
+                trial.set_constraint(name, value)
+            trial.set_user_attr("metrics", metrics)
+            study.tell(trial, [float(metrics[m.name]) for m in self.objectives])
+            tags["feasible"] = str(all(v <= 0 for v in violations.values())).lower()
+        tracker.log_trial(trial.number, spec.attempt, spec.config, metrics, tags)
+
+    # -- result ------------------------------------------------------------------------
+
+    def _finish(
+        self, study: optuna.Study, tracker: Tracker, info: ModelInfo, baseline: Candidate
+    ) -> TuneOutcome:
+        candidates = [candidate_from_trial(t) for t in completed_trials(study)]
+        feasible = [c for c in candidates if c.feasible]
+        front = pareto_front(feasible, self.objectives)
+        energy_sources = sorted({str(c.metrics["energy_source"]) for c in candidates})
+        outcome = TuneOutcome(
+            study_name=study.study_name,
+            baseline=baseline,
+            candidates=candidates,
+            front=front,
+            tuned=None,
+            n_trials=_finished_count(study),
+        )
+        tags = {"energy_source": ",".join(energy_sources), "n_feasible": str(len(feasible))}
+        if "estimate" in energy_sources:
+            outcome.notes.append(
+                "energy figures are estimates from CPU time and a power model, not measurements"
+            )
+        if not front:
+            tracker.log_results(candidates, front, self.objectives, {}, {}, None, tags)
+            tracker.finish("FINISHED")
+            raise NoFeasibleConfiguration(
+                f"none of {len(candidates)} measured configurations meets the constraints"
+            )
+        chosen = select(front, self.request.selection)
+        artifact = self._export(study, chosen)
+        outcome.tuned = self._tuned_config(study, tracker, info, baseline, chosen, artifact.path)
+        tags.update({"chosen_trial": str(chosen.trial_number), "artifact_sha256": artifact.sha256})
+        tracker.log_results(
+            candidates,
+            front,
+            self.objectives,
+            {f"tuned.{k}": v for k, v in chosen.metrics.items() if _is_number(v)},
+            {"tuned.yaml": outcome.tuned.model_dump(mode="json")},
+            str(Path(artifact.path).parent),
+            tags,
+        )
+        tracker.finish("FINISHED")
+        return outcome
+
+    def _export(self, study: optuna.Study, chosen: Candidate) -> Any:
+        trial = study.trials[chosen.trial_number]
+        spec = TrialSpec(
+            study=study.study_name,
+            trial_number=trial.number,
+            workload=self.workload,
+            config=chosen.config,
+            measurement=self.request.measurement,
+        )
+        self.settings.artifact_dir.mkdir(parents=True, exist_ok=True)
+        return self.executor.export(spec, str(self.settings.artifact_dir.resolve()))
+
+    def _tuned_config(
+        self,
+        study: optuna.Study,
+        tracker: Tracker,
+        info: ModelInfo,
+        baseline: Candidate,
+        chosen: Candidate,
+        artifact_path: str,
+    ) -> TunedConfig:
+        bounds = self.request.constraints.model_dump(exclude_none=True)
+        constraints = {
+            name: ConstraintOutcome(
+                bound=bound,
+                value=float(chosen.metrics[CONSTRAINT_METRICS[name][0]]),
+                met=chosen.violations[name] <= 0,
+            )
+            for name, bound in bounds.items()
+        }
+        provenance = study.trials[chosen.trial_number].user_attrs.get("provenance", {})
+        model_source = self.request.model.onnx or self.request.model.entry_point or ""
+        return TunedConfig(
+            config=chosen.config,
+            metrics=reported(chosen.metrics),
+            baseline=reported(baseline.metrics),
+            constraints=constraints,
+            model={"source": model_source, "sha256": info.sha256},
+            hardware={"fingerprint": self.profile.fingerprint, **self.profile.model_dump()},
+            software=provenance.get("software", {}),
+            study={
+                "name": study.study_name,
+                "storage": self.settings.storage,
+                "n_trials": _finished_count(study),
+                "trial_number": chosen.trial_number,
+            },
+            mlflow={
+                "tracking_uri": self.tracking_uri,
+                "experiment_id": tracker.experiment_id,
+                "run_id": tracker.parent_run_id,
+            },
+            artifact=artifact_path,
+        )
+
+
+def _storage(url: str) -> Any:
+    import optuna
+
+    engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if not url.startswith("sqlite"):
+        engine_kwargs.update(pool_size=5, max_overflow=5)
+    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+
+
+def _failed_state(result: TrialResult) -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState.PRUNED if result.status == "unsupported" else TrialState.FAIL
+
+
+def completed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    from optuna.trial import TrialState
+
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if "metrics" in t.user_attrs
+    ]
+
+
+def _finished_count(study: optuna.Study) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+
+
+def _baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    return next((t for t in completed_trials(study) if t.user_attrs.get("baseline")), None)
+
+
+def _accuracy_by_variant(study: optuna.Study) -> dict[str, float]:
+    return {
+        t.user_attrs["variant_key"]: float(t.user_attrs["metrics"]["accuracy"])
+        for t in completed_trials(study)
+    }
+
+
+def candidate_from_trial(trial: optuna.trial.FrozenTrial) -> Candidate:
+    violations = dict(trial.constraints)
+    return Candidate(
+        trial_number=trial.number,
+        config=dict(trial.user_attrs["config"]),
+        metrics=dict(trial.user_attrs["metrics"]),
+        feasible=all(v <= 0 for v in violations.values()),
+        violations=violations,
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

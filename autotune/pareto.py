@@ -1,0 +1,84 @@
+"""Pareto fronts over typed metrics, and the choice of one configuration from a front."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.metrics import OBJECTIVES, Direction, Metric
+from autotune.request import Selection
+
+
+@dataclass(frozen=True)
+class Candidate:
+    trial_number: int
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    feasible: bool
+    violations: dict[str, float] = field(default_factory=dict)
+
+
+def _oriented(candidate: Candidate, metrics: Sequence[Metric]) -> tuple[float, ...]:
+    """Values turned so that smaller is better for every metric."""
+    return tuple(
+        -candidate.metrics[m.name]
+        if m.direction is Direction.MAXIMIZE
+        else candidate.metrics[m.name]
+        for m in metrics
+    )
+
+
+def dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True)) and any(
+        x < y for x, y in zip(a, b, strict=True)
+    )
+
+
+def pareto_front(candidates: Sequence[Candidate], metrics: Sequence[Metric]) -> list[Candidate]:
+    """The non-dominated candidates, in the order given. Equal points all stay."""
+    points = [_oriented(c, metrics) for c in candidates]
+    return [
+        c
+        for i, c in enumerate(candidates)
+        if not any(dominates(points[j], points[i]) for j in range(len(points)) if j != i)
+    ]
+
+
+def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
+    """Pick the one configuration to return from a non-empty feasible front."""
+    if not front:
+        raise ValueError("cannot select from an empty front")
+    strategy = selection.strategy
+    if strategy == "weighted":
+        assert selection.weights is not None
+        return min(front, key=lambda c: _weighted_score(c, front, selection.weights or {}))
+    metric = {
+        "lowest_latency": OBJECTIVES["latency"],
+        "lowest_energy": OBJECTIVES["energy"],
+        "highest_accuracy": OBJECTIVES["accuracy"],
+    }[strategy]
+    # Ties on the chosen metric go to higher accuracy, then to the lower trial number.
+    accuracy = OBJECTIVES["accuracy"]
+    return min(
+        front,
+        key=lambda c: (
+            _oriented(c, [metric])[0],
+            _oriented(c, [accuracy])[0],
+            c.trial_number,
+        ),
+    )
+
+
+def _weighted_score(
+    candidate: Candidate, front: Sequence[Candidate], weights: dict[str, float]
+) -> float:
+    score = 0.0
+    for objective, weight in weights.items():
+        metric = OBJECTIVES[objective]
+        values = [_oriented(c, [metric])[0] for c in front]
+        low, high = min(values), max(values)
+        span = high - low
+        mine = _oriented(candidate, [metric])[0]
+        score += weight * ((mine - low) / span if span > 0 else 0.0)
+    return score

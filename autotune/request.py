@@ -1,0 +1,142 @@
+"""The tuning request: what the user submits (YAML), validated strictly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from autotune.contract import DataRef, MeasurementSettings, MetricRef, ModelRef, Strict, Workload
+from autotune.errors import RequestError
+
+Objective = Literal["accuracy", "latency", "energy"]
+
+
+class Constraints(Strict):
+    max_accuracy_drop: float | None = Field(
+        default=None, ge=0.0, description="absolute drop against the baseline, e.g. 0.01 = 1 point"
+    )
+    max_latency_p95_ms: float | None = Field(default=None, gt=0.0)
+    max_energy_per_sample_j: float | None = Field(default=None, gt=0.0)
+    max_memory_mb: float | None = Field(default=None, gt=0.0)
+    min_throughput_per_s: float | None = Field(default=None, gt=0.0)
+
+
+class Budget(Strict):
+    trials: int | None = Field(
+        default=30, ge=1, description="trials in the study, baseline included"
+    )
+    timeout_s: float | None = Field(default=None, gt=0.0)
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> Budget:
+        if self.trials is None and self.timeout_s is None:
+            raise ValueError("give 'trials', 'timeout_s' or both")
+        return self
+
+
+class Selection(Strict):
+    """How the one tuned configuration is picked from the feasible Pareto set."""
+
+    strategy: Literal["lowest_latency", "lowest_energy", "highest_accuracy", "weighted"] = (
+        "lowest_latency"
+    )
+    weights: dict[Objective, float] | None = Field(
+        default=None, description="for 'weighted': objective -> weight on min-max normalized values"
+    )
+
+    @model_validator(mode="after")
+    def _weights_iff_weighted(self) -> Selection:
+        if (self.strategy == "weighted") != (self.weights is not None):
+            raise ValueError("'weights' is required for strategy 'weighted' and only for it")
+        if self.weights is not None and any(w < 0 for w in self.weights.values()):
+            raise ValueError("weights must be >= 0")
+        return self
+
+
+class Tracking(Strict):
+    uri: str = "sqlite:///mlflow.db"
+    experiment: str = "autotune"
+
+
+class TuningRequest(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    model: ModelRef
+    data: DataRef
+    metric: MetricRef = MetricRef()
+    objectives: list[Objective] = Field(default=["accuracy", "latency", "energy"], min_length=1)
+    constraints: Constraints = Constraints()
+    search_space: str | None = Field(
+        default=None,
+        description="a file in search_spaces/ or a path; default chosen for the hardware",
+    )
+    budget: Budget = Budget()
+    selection: Selection = Selection()
+    measurement: MeasurementSettings = MeasurementSettings()
+    tracking: Tracking = Tracking()
+    storage: str = "sqlite:///autotune.db"
+
+    @model_validator(mode="after")
+    def _objectives_unique(self) -> TuningRequest:
+        if len(set(self.objectives)) != len(self.objectives):
+            raise ValueError("objectives must not repeat")
+        return self
+
+    def workload(self, base_dir: Path) -> Workload:
+        """The workload with file paths resolved against the request file's directory."""
+        model = self.model
+        if model.onnx is not None:
+            model = ModelRef(onnx=str(_resolve(base_dir, model.onnx)))
+        data = self.data
+        if data.npz is not None:
+            data = DataRef(npz=str(_resolve(base_dir, data.npz)))
+        python_path = list(dict.fromkeys([str(Path.cwd().resolve()), str(base_dir.resolve())]))
+        return Workload(model=model, data=data, metric=self.metric, python_path=python_path)
+
+
+def _resolve(base_dir: Path, path: str) -> Path:
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() else (base_dir / candidate).resolve()
+
+
+def load_request(path: str | Path, overrides: dict[str, Any] | None = None) -> TuningRequest:
+    """Read and validate a request file; every problem becomes a RequestError."""
+    path = Path(path)
+    if not path.is_file():
+        raise RequestError("request", "must be an existing YAML file", str(path))
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise RequestError("request", f"must be valid YAML ({exc})", str(path)) from None
+    if not isinstance(raw, dict):
+        raise RequestError("request", "must be a YAML mapping", type(raw).__name__)
+    raw.setdefault("name", path.stem)
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    return parse_request(raw)
+
+
+def parse_request(raw: dict[str, Any]) -> TuningRequest:
+    try:
+        return TuningRequest.model_validate(raw)
+    except ValidationError as exc:
+        raise request_error_from(exc) from None
+
+
+def request_error_from(exc: ValidationError) -> RequestError:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "request"
+    rule = first["msg"].removeprefix("Value error, ")
+    return RequestError(field, rule, first.get("input"))
+
+
+def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = raw
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise RequestError(dotted, "parent must be a mapping", node)
+    node[leaf] = value

@@ -1,0 +1,237 @@
+"""Declarative search spaces: YAML dimensions, filtered by the hardware's capabilities,
+sampled through Optuna's define-by-run API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from autotune.contract import ConfigValue, Strict
+from autotune.errors import SpaceError
+from autotune.hardware import CAPABILITIES, HardwareProfile
+
+if TYPE_CHECKING:
+    import optuna
+
+SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+DEFAULT_SPACE = "default.yaml"
+
+# Numeric limits a dimension may tie its values to, read off the hardware profile.
+LIMITS = {
+    "cpu_cores": lambda p: p.cpu_cores,
+    "gpu_count": lambda p: len(p.gpus),
+}
+
+
+class Range(Strict):
+    low: float
+    high: float
+    step: float | None = Field(default=None, gt=0)
+    log: bool = False
+    integer: bool = False
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> Range:
+        if self.high < self.low:
+            raise ValueError(f"empty range: high {self.high} < low {self.low}")
+        if self.log and (self.step is not None or self.low <= 0):
+            raise ValueError("a log range needs low > 0 and no step")
+        return self
+
+
+class Dimension(Strict):
+    """One searchable parameter, namespaced `group.param`."""
+
+    name: str = Field(pattern=r"^[a-z_]+\.[a-z_0-9]+$")
+    values: list[ConfigValue] | None = Field(default=None, min_length=1)
+    range: Range | None = None
+    baseline: ConfigValue | Literal["max"] | None = None
+    requires: list[str] = Field(default=[], description="capabilities the whole dimension needs")
+    value_requires: dict[str, list[str]] = Field(
+        default={}, description="value (as written) -> capabilities that value needs"
+    )
+    when: dict[str, list[ConfigValue]] = Field(
+        default={}, description="active only when earlier dimensions take one of these values"
+    )
+    at_most: Literal["cpu_cores", "gpu_count"] | None = None
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _values_or_range(self) -> Dimension:
+        if (self.values is None) == (self.range is None):
+            raise ValueError("give exactly one of 'values' or 'range'")
+        if self.values is not None:
+            listed = {str(v) for v in self.values}
+            unknown = set(self.value_requires) - listed
+            if unknown:
+                raise ValueError(f"value_requires names values not listed: {sorted(unknown)}")
+        return self
+
+
+class SpaceFile(Strict):
+    name: str
+    description: str = ""
+    dimensions: list[Dimension] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpaceFile:
+        seen: set[str] = set()
+        for dim in self.dimensions:
+            if dim.name in seen:
+                raise ValueError(f"dimension {dim.name!r} is declared twice")
+            for cap in [*dim.requires, *(c for cs in dim.value_requires.values() for c in cs)]:
+                if cap not in CAPABILITIES:
+                    raise ValueError(
+                        f"{dim.name}: unknown capability {cap!r} (known: {sorted(CAPABILITIES)})"
+                    )
+            for other in dim.when:
+                if other not in seen:
+                    raise ValueError(
+                        f"{dim.name}: 'when' names {other!r}, not an earlier dimension"
+                    )
+            seen.add(dim.name)
+        return self
+
+
+class Exclusion(Strict):
+    dimension: str
+    value: ConfigValue | None = Field(description="None when the whole dimension is excluded")
+    reason: str
+
+
+class EffectiveDimension(Strict):
+    name: str
+    values: list[ConfigValue] | None
+    range: Range | None
+    baseline: ConfigValue | None
+    when: dict[str, list[ConfigValue]]
+
+    def active(self, config: dict[str, ConfigValue]) -> bool:
+        return all(config.get(name) in allowed for name, allowed in self.when.items())
+
+    def suggest(self, trial: optuna.Trial) -> ConfigValue:
+        if self.values is not None:
+            return trial.suggest_categorical(self.name, self.values)  # type: ignore[arg-type]
+        assert self.range is not None
+        r = self.range
+        if r.integer:
+            step = int(r.step or 1)
+            return trial.suggest_int(self.name, int(r.low), int(r.high), step=step, log=r.log)
+        return trial.suggest_float(self.name, r.low, r.high, step=r.step, log=r.log)
+
+
+class EffectiveSpace(Strict):
+    name: str
+    source: str
+    hardware_fingerprint: str
+    dimensions: list[EffectiveDimension]
+    excluded: list[Exclusion]
+
+    def sample(self, trial: optuna.Trial) -> dict[str, ConfigValue]:
+        config: dict[str, ConfigValue] = {}
+        for dim in self.dimensions:
+            if dim.active(config):
+                config[dim.name] = dim.suggest(trial)
+        return config
+
+    def baseline(self) -> dict[str, ConfigValue]:
+        config: dict[str, ConfigValue] = {}
+        for dim in self.dimensions:
+            if dim.active(config) and dim.baseline is not None:
+                config[dim.name] = dim.baseline
+        return config
+
+
+def resolve_space_path(name: str | None) -> Path:
+    """A path as given, else a file of that name in ./search_spaces or the bundled ones."""
+    candidate = Path(name or DEFAULT_SPACE)
+    for path in (candidate, Path("search_spaces") / candidate, SPACES_DIR / candidate):
+        if path.is_file():
+            return path
+    raise SpaceError("search_space", "must name an existing space file", name)
+
+
+def load_space(path: Path) -> SpaceFile:
+    try:
+        raw: Any = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpaceError("search_space", f"must be valid YAML ({exc})", str(path)) from None
+    try:
+        return SpaceFile.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        rule = first["msg"].removeprefix("Value error, ")
+        raise SpaceError(f"{path.name}: {loc}", rule, first.get("input")) from None
+
+
+def effective_space(space: SpaceFile, profile: HardwareProfile, source: str) -> EffectiveSpace:
+    caps = profile.capabilities()
+    dims: list[EffectiveDimension] = []
+    excluded: list[Exclusion] = []
+    for dim in space.dimensions:
+        missing = [c for c in dim.requires if c not in caps]
+        if missing:
+            excluded.append(Exclusion(dimension=dim.name, value=None, reason=_needs(missing)))
+            continue
+        effective = _filter_dimension(dim, profile, caps, excluded)
+        if effective is not None:
+            dims.append(effective)
+    return EffectiveSpace(
+        name=space.name,
+        source=source,
+        hardware_fingerprint=profile.fingerprint,
+        dimensions=dims,
+        excluded=excluded,
+    )
+
+
+def _filter_dimension(
+    dim: Dimension, profile: HardwareProfile, caps: set[str], excluded: list[Exclusion]
+) -> EffectiveDimension | None:
+    limit = LIMITS[dim.at_most](profile) if dim.at_most else None
+    values = dim.values
+    if values is not None:
+        kept = []
+        for value in values:
+            reason = _value_exclusion(dim, value, caps, limit)
+            if reason is None:
+                kept.append(value)
+            else:
+                excluded.append(Exclusion(dimension=dim.name, value=value, reason=reason))
+        if not kept:
+            return None
+        values = kept
+    baseline = _baseline(dim, values)
+    return EffectiveDimension(
+        name=dim.name, values=values, range=dim.range, baseline=baseline, when=dim.when
+    )
+
+
+def _value_exclusion(
+    dim: Dimension, value: ConfigValue, caps: set[str], limit: int | None
+) -> str | None:
+    missing = [c for c in dim.value_requires.get(str(value), []) if c not in caps]
+    if missing:
+        return _needs(missing)
+    if limit is not None and isinstance(value, int | float) and value > limit:
+        return f"exceeds {dim.at_most} = {limit}"
+    return None
+
+
+def _baseline(dim: Dimension, values: list[ConfigValue] | None) -> ConfigValue | None:
+    if dim.baseline == "max":
+        pool: list[Any] = values if values is not None else [dim.range.high]  # type: ignore[union-attr]
+        return max(pool)
+    if dim.baseline is not None and values is not None and dim.baseline not in values:
+        raise SpaceError(
+            f"{dim.name}.baseline", "must be one of the dimension's values", dim.baseline
+        )
+    return dim.baseline
+
+
+def _needs(missing: list[str]) -> str:
+    return "needs " + ", ".join(missing)

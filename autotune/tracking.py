@@ -1,0 +1,225 @@
+"""MLflow tracking: one parent run per study, one nested child run per trial.
+
+Child runs are keyed by (study, trial number): logging a trial that already has a run
+does nothing, so a resumed study never logs the same trial twice.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.metrics import OBJECTIVES, Metric
+from autotune.pareto import Candidate
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+STUDY_TAG = "autotune.study"
+ROLE_TAG = "autotune.role"
+TRIAL_TAG = "autotune.trial_number"
+PARENT_TAG = "mlflow.parentRunId"
+
+
+class Tracker:
+    def __init__(self, tracking_uri: str, experiment: str, study: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.tracking_uri = tracking_uri
+        self.client: MlflowClient = MlflowClient(tracking_uri)
+        found = self.client.get_experiment_by_name(experiment)
+        self.experiment_id = (
+            found.experiment_id if found else self.client.create_experiment(experiment)
+        )
+        self.study = study
+        self.parent_run_id = self._find_or_create_parent()
+        self._trial_runs = self._existing_trial_runs()
+
+    def _find_or_create_parent(self) -> str:
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{STUDY_TAG}` = '{self.study}' and tags.`{ROLE_TAG}` = 'study'",
+            max_results=1,
+        )
+        if runs:
+            return runs[0].info.run_id
+        run = self.client.create_run(
+            self.experiment_id, run_name=self.study, tags={STUDY_TAG: self.study, ROLE_TAG: "study"}
+        )
+        return run.info.run_id
+
+    def _existing_trial_runs(self) -> dict[int, str]:
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'",
+            max_results=50000,
+        )
+        return {
+            int(r.data.tags[TRIAL_TAG]): r.info.run_id for r in runs if TRIAL_TAG in r.data.tags
+        }
+
+    def log_study_inputs(
+        self, params: dict[str, Any], documents: dict[str, Any], tags: dict[str, str]
+    ) -> None:
+        from mlflow.entities import Param, RunTag
+
+        self.client.log_batch(
+            self.parent_run_id,
+            params=[Param(k, _param(v)) for k, v in params.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
+        for name, document in documents.items():
+            self.client.log_text(self.parent_run_id, _as_text(name, document), name)
+
+    def log_trial(
+        self,
+        trial_number: int,
+        attempt: int,
+        config: dict[str, Any],
+        metrics: dict[str, Any] | None,
+        tags: dict[str, str],
+    ) -> None:
+        from mlflow.entities import Metric as MlflowMetric
+        from mlflow.entities import Param, RunTag
+
+        if trial_number in self._trial_runs:
+            return
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=f"trial-{trial_number}",
+            tags={
+                PARENT_TAG: self.parent_run_id,
+                STUDY_TAG: self.study,
+                ROLE_TAG: "trial",
+                TRIAL_TAG: str(trial_number),
+                "autotune.attempt": str(attempt),
+                **tags,
+            },
+        )
+        numeric = {k: float(v) for k, v in (metrics or {}).items() if _is_number(v)}
+        self.client.log_batch(
+            run.info.run_id,
+            metrics=[MlflowMetric(k, v, 0, 0) for k, v in numeric.items()],
+            params=[Param(k, _param(v)) for k, v in config.items()],
+            tags=[RunTag(k, str(v)) for k, v in (metrics or {}).items() if not _is_number(v)],
+        )
+        status = "FINISHED" if metrics is not None else "FAILED"
+        self.client.set_terminated(run.info.run_id, status=status)
+        self._trial_runs[trial_number] = run.info.run_id
+
+    def mark_pareto(self, trial_numbers: set[int]) -> None:
+        for number, run_id in self._trial_runs.items():
+            self.client.set_tag(run_id, "pareto", str(number in trial_numbers).lower())
+
+    def log_results(
+        self,
+        candidates: Sequence[Candidate],
+        front: Sequence[Candidate],
+        objectives: Sequence[Metric],
+        metrics: dict[str, float],
+        documents: dict[str, Any],
+        artifact_dir: str | None,
+        tags: dict[str, str],
+    ) -> None:
+        from mlflow.entities import Metric as MlflowMetric
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(
+            self.parent_run_id,
+            metrics=[MlflowMetric(k, float(v), 0, 0) for k, v in metrics.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
+        self.client.log_text(self.parent_run_id, pareto_csv(front), "pareto/pareto_front.csv")
+        self.client.log_text(self.parent_run_id, pareto_csv(candidates), "pareto/all_trials.csv")
+        for name, document in documents.items():
+            self.client.log_text(self.parent_run_id, _as_text(name, document), name)
+        with tempfile.TemporaryDirectory() as tmp:
+            plot = Path(tmp) / "pareto_front.png"
+            plot_front(candidates, front, objectives, plot)
+            self.client.log_artifact(self.parent_run_id, str(plot), "pareto")
+        if artifact_dir is not None:
+            self.client.log_artifacts(self.parent_run_id, artifact_dir, "optimized_model")
+        self.mark_pareto({c.trial_number for c in front})
+
+    def finish(self, status: str) -> None:
+        self.client.set_terminated(self.parent_run_id, status=status)
+
+    def artifact_uri(self, path: str) -> str:
+        return f"runs:/{self.parent_run_id}/{path}"
+
+
+def pareto_csv(candidates: Sequence[Candidate]) -> str:
+    config_keys = sorted({k for c in candidates for k in c.config})
+    metric_keys = sorted({k for c in candidates for k in c.metrics})
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["trial", "feasible", *config_keys, *metric_keys])
+    for c in candidates:
+        writer.writerow(
+            [
+                c.trial_number,
+                c.feasible,
+                *(c.config.get(k, "") for k in config_keys),
+                *(c.metrics.get(k, "") for k in metric_keys),
+            ]
+        )
+    return out.getvalue()
+
+
+def plot_front(
+    candidates: Sequence[Candidate],
+    front: Sequence[Candidate],
+    objectives: Sequence[Metric],
+    path: Path,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x_metric = OBJECTIVES["latency"]
+    y_metric = OBJECTIVES["accuracy"]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for label, group, style in (
+        ("infeasible", [c for c in candidates if not c.feasible], {"c": "#bbbbbb", "marker": "x"}),
+        ("feasible", [c for c in candidates if c.feasible], {"c": "#4c72b0", "marker": "o"}),
+        ("Pareto front", list(front), {"c": "#dd8452", "marker": "*", "s": 140}),
+    ):
+        if group:
+            ax.scatter(
+                [c.metrics[x_metric.name] for c in group],
+                [c.metrics[y_metric.name] for c in group],
+                label=label,
+                **style,
+            )
+    ax.set_xscale("log")
+    ax.set_xlabel(f"{x_metric.name} ({x_metric.unit})")
+    ax.set_ylabel(f"{y_metric.name} ({y_metric.unit})")
+    ax.set_title("objectives: " + ", ".join(m.name for m in objectives))
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _param(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+
+def _as_text(name: str, document: Any) -> str:
+    if isinstance(document, str):
+        return document
+    if name.endswith((".yaml", ".yml")):
+        import yaml
+
+        return yaml.safe_dump(document, sort_keys=False)
+    return json.dumps(document, indent=2, default=str)

@@ -1,0 +1,125 @@
+"""The tune use case end to end: request file -> coordinator -> tuned-config file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.coordinator import (
+    Coordinator,
+    TuneOutcome,
+    TuneSettings,
+    candidate_from_trial,
+    completed_trials,
+)
+from autotune.errors import RequestError
+from autotune.executors import Executor, InProcessExecutor, RayExecutor
+from autotune.hardware import probe
+from autotune.metrics import OBJECTIVES
+from autotune.pareto import Candidate, pareto_front
+from autotune.request import load_request
+from autotune.space import effective_space, load_space, resolve_space_path
+
+ProgressFactory = Callable[[int | None], AbstractContextManager[Callable[[int, Any], None]]]
+
+
+@dataclass
+class TuneOptions:
+    trials: int | None = None
+    timeout_s: float | None = None
+    storage: str | None = None
+    study: str | None = None
+    tracking_uri: str | None = None
+    experiment: str | None = None
+    ray_address: str | None = None
+    workers: int = 1
+    executor: str = "ray"
+    seed: int | None = None
+    out: Path | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        pairs = {
+            "budget.trials": self.trials,
+            "budget.timeout_s": self.timeout_s,
+            "storage": self.storage,
+            "tracking.uri": self.tracking_uri,
+            "tracking.experiment": self.experiment,
+        }
+        return {k: v for k, v in pairs.items() if v is not None}
+
+
+def make_executor(options: TuneOptions) -> Executor:
+    if options.executor == "inprocess":
+        return InProcessExecutor()
+    if options.executor == "ray":
+        return RayExecutor(options.workers, options.ray_address)
+    raise RequestError("executor", "must be 'ray' or 'inprocess'", options.executor)
+
+
+def _no_progress(total: int | None) -> AbstractContextManager[Callable[[int, Any], None]]:
+    return nullcontext(lambda done, result: None)
+
+
+def run_tune(
+    request_file: Path, options: TuneOptions, progress: ProgressFactory | None = None
+) -> tuple[TuneOutcome, Path]:
+    """Validate everything, tune, write the tuned-config file; return it and its path."""
+    request = load_request(request_file, options.overrides())
+    if options.timeout_s is not None and options.trials is None:
+        # A time budget alone on the command line replaces the request's trial count.
+        budget = request.budget.model_copy(update={"trials": None})
+        request = request.model_copy(update={"budget": budget})
+    profile = probe()
+    space_path = resolve_space_path(request.search_space)
+    space = effective_space(load_space(space_path), profile, str(space_path))
+    study_name = options.study or request.name
+    out_dir = Path("autotune-out") / study_name
+    out_file = options.out or out_dir / "tuned.yaml"
+    settings = TuneSettings(
+        study_name=study_name,
+        storage=request.storage,
+        artifact_dir=out_dir / "model",
+        n_trials=request.budget.trials,
+        timeout_s=request.budget.timeout_s,
+        seed=options.seed,
+    )
+    executor = make_executor(options)
+    try:
+        with (progress or _no_progress)(settings.n_trials) as update:
+            coordinator = Coordinator(
+                request=request,
+                workload=request.workload(request_file.parent),
+                space=space,
+                profile=profile,
+                executor=executor,
+                settings=settings,
+                tracking_uri=request.tracking.uri,
+                experiment=request.tracking.experiment,
+                on_progress=lambda done, total, result: update(done, result),
+            )
+            outcome = coordinator.run()
+    finally:
+        executor.close()
+    assert outcome.tuned is not None
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text(outcome.tuned.to_yaml())
+    return outcome, out_file
+
+
+def study_front(study_name: str, storage: str) -> list[Candidate]:
+    """The feasible Pareto front of a stored study, over the objectives it was run with."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        raise RequestError(
+            "study", "must name an existing study in the storage", study_name
+        ) from None
+    objectives = [OBJECTIVES[o] for o in study.user_attrs.get("objectives", [])]
+    candidates = [candidate_from_trial(t) for t in completed_trials(study)]
+    return pareto_front([c for c in candidates if c.feasible], objectives)
