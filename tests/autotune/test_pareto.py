@@ -1,0 +1,57 @@
+import pytest
+
+from autotune.metrics import OBJECTIVES
+from autotune.pareto import Candidate, dominates, pareto_front, select
+from autotune.request import Selection
+
+OBJ = [OBJECTIVES["accuracy"], OBJECTIVES["latency"], OBJECTIVES["energy"]]
+
+
+def cand(n: int, accuracy: float, latency: float, energy: float = 1.0) -> Candidate:
+    metrics = {"accuracy": accuracy, "latency_p95_ms": latency, "energy_per_sample_j": energy}
+    return Candidate(trial_number=n, config={"n": n}, metrics=metrics, feasible=True)
+
+
+def test_dominates_needs_one_strictly_better() -> None:
+    assert dominates((1.0, 1.0), (1.0, 2.0))
+    assert not dominates((1.0, 2.0), (1.0, 2.0))
+    assert not dominates((0.0, 3.0), (1.0, 2.0))
+
+
+def test_front_respects_directions() -> None:
+    a = cand(0, accuracy=0.99, latency=5.0)
+    b = cand(1, accuracy=0.98, latency=1.0)
+    c = cand(2, accuracy=0.97, latency=2.0)  # dominated by b
+    d = cand(3, accuracy=0.99, latency=6.0)  # dominated by a
+    front = pareto_front([a, b, c, d], OBJ)
+    assert [x.trial_number for x in front] == [0, 1]
+
+
+def test_front_keeps_exact_ties() -> None:
+    a, b = cand(0, 0.9, 1.0), cand(1, 0.9, 1.0)
+    assert len(pareto_front([a, b], OBJ)) == 2
+
+
+def test_select_strategies() -> None:
+    fast = cand(0, accuracy=0.95, latency=1.0, energy=3.0)
+    frugal = cand(1, accuracy=0.96, latency=2.0, energy=1.0)
+    exact = cand(2, accuracy=0.99, latency=4.0, energy=2.0)
+    front = [fast, frugal, exact]
+    assert select(front, Selection(strategy="lowest_latency")) is fast
+    assert select(front, Selection(strategy="lowest_energy")) is frugal
+    assert select(front, Selection(strategy="highest_accuracy")) is exact
+    weighted = Selection(strategy="weighted", weights={"accuracy": 1.0, "latency": 0.1})
+    assert select(front, weighted) is exact
+    weighted = Selection(strategy="weighted", weights={"accuracy": 0.1, "latency": 1.0})
+    assert select(front, weighted) is fast
+
+
+def test_latency_ties_go_to_accuracy() -> None:
+    worse = cand(0, accuracy=0.90, latency=1.0)
+    better = cand(1, accuracy=0.95, latency=1.0)
+    assert select([worse, better], Selection()) is better
+
+
+def test_select_rejects_empty_front() -> None:
+    with pytest.raises(ValueError):
+        select([], Selection())

@@ -1,0 +1,75 @@
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import RequestError
+from autotune.request import load_request, parse_request
+
+VALID = {
+    "name": "demo",
+    "model": {"entry_point": "experiments.digits.model:build_model"},
+    "data": {"entry_point": "experiments.digits.model:eval_data"},
+}
+
+
+def test_defaults_fill_a_minimal_request() -> None:
+    request = parse_request(VALID)
+    assert request.objectives == ["accuracy", "latency", "energy"]
+    assert request.metric.kind == "accuracy"
+    assert request.storage.startswith("sqlite:///")
+    assert request.budget.trials == 30
+
+
+@pytest.mark.parametrize(
+    ("patch", "field", "rule_fragment"),
+    [
+        ({"modle": {}}, "modle", "Extra inputs"),
+        ({"constraints": {"max_latency_p95_ms": -1}}, "constraints.max_latency_p95_ms", "greater"),
+        ({"constraints": {"max_accuracy_drop": -0.1}}, "constraints.max_accuracy_drop", "greater"),
+        ({"constraints": {"max_latncy": 3}}, "constraints.max_latncy", "Extra inputs"),
+        ({"objectives": ["accuracy", "throughput"]}, "objectives.1", "Input should be"),
+        ({"objectives": []}, "objectives", "at least 1"),
+        ({"model": {"entry_point": "not an entry point"}}, "model.entry_point", "package.module"),
+        ({"model": {}}, "model", "exactly one"),
+        ({"budget": {"trials": 0}}, "budget.trials", "greater"),
+        ({"selection": {"strategy": "weighted"}}, "selection", "weights"),
+        ({"metric": {"kind": "custom"}}, "metric", "entry_point"),
+        ({"measurement": {"min_iters": 100, "max_iters": 10}}, "measurement", "max_iters"),
+    ],
+)
+def test_bad_input_names_field_rule_and_value(patch: dict, field: str, rule_fragment: str) -> None:
+    with pytest.raises(RequestError) as info:
+        parse_request({**VALID, **patch})
+    assert info.value.field == field
+    assert rule_fragment in info.value.rule
+
+
+def test_load_request_takes_name_from_file_and_applies_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "my-model.yaml"
+    path.write_text(
+        "model: {onnx: m.onnx}\ndata: {npz: d.npz}\nbudget: {trials: 5}\n"
+    )
+    request = load_request(path, {"budget.trials": 9, "tracking.uri": "sqlite:///x.db"})
+    assert request.name == "my-model"
+    assert request.budget.trials == 9
+    assert request.tracking.uri == "sqlite:///x.db"
+    workload = request.workload(tmp_path)
+    assert workload.model.onnx == str(tmp_path / "m.onnx")
+    assert workload.data.npz == str(tmp_path / "d.npz")
+
+
+@pytest.mark.parametrize(
+    ("text", "rule_fragment"),
+    [("model: [unclosed", "valid YAML"), ("- a\n- b\n", "mapping")],
+)
+def test_unreadable_request_file(tmp_path: Path, text: str, rule_fragment: str) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(RequestError) as info:
+        load_request(path)
+    assert rule_fragment in info.value.rule
+
+
+def test_missing_request_file(tmp_path: Path) -> None:
+    with pytest.raises(RequestError, match="existing YAML file"):
+        load_request(tmp_path / "absent.yaml")
