@@ -1,6 +1,6 @@
 """The coordinator: an Optuna multi-objective study driven by ask/tell over an Executor.
 
-Order of work: inspect the workload (bad input fails here, before anything is written),
+Order of work (the workload was inspected before, so bad input never gets this far):
 open or resume the study, measure the baseline (the unmodified model, always trial 0),
 keep every executor slot busy until the budget is spent, then pick the tuned
 configuration from the feasible Pareto front and export its optimized model.
@@ -77,6 +77,7 @@ class Coordinator:
         self,
         request: TuningRequest,
         workload: Workload,
+        model_info: ModelInfo,
         space: EffectiveSpace,
         profile: HardwareProfile,
         executor: Executor,
@@ -87,6 +88,7 @@ class Coordinator:
     ) -> None:
         self.request = request
         self.workload = workload
+        self.model_info = model_info
         self.space = space
         self.profile = profile
         self.executor = executor
@@ -97,7 +99,7 @@ class Coordinator:
         self.objectives: list[Metric] = [OBJECTIVES[o] for o in request.objectives]
 
     def run(self) -> TuneOutcome:
-        info = self.executor.inspect(self.workload)
+        info = self.model_info
         study = self._open_study(info)
         tracker = Tracker(self.tracking_uri, self.experiment, self.settings.study_name)
         tracker.log_study_inputs(

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 DEFAULT_SPACE = "default.yaml"
 
+# What a model's format allows, next to what the hardware allows.
+MODEL_CAPABILITIES = ("model.torch", "model.onnx")
+KNOWN_CAPABILITIES = sorted([*CAPABILITIES, *MODEL_CAPABILITIES])
+
 # Numeric limits a dimension may tie its values to, read off the hardware profile.
 LIMITS = {
     "cpu_cores": lambda p: p.cpu_cores,
@@ -68,6 +72,8 @@ class Dimension(Strict):
             unknown = set(self.value_requires) - listed
             if unknown:
                 raise ValueError(f"value_requires names values not listed: {sorted(unknown)}")
+            if self.baseline not in (None, "max") and self.baseline not in self.values:
+                raise ValueError(f"baseline {self.baseline!r} is not one of the values")
         return self
 
 
@@ -83,9 +89,9 @@ class SpaceFile(Strict):
             if dim.name in seen:
                 raise ValueError(f"dimension {dim.name!r} is declared twice")
             for cap in [*dim.requires, *(c for cs in dim.value_requires.values() for c in cs)]:
-                if cap not in CAPABILITIES:
+                if cap not in KNOWN_CAPABILITIES:
                     raise ValueError(
-                        f"{dim.name}: unknown capability {cap!r} (known: {sorted(CAPABILITIES)})"
+                        f"{dim.name}: unknown capability {cap!r} (known: {KNOWN_CAPABILITIES})"
                     )
             for other in dim.when:
                 if other not in seen:
@@ -168,8 +174,11 @@ def load_space(path: Path) -> SpaceFile:
         raise SpaceError(f"{path.name}: {loc}", rule, first.get("input")) from None
 
 
-def effective_space(space: SpaceFile, profile: HardwareProfile, source: str) -> EffectiveSpace:
-    caps = profile.capabilities()
+def effective_space(
+    space: SpaceFile, profile: HardwareProfile, source: str, model_kind: str | None = None
+) -> EffectiveSpace:
+    """Filter a space by what the hardware (and, when known, the model's kind) supports."""
+    caps = profile.capabilities() | _model_capabilities(model_kind)
     dims: list[EffectiveDimension] = []
     excluded: list[Exclusion] = []
     for dim in space.dimensions:
@@ -223,14 +232,19 @@ def _value_exclusion(
 
 
 def _baseline(dim: Dimension, values: list[ConfigValue] | None) -> ConfigValue | None:
+    """The declared baseline; where the hardware or model excludes it, the first value left."""
     if dim.baseline == "max":
         pool: list[Any] = values if values is not None else [dim.range.high]  # type: ignore[union-attr]
         return max(pool)
     if dim.baseline is not None and values is not None and dim.baseline not in values:
-        raise SpaceError(
-            f"{dim.name}.baseline", "must be one of the dimension's values", dim.baseline
-        )
+        return values[0]
     return dim.baseline
+
+
+def _model_capabilities(model_kind: str | None) -> set[str]:
+    if model_kind is None:  # planning without a model: keep what any model could use
+        return set(MODEL_CAPABILITIES)
+    return {f"model.{model_kind}"}
 
 
 def _needs(missing: list[str]) -> str:

@@ -74,7 +74,8 @@ def run_tune(
         request = request.model_copy(update={"budget": budget})
     profile = probe()
     space_path = resolve_space_path(request.search_space)
-    space = effective_space(load_space(space_path), profile, str(space_path))
+    space_file = load_space(space_path)
+    workload = request.workload(request_file.parent)
     study_name = options.study or request.name
     out_dir = Path("autotune-out") / study_name
     out_file = options.out or out_dir / "tuned.yaml"
@@ -88,10 +89,13 @@ def run_tune(
     )
     executor = make_executor(options)
     try:
+        model_info = executor.inspect(workload)
+        space = effective_space(space_file, profile, str(space_path), model_info.kind)
         with (progress or _no_progress)(settings.n_trials) as update:
             coordinator = Coordinator(
                 request=request,
-                workload=request.workload(request_file.parent),
+                workload=workload,
+                model_info=model_info,
                 space=space,
                 profile=profile,
                 executor=executor,

@@ -46,9 +46,7 @@ def test_bad_input_names_field_rule_and_value(patch: dict, field: str, rule_frag
 
 def test_load_request_takes_name_from_file_and_applies_overrides(tmp_path: Path) -> None:
     path = tmp_path / "my-model.yaml"
-    path.write_text(
-        "model: {onnx: m.onnx}\ndata: {npz: d.npz}\nbudget: {trials: 5}\n"
-    )
+    path.write_text("model: {onnx: m.onnx}\ndata: {npz: d.npz}\nbudget: {trials: 5}\n")
     request = load_request(path, {"budget.trials": 9, "tracking.uri": "sqlite:///x.db"})
     assert request.name == "my-model"
     assert request.budget.trials == 9

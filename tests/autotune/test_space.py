@@ -98,9 +98,15 @@ def test_enqueued_baseline_is_sampled_exactly(cpu_profile: HardwareProfile) -> N
         ("name: x\ndimensions: []\n", "at least 1"),
         ("name: x\ndimensions:\n  - {name: a.b, values: [1], colour: red}\n", "Extra inputs"),
         ("name: x\ndimensions:\n  - {name: a.b, range: {low: 2, high: 1}}\n", "empty range"),
-        ("name: x\ndimensions:\n  - {name: a.b, values: [1], requires: [quantum]}\n", "unknown capability"),
+        (
+            "name: x\ndimensions:\n  - {name: a.b, values: [1], requires: [quantum]}\n",
+            "unknown capability",
+        ),
         ("name: x\ndimensions:\n  - {name: a.b}\n", "exactly one"),
-        ("name: x\ndimensions:\n  - {name: a.b, values: [1], when: {c.d: [1]}}\n", "earlier dimension"),
+        (
+            "name: x\ndimensions:\n  - {name: a.b, values: [1], when: {c.d: [1]}}\n",
+            "earlier dimension",
+        ),
         (
             "name: x\ndimensions:\n  - {name: a.b, values: [1]}\n  - {name: a.b, values: [2]}\n",
             "declared twice",
@@ -119,3 +125,13 @@ def test_bad_space_files_fail_clearly(tmp_path: Path, yaml_text: str, fragment: 
 def test_unknown_space_name() -> None:
     with pytest.raises(SpaceError, match="existing space file"):
         resolve_space_path("no-such-space.yaml")
+
+
+def test_model_kind_gates_the_engine(cpu_profile: HardwareProfile) -> None:
+    path = resolve_space_path("default.yaml")
+    onnx = effective_space(load_space(path), cpu_profile, str(path), model_kind="onnx")
+    engine = next(d for d in onnx.dimensions if d.name == "runtime.engine")
+    assert engine.values == ["onnxruntime"]
+    assert onnx.baseline()["runtime.engine"] == "onnxruntime"
+    torch_space = effective_space(load_space(path), cpu_profile, str(path), model_kind="torch")
+    assert torch_space.baseline()["runtime.engine"] == "torch_eager"

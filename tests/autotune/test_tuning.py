@@ -1,0 +1,132 @@
+"""The tune use case on the real digits workload, in-process (no Ray): study, MLflow, file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from autotune.errors import NoFeasibleConfiguration, RequestError
+from autotune.tracking import PARENT_TAG, STUDY_TAG, TRIAL_TAG
+from autotune.tuning import TuneOptions, run_tune, study_front
+
+INPROCESS = TuneOptions(executor="inprocess", seed=0)
+
+
+def child_runs(tracking_uri: str, parent_run_id: str) -> list:
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("tests")
+    return client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'"
+    )
+
+
+def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: Path) -> None:
+    outcome, written = run_tune(write_request(), INPROCESS)
+
+    tuned = yaml.safe_load(written.read_text())
+    assert set(tuned) == {
+        "config",
+        "metrics",
+        "baseline",
+        "constraints",
+        "model",
+        "hardware",
+        "software",
+        "study",
+        "mlflow",
+        "artifact",
+    }
+    assert tuned["metrics"]["energy_source"] == "estimate"
+    assert tuned["baseline"]["accuracy_drop"] == 0.0
+    assert tuned["constraints"]["max_accuracy_drop"]["met"] is True
+    assert tuned["metrics"]["accuracy_drop"] <= 0.01
+    assert Path(tuned["artifact"]).is_file()
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.load_study(study_name="digits-test", storage=storage)
+    finished = [t for t in study.trials if t.state.is_finished()]
+    assert len(finished) == 6
+    assert study.trials[0].user_attrs["baseline"] is True
+    assert study.trials[0].params["precision.mode"] == "fp32"
+
+    runs = child_runs(tuned["mlflow"]["tracking_uri"], tuned["mlflow"]["run_id"])
+    assert sorted(int(r.data.tags[TRIAL_TAG]) for r in runs) == list(range(6))
+    for run in runs:
+        trial = study.trials[int(run.data.tags[TRIAL_TAG])]
+        assert run.data.params == {k: str(v) for k, v in trial.params.items()}
+        assert run.data.tags["pareto"] in {"true", "false"}
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            assert (
+                run.data.metrics["latency_p95_ms"] == trial.user_attrs["metrics"]["latency_p95_ms"]
+            )
+    front_numbers = {c.trial_number for c in outcome.front}
+    assert {int(r.data.tags[TRIAL_TAG]) for r in runs if r.data.tags["pareto"] == "true"} == (
+        front_numbers
+    )
+    assert {c.trial_number for c in study_front("digits-test", storage)} == front_numbers
+
+    client = MlflowClient(tuned["mlflow"]["tracking_uri"])
+    parent = client.get_run(tuned["mlflow"]["run_id"])
+    assert parent.data.tags[STUDY_TAG] == "digits-test"
+    assert parent.data.tags["energy_source"] == "estimate"
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "pareto")}
+    assert {
+        "pareto/pareto_front.csv",
+        "pareto/all_trials.csv",
+        "pareto/pareto_front.png",
+    } <= artifacts
+    assert client.list_artifacts(parent.info.run_id, "optimized_model")
+
+
+def test_resume_adds_only_the_missing_trials(write_request, tmp_path: Path) -> None:
+    path = write_request(budget={"trials": 3})
+    first, _ = run_tune(path, INPROCESS)
+    second, written = run_tune(path, TuneOptions(executor="inprocess", trials=5, seed=1))
+    tuned = yaml.safe_load(written.read_text())
+    assert tuned["study"]["n_trials"] == 5
+    assert tuned["mlflow"]["run_id"] == first.tuned.mlflow["run_id"]
+    runs = child_runs(tuned["mlflow"]["tracking_uri"], tuned["mlflow"]["run_id"])
+    assert sorted(int(r.data.tags[TRIAL_TAG]) for r in runs) == list(range(5))
+    study = optuna.load_study(
+        study_name="digits-test", storage=f"sqlite:///{tmp_path / 'study.db'}"
+    )
+    assert sum(bool(t.user_attrs.get("baseline")) for t in study.trials) == 1
+
+
+def test_unmeetable_constraint_exits_infeasible(write_request) -> None:
+    path = write_request(constraints={"max_latency_p95_ms": 1e-6}, budget={"trials": 2})
+    with pytest.raises(NoFeasibleConfiguration):
+        run_tune(path, INPROCESS)
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [
+        ({"onnx": "missing.onnx"}, "model.onnx"),
+        ({"entry_point": "no_such_package.module:build"}, "model.entry_point"),
+    ],
+)
+def test_bad_model_writes_nothing(write_request, tmp_path: Path, model: dict, field: str) -> None:
+    with pytest.raises(RequestError) as info:
+        run_tune(write_request(model=model), INPROCESS)
+    assert info.value.field == field
+    assert not (tmp_path / "study.db").exists()
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_resuming_with_another_model_is_refused(write_request, tmp_path: Path) -> None:
+    run_tune(write_request(budget={"trials": 1}), INPROCESS)
+    onnx_path = tmp_path / "other.onnx"
+    import torch
+
+    from experiments.digits.model import build_model
+
+    torch.onnx.export(build_model(), (torch.zeros(1, 1, 8, 8),), str(onnx_path), dynamo=False)
+    with pytest.raises(RequestError) as info:
+        run_tune(write_request(model={"onnx": str(onnx_path)}, budget={"trials": 1}), INPROCESS)
+    assert info.value.field == "study"
+    assert "model_sha256" in info.value.rule
