@@ -143,6 +143,7 @@ class TrialMetrics(Strict):
 class Provenance(Strict):
     model_sha256: str
     host: str
+    pid: int | None = Field(default=None, description="the worker process that measured")
     software: dict[str, str]
     measurement: MeasurementSettings
 

@@ -1,0 +1,3 @@
+from autotune.cli import app
+
+app(prog_name="autotune")

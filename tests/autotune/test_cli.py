@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.space import SPACES_DIR
+from tests.conftest import REPO
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("command", [[], ["tune"], ["hardware"], ["space"], ["report"]])
+def test_every_command_has_help(command: list[str]) -> None:
+    result = runner.invoke(app, [*command, "--help"])
+    assert result.exit_code == 0
+    assert "Usage" in result.output
+
+
+def test_hardware_json_is_a_profile() -> None:
+    result = runner.invoke(app, ["hardware", "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.output)["cpu_cores"] >= 1
+
+
+def test_space_for_a_saved_profile() -> None:
+    profile = SPACES_DIR / "profiles" / "h200x8.json"
+    result = runner.invoke(app, ["space", "--hardware", str(profile), "--json"])
+    assert result.exit_code == 0
+    dims = {d["name"]: d for d in json.loads(result.output)["dimensions"]}
+    assert "fp16" in dims["precision.mode"]["values"]
+
+
+def test_bad_request_exits_2_naming_the_field(write_request) -> None:
+    path = write_request(constraints={"max_latency_p95_ms": -3})
+    result = runner.invoke(app, ["tune", str(path), "--executor", "inprocess"])
+    assert result.exit_code == 2
+    assert "constraints.max_latency_p95_ms" in result.output
+    assert "-3" in result.output
+
+
+def test_missing_request_exits_2(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["tune", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2
+
+
+def test_bad_space_option_exits_2() -> None:
+    result = runner.invoke(app, ["space", "--space", "nope.yaml"])
+    assert result.exit_code == 2
+    assert "search_space" in result.output
+
+
+def test_unknown_study_exits_2(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["report", "nope", "--storage", f"sqlite:///{tmp_path}/s.db"])
+    assert result.exit_code == 2
+
+
+def test_infeasible_exits_3(write_request) -> None:
+    path = write_request(constraints={"max_latency_p95_ms": 1e-6}, budget={"trials": 2})
+    result = runner.invoke(app, ["tune", str(path), "--executor", "inprocess"])
+    assert result.exit_code == 3, result.output
+
+
+@pytest.mark.slow
+def test_tune_through_ray_end_to_end(write_request, tmp_path: Path) -> None:
+    """The real path: the CLI in its own process, trials on an in-process Ray."""
+    path = write_request(budget={"trials": 8})
+    out = tmp_path / "tuned.yaml"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    completed = subprocess.run(
+        [sys.executable, "-m", "autotune", "tune", str(path), "--out", str(out), "--seed", "0"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "Pareto front" in completed.stdout
+    assert "mlflow ui --backend-store-uri" in completed.stdout
+    tuned = yaml.safe_load(out.read_text())
+    assert tuned["constraints"]["max_accuracy_drop"]["met"]
+    study = optuna.load_study(study_name="digits-test", storage=f"sqlite:///{tmp_path}/study.db")
+    assert sum(t.state.is_finished() for t in study.trials) == 8
+    measured = [t.user_attrs["provenance"] for t in study.trials if "provenance" in t.user_attrs]
+    pids = {p["pid"] for p in measured}
+    assert len(pids) == 1 and None not in pids  # one Ray actor measured every trial
