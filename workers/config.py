@@ -1,0 +1,113 @@
+"""Parse a trial's configuration (`group.param` keys) into typed settings.
+
+A missing key takes its default. Keys of groups this package does not know are ignored (later
+features add groups); a known key with a bad value, or an unknown key inside a known group,
+raises `Unsupported` naming it, so a trial never claims a setting it did not apply.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from autotune.contract import ConfigValue
+from autotune.errors import Unsupported
+
+ModelKind = Literal["torch", "onnx"]
+
+PRECISIONS = ("fp32", "bf16", "fp16", "int8_dynamic")
+PRUNE_METHODS = ("none", "magnitude")
+ENGINES = ("torch_eager", "onnxruntime")
+MAX_PRUNE_RATIO = 0.95
+
+KNOWN_KEYS = frozenset(
+    {
+        "batch.size",
+        "precision.mode",
+        "prune.method",
+        "prune.ratio",
+        "runtime.engine",
+        "runtime.threads",
+    }
+)
+KNOWN_GROUPS = frozenset(key.split(".", 1)[0] for key in KNOWN_KEYS)
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """The settings of one trial, every default filled in."""
+
+    batch_size: int
+    precision: str
+    prune_method: str
+    prune_ratio: float
+    engine: str
+    threads: int
+
+    @property
+    def prunes(self) -> bool:
+        return self.prune_method == "magnitude" and self.prune_ratio > 0.0
+
+    @property
+    def variant_id(self) -> str:
+        """Names the model variant: equal ids build identical variants, whatever the spelling
+        of the configuration (a missing key and its default are the same)."""
+        pruning = f"magnitude:{self.prune_ratio!r}" if self.prunes else "none"
+        return f"engine={self.engine},precision={self.precision},prune={pruning}"
+
+
+def default_threads() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def default_engine(kind: ModelKind) -> str:
+    return "torch_eager" if kind == "torch" else "onnxruntime"
+
+
+def parse_config(config: dict[str, ConfigValue], kind: ModelKind) -> TrialConfig:
+    """Validate the keys this package owns; `prune.ratio` is ignored when `prune.method` is
+    `none` (a search space may sample both independently)."""
+    _reject_unknown_keys(config)
+    engine = _choice(config, "runtime.engine", ENGINES, default_engine(kind))
+    if engine == "torch_eager" and kind == "onnx":
+        raise Unsupported("runtime.engine=torch_eager runs torch models only; this model is ONNX")
+    return TrialConfig(
+        batch_size=_positive_int(config, "batch.size", 1),
+        precision=_choice(config, "precision.mode", PRECISIONS, "fp32"),
+        prune_method=_choice(config, "prune.method", PRUNE_METHODS, "none"),
+        prune_ratio=_prune_ratio(config),
+        engine=engine,
+        threads=_positive_int(config, "runtime.threads", default_threads()),
+    )
+
+
+def _reject_unknown_keys(config: dict[str, ConfigValue]) -> None:
+    for key in config:
+        if key.split(".", 1)[0] in KNOWN_GROUPS and key not in KNOWN_KEYS:
+            raise Unsupported(f"unknown configuration key {key!r} (known: {sorted(KNOWN_KEYS)})")
+
+
+def _choice(
+    config: dict[str, ConfigValue], key: str, allowed: tuple[str, ...], default: str
+) -> str:
+    value = config.get(key, default)
+    if value not in allowed:
+        raise Unsupported(f"{key}={value!r} is not one of {list(allowed)}")
+    return str(value)
+
+
+def _positive_int(config: dict[str, ConfigValue], key: str, default: int) -> int:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise Unsupported(f"{key}={value!r} must be an integer >= 1")
+    return value
+
+
+def _prune_ratio(config: dict[str, ConfigValue]) -> float:
+    value = config.get("prune.ratio", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Unsupported(f"prune.ratio={value!r} must be a number")
+    if not 0.0 <= value <= MAX_PRUNE_RATIO:
+        raise Unsupported(f"prune.ratio={value!r} must be in [0, {MAX_PRUNE_RATIO}]")
+    return float(value)

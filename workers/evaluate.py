@@ -1,0 +1,111 @@
+"""Quality metrics (higher is better) and batched inference over the evaluation data.
+
+Accuracy is a property of the variant, so it is always computed with the same batching
+(`EVAL_BATCH_SIZE`, or the model's fixed batch size), never the trial's batch size: dynamic
+int8 quantization picks activation scales per batch, so batch composition changes outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.contract import MetricRef
+from autotune.errors import RequestError
+from workers.loading import resolve_entry_point
+from workers.runtimes import Session
+
+EVAL_BATCH_SIZE = 64
+
+Score = Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], float]
+
+
+@dataclass(frozen=True)
+class QualityMetric:
+    kind: str
+    needs_labels: bool
+    needs_reference: bool
+    score: Score
+
+
+def top1_accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
+    """Fraction of samples whose highest output (over the last axis) is the label."""
+    if outputs.ndim != 2 or outputs.shape[0] != labels.shape[0]:
+        raise ValueError(
+            f"top-1 accuracy needs outputs [N, classes] for {labels.shape[0]} labels, "
+            f"got {list(outputs.shape)}"
+        )
+    return float(np.mean(outputs.argmax(axis=1) == labels.reshape(-1)))
+
+
+def fidelity(outputs: np.ndarray, reference: np.ndarray) -> float:
+    """Mean cosine similarity of each sample's flattened outputs to the reference outputs."""
+    actual = outputs.reshape(outputs.shape[0], -1).astype(np.float64)
+    expected = reference.reshape(reference.shape[0], -1).astype(np.float64)
+    norms = np.linalg.norm(actual, axis=1) * np.linalg.norm(expected, axis=1)
+    dots = np.sum(actual * expected, axis=1)
+    both_zero = (np.linalg.norm(actual, axis=1) == 0) & (np.linalg.norm(expected, axis=1) == 0)
+    cosines = np.where(both_zero, 1.0, dots / np.maximum(norms, np.finfo(np.float64).tiny))
+    return float(np.mean(cosines))
+
+
+def resolve_metric(ref: MetricRef, python_path: list[str]) -> QualityMetric:
+    if ref.kind == "accuracy":
+        return QualityMetric("accuracy", True, False, _score_accuracy)
+    if ref.kind == "fidelity":
+        return QualityMetric("fidelity", False, True, _score_fidelity)
+    assert ref.entry_point is not None  # the contract requires it for kind 'custom'
+    function = resolve_entry_point(ref.entry_point, python_path, "metric.entry_point")
+    if not callable(function):
+        raise RequestError("metric.entry_point", "must name a callable", ref.entry_point)
+    return QualityMetric("custom", False, True, _checked_custom(function))
+
+
+def _score_accuracy(outputs: np.ndarray, labels: np.ndarray | None, _: np.ndarray | None) -> float:
+    if labels is None:
+        raise ValueError("metric 'accuracy' needs labels")
+    return top1_accuracy(outputs, labels)
+
+
+def _score_fidelity(
+    outputs: np.ndarray, _: np.ndarray | None, reference: np.ndarray | None
+) -> float:
+    if reference is None:
+        raise ValueError("metric 'fidelity' needs the reference outputs")
+    return fidelity(outputs, reference)
+
+
+def _checked_custom(function: Callable[..., object]) -> Score:
+    def score(
+        outputs: np.ndarray, labels: np.ndarray | None, reference: np.ndarray | None
+    ) -> float:
+        value = function(outputs, labels, reference)
+        if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+            raise TypeError(f"the custom metric must return a number, got {type(value).__name__}")
+        if not math.isfinite(float(value)):
+            raise ValueError(f"the custom metric returned {value}")
+        return float(value)
+
+    return score
+
+
+def run_all(session: Session, inputs: np.ndarray, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
+    """Outputs for every input, in order. With a fixed-batch model the last batch is padded by
+    repeating its final sample and the padding's outputs are dropped."""
+    size = session.fixed_batch or batch_size
+    outputs = []
+    for start in range(0, inputs.shape[0], size):
+        batch = inputs[start : start + size]
+        real = batch.shape[0]
+        if session.fixed_batch is not None and real < size:
+            batch = np.concatenate([batch, np.repeat(batch[-1:], size - real, axis=0)])
+        outputs.append(session.run(np.ascontiguousarray(batch))[:real])
+    return np.concatenate(outputs)
+
+
+def tile_batch(inputs: np.ndarray, batch_size: int) -> np.ndarray:
+    """A batch of `batch_size` evaluation inputs, cycling through them when there are fewer."""
+    return np.ascontiguousarray(inputs[np.arange(batch_size) % inputs.shape[0]])

@@ -1,0 +1,65 @@
+"""Inspect a workload: prove that its model loads and runs on its data, before any tuning."""
+
+from __future__ import annotations
+
+from autotune.contract import ModelInfo, Workload
+from autotune.errors import RequestError
+from workers.evaluate import run_all
+from workers.runtimes import Session
+from workers.store import LoadedWorkload, WorkloadStore
+
+# Samples the unmodified model is run on to prove it fits the data.
+PROBE_SAMPLES = 4
+
+
+def inspect_workload(workload: Workload, store: WorkloadStore | None = None) -> ModelInfo:
+    """Load the model and data, run the unmodified model on a few samples and describe them.
+
+    Raises RequestError (field, rule, value) for a missing or corrupt file, an entry point that
+    does not resolve or returns the wrong thing, empty or mismatched data, a metric the data
+    cannot support, or a model that does not run on the data.
+    """
+    from workers.runner import default_store
+
+    loaded = (store or default_store()).get(workload)
+    session = _reference_session(loaded)
+    _probe(loaded, session)
+    return ModelInfo(
+        kind=loaded.model.kind,
+        sha256=loaded.model.sha256,
+        n_samples=loaded.data.n_samples,
+        input_shape=list(loaded.data.inputs.shape[1:]),
+        has_labels=loaded.data.labels is not None,
+    )
+
+
+def _reference_session(loaded: LoadedWorkload) -> Session:
+    try:
+        return loaded.session_for(loaded.parse({}))
+    except Exception as error:
+        raise RequestError(
+            loaded.model_field, f"must load in its runtime ({type(error).__name__}: {error})",
+            loaded.workload.model.onnx or loaded.workload.model.entry_point,
+        ) from error  # fmt: skip
+
+
+def _probe(loaded: LoadedWorkload, session: Session) -> None:
+    count = min(PROBE_SAMPLES, loaded.data.n_samples)
+    inputs = loaded.data.inputs[:count]
+    try:
+        outputs = run_all(session, inputs)
+    except Exception as error:
+        raise RequestError(
+            loaded.data.field,
+            f"inputs must fit the model ({type(error).__name__}: {error})",
+            f"{inputs.dtype}{list(inputs.shape[1:])} per sample",
+        ) from error
+    if loaded.metric.kind == "custom":
+        return  # a user's metric may need the whole data set; it is checked on the first trial
+    labels = None if loaded.data.labels is None else loaded.data.labels[:count]
+    try:
+        loaded.metric.score(outputs, labels, outputs)
+    except Exception as error:
+        raise RequestError(
+            "metric.kind", f"must apply to the model's outputs ({error})", loaded.metric.kind
+        ) from error

@@ -1,0 +1,266 @@
+"""Load a workload's model and data, resolving entry points and refusing unsafe input.
+
+ONNX models are data, never code: they are read with `onnx`, their external-data paths must
+stay inside the model file's directory, and nothing is unpickled (`np.load` runs with
+`allow_pickle=False`). Python entry points are trusted local code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from autotune.contract import DataRef, ModelRef, Workload
+from autotune.errors import RequestError
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+
+@dataclass(frozen=True)
+class TorchModel:
+    module: torch.nn.Module
+    entry_point: str
+    sha256: str
+    kind: Literal["torch"] = "torch"
+
+
+@dataclass(frozen=True)
+class OnnxModel:
+    model_bytes: bytes
+    path: str
+    sha256: str
+    kind: Literal["onnx"] = "onnx"
+
+
+LoadedModel = TorchModel | OnnxModel
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """Evaluation inputs (first axis = samples) and optional labels of the same length."""
+
+    inputs: np.ndarray
+    labels: np.ndarray | None
+    field: str
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.inputs.shape[0])
+
+
+def resolve_entry_point(entry_point: str, python_path: list[str], field: str) -> Any:
+    """Import `package.module:attribute` with `python_path` put first on sys.path."""
+    for directory in reversed(python_path):
+        absolute = str(Path(directory).resolve())
+        if absolute not in sys.path:
+            sys.path.insert(0, absolute)
+    module_name, attribute = entry_point.split(":")
+    importlib.invalidate_caches()
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        raise RequestError(
+            field, f"module must import ({type(error).__name__}: {error})", entry_point
+        ) from error
+    if not hasattr(module, attribute):
+        raise RequestError(
+            field, f"module {module_name!r} has no attribute {attribute!r}", entry_point
+        )
+    return getattr(module, attribute)
+
+
+def call_entry_point(entry_point: str, python_path: list[str], field: str) -> Any:
+    """Resolve a factory entry point and call it without arguments."""
+    factory = resolve_entry_point(entry_point, python_path, field)
+    if not callable(factory):
+        raise RequestError(field, "must name a callable", entry_point)
+    try:
+        return factory()
+    except Exception as error:
+        raise RequestError(
+            field, f"must run ({type(error).__name__}: {error})", entry_point
+        ) from error
+
+
+def load_model(ref: ModelRef, python_path: list[str]) -> LoadedModel:
+    if ref.onnx is not None:
+        return load_onnx(ref.onnx, "model.onnx")
+    assert ref.entry_point is not None  # the contract guarantees exactly one source
+    return load_torch(ref.entry_point, python_path)
+
+
+def load_torch(entry_point: str, python_path: list[str]) -> TorchModel:
+    import torch
+
+    module = call_entry_point(entry_point, python_path, "model.entry_point")
+    if not isinstance(module, torch.nn.Module):
+        raise RequestError(
+            "model.entry_point", "must return a torch.nn.Module", type(module).__name__
+        )
+    return TorchModel(module=module.eval(), entry_point=entry_point, sha256=torch_sha256(module))
+
+
+def torch_sha256(module: torch.nn.Module) -> str:
+    """Hash of the state dict: each tensor's name, dtype, shape and bytes, in name order."""
+    import torch
+
+    digest = hashlib.sha256()
+    state = module.state_dict()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def load_onnx(path: str, field: str) -> OnnxModel:
+    """Read an ONNX file (and its confined external data) into one self-contained model."""
+    import onnx
+
+    file = Path(path)
+    if not file.is_file():
+        raise RequestError(field, "file must exist", path)
+    try:
+        model = onnx.load_model(str(file), load_external_data=False)
+    except Exception as error:
+        raise RequestError(field, f"must be an ONNX model ({error})", path) from error
+    external_files = _confined_external_files(model, file, field)
+    _load_external_data(model, file, field)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as error:
+        raise RequestError(field, f"must be a valid ONNX model ({error})", path) from error
+    return OnnxModel(
+        model_bytes=model.SerializeToString(),
+        path=str(file),
+        sha256=_files_sha256([file, *external_files]),
+    )
+
+
+def _confined_external_files(model: onnx.ModelProto, file: Path, field: str) -> list[Path]:
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    base = file.parent.resolve()
+    locations: set[Path] = set()
+    for tensor in _all_tensors(model.graph):
+        if not uses_external_data(tensor):
+            continue
+        location = ExternalDataInfo(tensor).location
+        resolved = (base / location).resolve()
+        if os.path.isabs(location) or not resolved.is_relative_to(base):
+            raise RequestError(
+                field, "external data must stay inside the model's directory", location
+            )
+        if not resolved.is_file():
+            raise RequestError(field, "external data file must exist", location)
+        locations.add(resolved)
+    return sorted(locations)
+
+
+def _all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
+    """Every tensor that may point at external data: initializers and tensor attributes,
+    in subgraphs too."""
+    from onnx import AttributeProto
+
+    tensors = list(graph.initializer)
+    tensors += [sparse.values for sparse in graph.sparse_initializer]
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == AttributeProto.TENSOR:
+                tensors.append(attribute.t)
+            tensors += list(attribute.tensors)
+            if attribute.type == AttributeProto.GRAPH:
+                tensors += _all_tensors(attribute.g)
+            for subgraph in attribute.graphs:
+                tensors += _all_tensors(subgraph)
+    return tensors
+
+
+def _load_external_data(model: onnx.ModelProto, file: Path, field: str) -> None:
+    from onnx.external_data_helper import load_external_data_for_model
+
+    try:
+        load_external_data_for_model(model, str(file.parent))
+    except Exception as error:
+        raise RequestError(field, f"external data must load ({error})", str(file)) from error
+
+
+def _files_sha256(files: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for file in files:
+        with open(file, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_data(ref: DataRef, python_path: list[str]) -> EvalData:
+    if ref.npz is not None:
+        inputs, labels = _read_npz(ref.npz)
+        field = "data.npz"
+    else:
+        assert ref.entry_point is not None  # the contract guarantees exactly one source
+        field = "data.entry_point"
+        inputs, labels = _call_data_entry_point(ref.entry_point, python_path)
+    return _checked_data(inputs, labels, field)
+
+
+def _read_npz(path: str) -> tuple[Any, Any]:
+    if not Path(path).is_file():
+        raise RequestError("data.npz", "file must exist", path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if "inputs" not in archive.files:
+                raise RequestError("data.npz", "must hold an array named 'inputs'", archive.files)
+            labels = archive["labels"] if "labels" in archive.files else None
+            return archive["inputs"], labels
+    except RequestError:
+        raise
+    except Exception as error:
+        raise RequestError(
+            "data.npz", f"must be a readable .npz without pickled objects ({error})", path
+        ) from error
+
+
+def _call_data_entry_point(entry_point: str, python_path: list[str]) -> tuple[Any, Any]:
+    result = call_entry_point(entry_point, python_path, "data.entry_point")
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise RequestError(
+            "data.entry_point", "must return a tuple (inputs, labels)", type(result).__name__
+        )
+    return result
+
+
+def _checked_data(inputs: Any, labels: Any, field: str) -> EvalData:
+    if not isinstance(inputs, np.ndarray) or inputs.ndim < 1:
+        raise RequestError(
+            field, "inputs must be a numpy array with a sample axis", type(inputs).__name__
+        )
+    if labels is not None and (not isinstance(labels, np.ndarray) or labels.ndim < 1):
+        raise RequestError(field, "labels must be a numpy array or None", type(labels).__name__)
+    if inputs.shape[0] == 0:
+        raise RequestError(field, "must hold at least one sample", list(inputs.shape))
+    if labels is not None and labels.shape[0] != inputs.shape[0]:
+        raise RequestError(
+            field, "inputs and labels must have the same length", (inputs.shape[0], labels.shape[0])
+        )
+    if inputs.dtype.kind == "f":
+        inputs = inputs.astype(
+            np.float32, copy=False
+        )  # models run in float32; float64 is a numpy default
+    return EvalData(inputs=np.ascontiguousarray(inputs), labels=labels, field=field)
+
+
+def load_workload_parts(workload: Workload) -> tuple[LoadedModel, EvalData]:
+    return load_model(workload.model, workload.python_path), load_data(
+        workload.data, workload.python_path
+    )

@@ -1,0 +1,275 @@
+"""Run one trial, export a configuration's optimized model, and re-evaluate an export."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from autotune.contract import (
+    ArtifactInfo,
+    EnergySource,
+    Provenance,
+    TrialMetrics,
+    TrialResult,
+    TrialSpec,
+    TrialStatus,
+    Workload,
+    variant_key,
+)
+from autotune.errors import RequestError, Unsupported
+from workers.config import TrialConfig
+from workers.evaluate import tile_batch
+from workers.loading import TorchModel, call_entry_point, load_onnx
+from workers.meters import (
+    CpuTimeEnergyEstimate,
+    LatencyStats,
+    PeakMemorySampler,
+    time_calls,
+    warm_up,
+)
+from workers.runtimes import OnnxRuntimeSession, Session, TorchEagerSession
+from workers.store import LoadedWorkload, WorkloadStore
+from workers.transforms import TRANSFORMS
+from workers.variants import BuildContext, OnnxVariant, TorchVariant
+
+ONNX_ARTIFACT = "model.onnx"
+WEIGHTS_ARTIFACT = "model.safetensors"
+VARIANT_FILE = "variant.json"
+
+_DEFAULT_STORE: WorkloadStore | None = None
+
+
+def default_store() -> WorkloadStore:
+    """The cache of the module-level functions (a TrialWorker holds its own)."""
+    global _DEFAULT_STORE
+    if _DEFAULT_STORE is None:
+        _DEFAULT_STORE = WorkloadStore()
+    return _DEFAULT_STORE
+
+
+def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResult:
+    """Build the configuration's variant, judge its accuracy and measure it. Never raises for a
+    failing candidate: the failure becomes the result's status and reason."""
+    started = time.perf_counter()
+    metrics: TrialMetrics | None = None
+    provenance: Provenance | None = None
+    status: TrialStatus = "ok"
+    reason: str | None = None
+    try:
+        metrics, provenance = _measure(spec, store or default_store())
+    except Exception as error:
+        status, reason = classify_failure(error)
+    return TrialResult(
+        study=spec.study,
+        trial_number=spec.trial_number,
+        attempt=spec.attempt,
+        status=status,
+        reason=reason,
+        variant_key=variant_key(spec.config),
+        metrics=metrics,
+        provenance=provenance,
+        duration_s=time.perf_counter() - started,
+    )
+
+
+def classify_failure(error: Exception) -> tuple[TrialStatus, str]:
+    if isinstance(error, Unsupported):
+        return "unsupported", str(error)
+    if _is_out_of_memory(error):
+        return "oom", f"{type(error).__name__}: {error}"
+    return "error", f"{type(error).__name__}: {error}"
+
+
+def _is_out_of_memory(error: Exception) -> bool:
+    torch = sys.modules.get("torch")
+    if isinstance(error, MemoryError):
+        return True
+    if torch is not None and isinstance(error, torch.OutOfMemoryError):
+        return True
+    # onnxruntime reports a failed allocation as a generic RuntimeException with this text.
+    return type(error).__module__.startswith("onnxruntime") and "Failed to allocate" in str(error)
+
+
+def _measure(spec: TrialSpec, store: WorkloadStore) -> tuple[TrialMetrics, Provenance]:
+    loaded = store.get(spec.workload)
+    config = loaded.parse(spec.config)
+    settings = spec.measurement
+    with PeakMemorySampler() as memory:
+        session = loaded.session_for(config)
+        accuracy = spec.known_accuracy
+        if accuracy is None:
+            accuracy = loaded.accuracy(config, session)
+        call = partial(session.run, _timing_batch(loaded, session, config))
+        warm_up(call, settings.warmup_iters)
+        energy = CpuTimeEnergyEstimate(settings.cpu_watts_per_core, memory.own_cpu_seconds)
+        energy.start()
+        latency = time_calls(call, settings)
+        joules = energy.stop()
+    samples = config.batch_size * latency.iterations
+    metrics = _metrics(accuracy, latency, samples, joules, memory.peak_mb, energy.source)
+    return metrics, _provenance(loaded, spec)
+
+
+def _timing_batch(loaded: LoadedWorkload, session: Session, config: TrialConfig) -> np.ndarray:
+    if session.fixed_batch is not None and session.fixed_batch != config.batch_size:
+        raise Unsupported(
+            f"batch.size={config.batch_size}: the model only takes batches of {session.fixed_batch}"
+        )
+    return tile_batch(loaded.data.inputs, config.batch_size)
+
+
+def _metrics(
+    accuracy: float,
+    latency: LatencyStats,
+    samples: int,
+    joules: float,
+    peak_memory_mb: float,
+    energy_source: EnergySource,
+) -> TrialMetrics:
+    return TrialMetrics(
+        accuracy=accuracy,
+        latency_p50_ms=latency.p50_ms,
+        latency_p90_ms=latency.p90_ms,
+        latency_p95_ms=latency.p95_ms,
+        latency_p99_ms=latency.p99_ms,
+        latency_mean_ms=latency.mean_ms,
+        latency_cv=latency.cv,
+        throughput_per_s=samples / latency.total_latency_s,
+        energy_per_sample_j=joules / samples,
+        energy_source=energy_source,
+        peak_memory_mb=peak_memory_mb,
+        iterations=latency.iterations,
+        measure_seconds=latency.measure_seconds,
+    )
+
+
+def _provenance(loaded: LoadedWorkload, spec: TrialSpec) -> Provenance:
+    return Provenance(
+        model_sha256=loaded.model.sha256,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        software=software_versions(),
+        measurement=spec.measurement,
+    )
+
+
+def software_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name, distributions in _VERSIONED.items():
+        for distribution in distributions:
+            try:
+                versions[name] = importlib.metadata.version(distribution)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return versions
+
+
+_VERSIONED = {
+    "torch": ("torch",),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
+    "onnx": ("onnx",),
+    "numpy": ("numpy",),
+}
+
+
+def export_artifact(
+    spec: TrialSpec, out_dir: str, store: WorkloadStore | None = None
+) -> ArtifactInfo:
+    """Write the configuration's optimized model into `out_dir`.
+
+    onnxruntime: `model.onnx`, the exact ONNX model the trial ran. torch_eager:
+    `model.safetensors` with the variant's pruned fp32 weights and `variant.json` (the
+    configuration and the model entry point); loading re-applies the precision deterministically.
+    """
+    loaded = (store or default_store()).get(spec.workload)
+    config = loaded.parse(spec.config)
+    directory = Path(out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    if config.engine == "onnxruntime":
+        variant = loaded.variant_for(config)
+        assert isinstance(variant, OnnxVariant)  # the onnxruntime pipeline always ends in ONNX
+        path = directory / ONNX_ARTIFACT
+        path.write_bytes(variant.model_bytes)
+        return ArtifactInfo(path=str(path), format="onnx", sha256=_file_sha256(path))
+    return _export_torch(loaded, spec, config, directory)
+
+
+def _export_torch(
+    loaded: LoadedWorkload, spec: TrialSpec, config: TrialConfig, directory: Path
+) -> ArtifactInfo:
+    from safetensors.torch import save_file
+
+    assert isinstance(loaded.model, TorchModel)  # parse_config refuses torch_eager for ONNX
+    pruned = TRANSFORMS["prune"](loaded.original_variant(), config, _no_context(loaded))
+    assert isinstance(pruned, TorchVariant)
+    weights = {name: t.detach().contiguous() for name, t in pruned.module.state_dict().items()}
+    path = directory / WEIGHTS_ARTIFACT
+    save_file(weights, str(path))
+    description = {"config": spec.config, "model_entry_point": loaded.model.entry_point}
+    (directory / VARIANT_FILE).write_text(json.dumps(description, indent=2, sort_keys=True))
+    return ArtifactInfo(path=str(path), format="safetensors", sha256=_file_sha256(path))
+
+
+def _no_context(loaded: LoadedWorkload) -> BuildContext:
+    return BuildContext(sample_inputs=loaded.data.inputs[:1])
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def evaluate_artifact(path: str, workload: Workload, store: WorkloadStore | None = None) -> float:
+    """Reload an exported artifact (its file or its directory) and return its quality on the
+    workload's data with the workload's metric, batched as trials are."""
+    loaded = (store or default_store()).get(workload)
+    return loaded.score(load_artifact(path, workload.python_path))
+
+
+def load_artifact(path: str, python_path: list[str]) -> Session:
+    """An inference session (default threads) for an artifact written by `export_artifact`."""
+    from workers.config import default_threads
+
+    file = _artifact_file(Path(path))
+    if file.suffix == ".onnx":
+        return OnnxRuntimeSession(load_onnx(str(file), "artifact").model_bytes, default_threads())
+    return TorchEagerSession(_rebuild_torch_variant(file, python_path), default_threads())
+
+
+def _artifact_file(path: Path) -> Path:
+    candidates = [path] if path.is_file() else [path / ONNX_ARTIFACT, path / WEIGHTS_ARTIFACT]
+    for candidate in candidates:
+        if candidate.is_file() and candidate.suffix in (".onnx", ".safetensors"):
+            return candidate
+    raise RequestError("artifact", f"must be a {ONNX_ARTIFACT} or {WEIGHTS_ARTIFACT}", str(path))
+
+
+def _rebuild_torch_variant(weights_file: Path, python_path: list[str]) -> TorchVariant:
+    from safetensors.torch import load_file
+
+    from workers.config import parse_config
+
+    description_file = weights_file.parent / VARIANT_FILE
+    if not description_file.is_file():
+        raise RequestError("artifact", f"must have {VARIANT_FILE} beside it", str(weights_file))
+    description = json.loads(description_file.read_text())
+    module = call_entry_point(description["model_entry_point"], python_path, "artifact").eval()
+    module.load_state_dict(load_file(str(weights_file)), strict=True)
+    config = parse_config(description["config"], "torch")
+    variant = TRANSFORMS["precision"](TorchVariant(module), config, BuildContext(np.empty(0)))
+    assert isinstance(variant, TorchVariant)
+    return variant
