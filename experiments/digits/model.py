@@ -84,12 +84,19 @@ def train() -> DigitsCNN:
     return model.eval()
 
 
-def cache_path() -> Path:
-    """Where the trained weights live; the name changes whenever the training code does."""
+def _training_digest() -> str:
     settings = repr((SEED, EPOCHS, BATCH_SIZE, LEARNING_RATE))
     code = inspect.getsource(DigitsCNN) + inspect.getsource(_split) + inspect.getsource(train)
-    digest = hashlib.sha256((code + settings).encode()).hexdigest()[:12]
-    return CACHE_DIR / f"cnn-{digest}.safetensors"
+    return hashlib.sha256((code + settings).encode()).hexdigest()[:12]
+
+
+# Taken at import, so the name of the weights does not depend on later monkeypatching.
+TRAINING_DIGEST = _training_digest()
+
+
+def cache_path() -> Path:
+    """Where the trained weights live; the name changes whenever the training code does."""
+    return CACHE_DIR / f"cnn-{TRAINING_DIGEST}.safetensors"
 
 
 def build_model() -> nn.Module:
