@@ -1,0 +1,308 @@
+"""run_trial over engines and precisions, failures as statuses, artifacts that reproduce."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from autotune.contract import (
+    ConfigValue,
+    DataRef,
+    MetricRef,
+    ModelRef,
+    TrialResult,
+    Workload,
+    variant_key,
+)
+from autotune.errors import RequestError
+from tests.workers.conftest import FAST, digits_workload, export_digits_onnx, spec_for
+from workers import evaluate_artifact, export_artifact, run_trial
+from workers.store import LoadedWorkload, WorkloadStore
+
+STORE = WorkloadStore(capacity=4)  # shared, so each variant is built and evaluated once
+
+
+def run(
+    config: dict[str, ConfigValue], workload: Workload | None = None, **fields: object
+) -> TrialResult:
+    return run_trial(spec_for(workload or digits_workload(), config, **fields), STORE)
+
+
+def ok(config: dict[str, ConfigValue], workload: Workload | None = None) -> TrialResult:
+    result = run(config, workload)
+    assert result.status == "ok", result.reason
+    assert result.metrics is not None
+    return result
+
+
+@pytest.fixture(scope="module")
+def fp32_accuracy() -> float:
+    metrics = ok({}).metrics
+    assert metrics is not None
+    return metrics.accuracy
+
+
+@pytest.fixture(scope="module")
+def onnx_workload(digits_onnx: Path) -> Workload:
+    return digits_workload(model=ModelRef(onnx=str(digits_onnx)))
+
+
+CPU_CONFIGS = [
+    {"runtime.engine": "torch_eager", "precision.mode": "fp32"},
+    {"runtime.engine": "torch_eager", "precision.mode": "bf16"},
+    {"runtime.engine": "torch_eager", "precision.mode": "int8_dynamic"},
+    {"runtime.engine": "onnxruntime", "precision.mode": "fp32"},
+    {"runtime.engine": "onnxruntime", "precision.mode": "int8_dynamic"},
+]
+
+
+@pytest.mark.parametrize("config", CPU_CONFIGS, ids=lambda c: "-".join(map(str, c.values())))
+def test_every_cpu_engine_and_precision_measures(
+    config: dict[str, ConfigValue], fp32_accuracy: float
+) -> None:
+    result = ok({**config, "batch.size": 4})
+    metrics = result.metrics
+    assert metrics is not None
+    assert abs(metrics.accuracy - fp32_accuracy) <= 0.02
+    assert 0 < metrics.latency_p50_ms <= metrics.latency_p90_ms <= metrics.latency_p95_ms
+    assert metrics.latency_p95_ms <= metrics.latency_p99_ms
+    assert FAST.min_iters <= metrics.iterations <= FAST.max_iters
+    assert metrics.throughput_per_s == pytest.approx(4 * 1000 / metrics.latency_mean_ms)
+    assert metrics.energy_source == "estimate" and metrics.energy_per_sample_j > 0
+    assert metrics.peak_memory_mb > 50
+    assert result.variant_key == variant_key({**config, "batch.size": 4})
+
+
+def test_the_unmodified_model_is_accurate(fp32_accuracy: float) -> None:
+    assert fp32_accuracy >= 0.95
+
+
+def test_provenance(fp32_accuracy: float) -> None:
+    from workers.inspection import inspect_workload
+
+    result = ok({"batch.size": 2})
+    assert result.provenance is not None
+    assert result.provenance.model_sha256 == inspect_workload(digits_workload(), STORE).sha256
+    assert {"python", "torch", "onnxruntime", "numpy"} <= set(result.provenance.software)
+    assert result.provenance.measurement == FAST
+    assert result.provenance.pid is not None and result.provenance.host
+    assert (result.study, result.trial_number, result.attempt) == ("test", 0, 0)
+    assert result.duration_s > 0
+
+
+@pytest.mark.parametrize(
+    ("config", "reason_part"),
+    [
+        ({"precision.mode": "fp16"}, "needs CUDA"),
+        ({"runtime.engine": "onnxruntime", "precision.mode": "bf16"}, "CPUExecutionProvider"),
+        ({"runtime.engine": "onnxruntime", "precision.mode": "fp16"}, "CPUExecutionProvider"),
+        ({"precision.mode": "int4"}, "precision.mode"),
+        ({"prune.method": "magnitude", "prune.ratio": 0.99}, "prune.ratio"),
+        ({"runtime.provider": "cuda"}, "runtime.provider"),
+    ],
+)
+def test_unsupported_configurations(config: dict[str, ConfigValue], reason_part: str) -> None:
+    result = run(config)
+    assert result.status == "unsupported"
+    assert result.metrics is None and result.reason and reason_part in result.reason
+
+
+def test_torch_eager_on_an_onnx_model_is_unsupported(onnx_workload: Workload) -> None:
+    result = run({"runtime.engine": "torch_eager"}, onnx_workload)
+    assert result.status == "unsupported"
+
+
+def test_unknown_groups_are_ignored() -> None:
+    assert run({"shard.devices": 4}).status == "ok"
+
+
+def failing_workload(tmp_path: Path, make_module: Callable[[str], str], raised: str) -> Workload:
+    name = make_module(
+        f"""
+        import torch
+
+        class Broken(torch.nn.Module):
+            def forward(self, x):
+                raise {raised}
+
+        def build():
+            return Broken()
+        """
+    )
+    return digits_workload(model=ModelRef(entry_point=f"{name}:build"), extra_path=[tmp_path])
+
+
+def test_a_model_that_raises_is_an_error(tmp_path: Path, make_module: Callable[[str], str]) -> None:
+    workload = failing_workload(tmp_path, make_module, "RuntimeError('kernel exploded')")
+    result = run_trial(spec_for(workload, {}), WorkloadStore())
+    assert result.status == "error"
+    assert result.reason == "RuntimeError: kernel exploded"
+    assert result.metrics is None and result.variant_key == ""
+
+
+def test_running_out_of_memory_is_oom(tmp_path: Path, make_module: Callable[[str], str]) -> None:
+    workload = failing_workload(tmp_path, make_module, "MemoryError('no room')")
+    assert run_trial(spec_for(workload, {}), WorkloadStore()).status == "oom"
+
+
+def test_torch_out_of_memory_is_oom(tmp_path: Path, make_module: Callable[[str], str]) -> None:
+    workload = failing_workload(tmp_path, make_module, "torch.OutOfMemoryError('device full')")
+    assert run_trial(spec_for(workload, {}), WorkloadStore()).status == "oom"
+
+
+def test_a_bad_workload_is_an_error_not_an_exception(tmp_path: Path) -> None:
+    workload = digits_workload(model=ModelRef(onnx=str(tmp_path / "absent.onnx")))
+    result = run_trial(spec_for(workload, {}), WorkloadStore())
+    assert result.status == "error" and "RequestError" in (result.reason or "")
+
+
+def test_known_accuracy_skips_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
+    def must_not_score(*args: object) -> float:
+        raise AssertionError("evaluated although the accuracy was known")
+
+    monkeypatch.setattr(LoadedWorkload, "score", must_not_score)
+    result = run(
+        {"batch.size": 3, "prune.method": "magnitude", "prune.ratio": 0.6}, known_accuracy=0.5
+    )
+    assert result.metrics is not None and result.metrics.accuracy == 0.5
+
+
+def test_accuracy_is_evaluated_once_per_variant(monkeypatch: pytest.MonkeyPatch) -> None:
+    scored: list[int] = []
+    real_score = LoadedWorkload.score
+
+    def counting_score(self: LoadedWorkload, session: object) -> float:
+        scored.append(1)
+        return real_score(self, session)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LoadedWorkload, "score", counting_score)
+    store = WorkloadStore()
+    variant: dict[str, ConfigValue] = {"prune.method": "magnitude", "prune.ratio": 0.2}
+    first = run_trial(spec_for(digits_workload(), {**variant, "batch.size": 1}), store)
+    second = run_trial(
+        spec_for(digits_workload(), {**variant, "batch.size": 16, "runtime.threads": 1}), store
+    )
+    assert len(scored) == 1
+    assert first.metrics and second.metrics and first.metrics.accuracy == second.metrics.accuracy
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8_dynamic"])
+def test_an_onnx_model_runs_on_onnxruntime_with_pruning(
+    onnx_workload: Workload, precision: str, fp32_accuracy: float
+) -> None:
+    config = {"precision.mode": precision, "prune.method": "magnitude", "prune.ratio": 0.3}
+    metrics = ok(config, onnx_workload).metrics
+    assert metrics is not None and abs(metrics.accuracy - fp32_accuracy) <= 0.02
+
+
+def test_heavy_pruning_costs_accuracy(fp32_accuracy: float) -> None:
+    metrics = ok({"prune.method": "magnitude", "prune.ratio": 0.95}).metrics
+    assert metrics is not None and metrics.accuracy < fp32_accuracy - 0.05
+
+
+def test_a_fixed_batch_onnx_model(
+    tmp_path: Path, digits_module: object, onnx_workload: Workload
+) -> None:
+    path = export_digits_onnx(digits_module, tmp_path / "fixed.onnx", batch=4)
+    fixed = digits_workload(model=ModelRef(onnx=str(path)))
+    dynamic_accuracy = ok({}, onnx_workload).metrics.accuracy  # type: ignore[union-attr]
+    metrics = ok({"batch.size": 4}, fixed).metrics
+    assert metrics is not None and metrics.accuracy == dynamic_accuracy
+    result = run({"batch.size": 8}, fixed)
+    assert result.status == "unsupported" and "batches of 4" in (result.reason or "")
+
+
+def test_fidelity_metric(fp32_accuracy: float) -> None:
+    workload = digits_workload(metric=MetricRef(kind="fidelity"))
+    assert ok({}, workload).metrics.accuracy == pytest.approx(1.0)  # type: ignore[union-attr]
+    quantized = ok({"runtime.engine": "onnxruntime", "precision.mode": "int8_dynamic"}, workload)
+    assert 0.99 < quantized.metrics.accuracy < 1.0  # type: ignore[union-attr]
+
+
+def test_custom_metric(
+    tmp_path: Path, make_module: Callable[[str], str], fp32_accuracy: float
+) -> None:
+    name = make_module(
+        """
+        import numpy as np
+
+        def error_rate_complement(outputs, labels, reference_outputs):
+            assert reference_outputs.shape == outputs.shape
+            return 1.0 - float(np.mean(outputs.argmax(axis=1) != labels))
+        """
+    )
+    metric = MetricRef(kind="custom", entry_point=f"{name}:error_rate_complement")
+    workload = digits_workload(metric=metric, extra_path=[tmp_path])
+    assert ok({}, workload).metrics.accuracy == pytest.approx(fp32_accuracy)  # type: ignore[union-attr]
+
+
+ARTIFACT_CONFIGS = [
+    {"runtime.engine": "onnxruntime", "precision.mode": "int8_dynamic", "batch.size": 8},
+    {"runtime.engine": "torch_eager", "precision.mode": "bf16", "prune.method": "magnitude",
+     "prune.ratio": 0.5, "batch.size": 2},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("config", ARTIFACT_CONFIGS, ids=["onnxruntime-int8", "torch-bf16-pruned"])
+def test_an_exported_artifact_reproduces_the_trial_accuracy(
+    tmp_path: Path, config: dict[str, ConfigValue]
+) -> None:
+    trial = ok(config)
+    artifact = export_artifact(spec_for(digits_workload(), config), str(tmp_path), STORE)
+    assert Path(artifact.path).parent == tmp_path
+    fresh = WorkloadStore()  # as a different worker process would
+    accuracy = evaluate_artifact(artifact.path, digits_workload(), fresh)
+    assert abs(accuracy - trial.metrics.accuracy) <= 1e-9  # type: ignore[union-attr]
+    assert evaluate_artifact(str(tmp_path), digits_workload(), fresh) == accuracy
+
+
+def test_the_onnx_artifact_is_the_file_the_trial_ran(tmp_path: Path) -> None:
+    import hashlib
+
+    config: dict[str, ConfigValue] = {
+        "runtime.engine": "onnxruntime",
+        "precision.mode": "int8_dynamic",
+    }
+    ok(config)
+    artifact = export_artifact(spec_for(digits_workload(), config), str(tmp_path / "a"), STORE)
+    ran = STORE.get(digits_workload()).onnx_by_variant
+    assert artifact.format == "onnx" and Path(artifact.path).name == "model.onnx"
+    assert Path(artifact.path).read_bytes() in ran.values()
+    assert artifact.sha256 == hashlib.sha256(Path(artifact.path).read_bytes()).hexdigest()
+    again = export_artifact(
+        spec_for(digits_workload(), config), str(tmp_path / "b"), WorkloadStore()
+    )
+    assert again.sha256 == artifact.sha256, (
+        "a worker that never ran the trial exports the same file"
+    )
+
+
+def test_the_torch_artifact_holds_pruned_fp32_weights_and_the_recipe(tmp_path: Path) -> None:
+    config: dict[str, ConfigValue] = {
+        "precision.mode": "int8_dynamic", "prune.method": "magnitude", "prune.ratio": 0.4,
+    }  # fmt: skip
+    artifact = export_artifact(spec_for(digits_workload(), config), str(tmp_path), STORE)
+    assert artifact.format == "safetensors" and Path(artifact.path).name == "model.safetensors"
+    weights = load_file(artifact.path)
+    assert all(tensor.dtype == np.float32 for tensor in weights.values())
+    kernels = np.concatenate([t.ravel() for n, t in weights.items() if n.endswith("weight")])
+    assert np.count_nonzero(kernels == 0) == round(0.4 * kernels.size)
+    recipe = json.loads((tmp_path / "variant.json").read_text())
+    assert recipe == {"config": config, "model_entry_point": "experiments.digits.model:build_model"}
+    assert evaluate_artifact(artifact.path, digits_workload(), STORE) == ok(config).metrics.accuracy  # type: ignore[union-attr]
+
+
+def test_evaluating_a_missing_artifact(tmp_path: Path) -> None:
+    with pytest.raises(RequestError) as caught:
+        evaluate_artifact(str(tmp_path / "nothing"), digits_workload(), STORE)
+    assert caught.value.field == "artifact"
+
+
+def test_npz_data_gives_the_same_accuracy(digits_npz: Path, fp32_accuracy: float) -> None:
+    workload = digits_workload(data=DataRef(npz=str(digits_npz)))
+    assert ok({}, workload).metrics.accuracy == fp32_accuracy  # type: ignore[union-attr]
