@@ -9,7 +9,6 @@ comes last, in the variant's own format.
 from __future__ import annotations
 
 import copy
-import io
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -66,8 +65,10 @@ def prune(variant: Variant, config: TrialConfig, context: BuildContext) -> Varia
 def prunable_torch_modules(module: torch.nn.Module) -> list[torch.nn.Module]:
     from torch import nn
 
-    kinds = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
-    kinds += (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+    kinds = (
+        nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d,
+        nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
+    )  # fmt: skip
     return [child for child in module.modules() if isinstance(child, kinds)]
 
 
@@ -157,27 +158,28 @@ def torch_to_onnx(module: torch.nn.Module, sample_inputs: np.ndarray) -> bytes:
                 ) from dynamo_error
 
 
-_EXPORT_NAMES = {"input_names": ["input"], "output_names": ["output"]}
 _DYNAMIC_BATCH = {"input": {0: "batch"}, "output": {0: "batch"}}
 
 
 def _export_torchscript(module: torch.nn.Module, example: tuple[torch.Tensor]) -> bytes:
     import torch
 
-    buffer = io.BytesIO()
-    torch.onnx.export(
-        module, example, buffer, dynamo=False, opset_version=ONNX_OPSET,
-        dynamic_axes=_DYNAMIC_BATCH, **_EXPORT_NAMES,
-    )  # fmt: skip
-    return buffer.getvalue()
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "model.onnx"
+        torch.onnx.export(
+            module, example, str(path), dynamo=False, opset_version=ONNX_OPSET,
+            input_names=["input"], output_names=["output"], dynamic_axes=_DYNAMIC_BATCH,
+        )  # fmt: skip
+        return path.read_bytes()
 
 
 def _export_dynamo(module: torch.nn.Module, example: tuple[torch.Tensor]) -> bytes:
     import torch
 
     program = torch.onnx.export(
-        module, example, dynamo=True, dynamic_axes=_DYNAMIC_BATCH, **_EXPORT_NAMES
-    )
+        module, example, dynamo=True, input_names=["input"], output_names=["output"],
+        dynamic_axes=_DYNAMIC_BATCH,
+    )  # fmt: skip
     if program is None:
         raise RuntimeError("the exporter returned no program")
     return program.model_proto.SerializeToString()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +34,7 @@ def digits_workload(
     model: ModelRef | None = None,
     data: DataRef | None = None,
     metric: MetricRef | None = None,
-    extra_path: tuple[str | Path, ...] = (),
+    extra_path: Sequence[str | Path] = (),
 ) -> Workload:
     """The digits workload, with any part replaced."""
     return Workload(
@@ -45,9 +45,16 @@ def digits_workload(
     )
 
 
-def spec_for(workload: Workload, config: dict[str, ConfigValue], **fields: object) -> TrialSpec:
+def spec_for(
+    workload: Workload, config: dict[str, ConfigValue], known_accuracy: float | None = None
+) -> TrialSpec:
     return TrialSpec(
-        study="test", trial_number=0, workload=workload, config=config, measurement=FAST, **fields
+        study="test",
+        trial_number=0,
+        workload=workload,
+        config=config,
+        measurement=FAST,
+        known_accuracy=known_accuracy,
     )
 
 

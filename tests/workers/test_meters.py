@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,7 +38,12 @@ class FakeClock:
 
 
 def settings(**fields: float) -> MeasurementSettings:
-    defaults = {"warmup_iters": 0, "min_iters": 5, "max_iters": 1000, "min_seconds": 0.0}
+    defaults: dict[str, Any] = {
+        "warmup_iters": 0,
+        "min_iters": 5,
+        "max_iters": 1000,
+        "min_seconds": 0.0,
+    }
     return MeasurementSettings(**{**defaults, "max_seconds": 100.0, **fields})
 
 

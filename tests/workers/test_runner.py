@@ -28,9 +28,11 @@ STORE = WorkloadStore(capacity=4)  # shared, so each variant is built and evalua
 
 
 def run(
-    config: dict[str, ConfigValue], workload: Workload | None = None, **fields: object
+    config: dict[str, ConfigValue],
+    workload: Workload | None = None,
+    known_accuracy: float | None = None,
 ) -> TrialResult:
-    return run_trial(spec_for(workload or digits_workload(), config, **fields), STORE)
+    return run_trial(spec_for(workload or digits_workload(), config, known_accuracy), STORE)
 
 
 def ok(config: dict[str, ConfigValue], workload: Workload | None = None) -> TrialResult:
@@ -195,7 +197,9 @@ def test_accuracy_is_evaluated_once_per_variant(monkeypatch: pytest.MonkeyPatch)
 def test_an_onnx_model_runs_on_onnxruntime_with_pruning(
     onnx_workload: Workload, precision: str, fp32_accuracy: float
 ) -> None:
-    config = {"precision.mode": precision, "prune.method": "magnitude", "prune.ratio": 0.3}
+    config: dict[str, ConfigValue] = {
+        "precision.mode": precision, "prune.method": "magnitude", "prune.ratio": 0.3,
+    }  # fmt: skip
     metrics = ok(config, onnx_workload).metrics
     assert metrics is not None and abs(metrics.accuracy - fp32_accuracy) <= 0.02
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import onnx
@@ -22,10 +23,12 @@ from workers.transforms import (
 )
 
 
+def kernels(module: torch.nn.Module) -> list[torch.Tensor]:
+    return [cast(torch.Tensor, child.weight) for child in prunable_torch_modules(module)]
+
+
 def torch_weights(module: torch.nn.Module) -> np.ndarray:
-    return np.concatenate(
-        [child.weight.detach().numpy().ravel() for child in prunable_torch_modules(module)]
-    )
+    return np.concatenate([weight.detach().numpy().ravel() for weight in kernels(module)])
 
 
 def onnx_weights(model_bytes: bytes) -> np.ndarray:
@@ -86,7 +89,7 @@ def test_torch_and_onnx_pruning_pick_the_same_weights(
 def _digits_weights() -> list[torch.Tensor]:
     from experiments.digits.model import DigitsCNN
 
-    return [child.weight for child in prunable_torch_modules(DigitsCNN())]
+    return kernels(DigitsCNN())
 
 
 def test_pruning_a_model_without_weights_is_unsupported() -> None:
