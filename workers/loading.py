@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from autotune.contract import DataRef, ModelRef, Workload
+from autotune.contract import DataRef, ModelRef
 from autotune.errors import RequestError
 
 if TYPE_CHECKING:
@@ -254,13 +254,6 @@ def _checked_data(inputs: Any, labels: Any, field: str) -> EvalData:
             field, "inputs and labels must have the same length", (inputs.shape[0], labels.shape[0])
         )
     if inputs.dtype.kind == "f":
-        inputs = inputs.astype(
-            np.float32, copy=False
-        )  # models run in float32; float64 is a numpy default
+        # Models take float32; float64 is merely numpy's default.
+        inputs = inputs.astype(np.float32, copy=False)
     return EvalData(inputs=np.ascontiguousarray(inputs), labels=labels, field=field)
-
-
-def load_workload_parts(workload: Workload) -> tuple[LoadedModel, EvalData]:
-    return load_model(workload.model, workload.python_path), load_data(
-        workload.data, workload.python_path
-    )

@@ -54,12 +54,16 @@ class TorchEagerSession:
     def __init__(self, variant: TorchVariant, threads: int) -> None:
         import torch
 
-        torch.set_num_threads(threads)
         self._torch = torch
         self._module = variant.module
         self._input_dtype = variant.input_dtype
+        self._threads = threads
 
     def run(self, batch: np.ndarray) -> np.ndarray:
+        # torch's thread count is process-wide and another session (the reference model's)
+        # may have changed it since this one was built; checking costs well under a microsecond.
+        if self._torch.get_num_threads() != self._threads:
+            self._torch.set_num_threads(self._threads)
         with self._torch.inference_mode():
             inputs = self._torch.from_numpy(batch)
             if self._input_dtype is not None and inputs.is_floating_point():

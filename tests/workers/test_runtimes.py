@@ -35,10 +35,23 @@ def test_torch_eager_bf16_returns_float32(
     np.testing.assert_allclose(outputs, full, atol=0.2)
 
 
-def test_torch_eager_sets_the_thread_count(digits_module: torch.nn.Module) -> None:
+def test_each_torch_session_runs_with_its_own_thread_count(
+    digits_module: torch.nn.Module,
+) -> None:
+    batch = np.zeros((1, 1, 8, 8), np.float32)
     before = torch.get_num_threads()
+    single = build_session(
+        TorchVariant(digits_module), parse_config({"runtime.threads": 1}, "torch")
+    )
+    double = build_session(
+        TorchVariant(digits_module), parse_config({"runtime.threads": 2}, "torch")
+    )
     try:
-        build_session(TorchVariant(digits_module), parse_config({"runtime.threads": 1}, "torch"))
+        single.run(batch)
+        assert torch.get_num_threads() == 1
+        double.run(batch)
+        assert torch.get_num_threads() == 2
+        single.run(batch)
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
