@@ -10,7 +10,7 @@ import platform
 import socket
 import sys
 import time
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -46,15 +46,11 @@ ONNX_ARTIFACT = "model.onnx"
 WEIGHTS_ARTIFACT = "model.safetensors"
 VARIANT_FILE = "variant.json"
 
-_DEFAULT_STORE: WorkloadStore | None = None
 
-
+@cache
 def default_store() -> WorkloadStore:
     """The cache of the module-level functions (a TrialWorker holds its own)."""
-    global _DEFAULT_STORE
-    if _DEFAULT_STORE is None:
-        _DEFAULT_STORE = WorkloadStore()
-    return _DEFAULT_STORE
+    return WorkloadStore()
 
 
 def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResult:
@@ -106,10 +102,10 @@ def _measure(spec: TrialSpec, store: WorkloadStore) -> tuple[TrialMetrics, Prove
     settings = spec.measurement
     with PeakMemorySampler() as memory:
         session = loaded.session_for(config)
+        call = partial(session.run, _timing_batch(loaded, session, config))
         accuracy = spec.known_accuracy
         if accuracy is None:
             accuracy = loaded.accuracy(config, session)
-        call = partial(session.run, _timing_batch(loaded, session, config))
         warm_up(call, settings.warmup_iters)
         energy = CpuTimeEnergyEstimate(settings.cpu_watts_per_core, memory.own_cpu_seconds)
         energy.start()

@@ -30,7 +30,7 @@ Transform = Callable[[Variant, TrialConfig, BuildContext], Variant]
 TRANSFORMS: dict[str, Transform] = {}
 PIPELINE = ("prune", "export_onnx", "precision")
 ONNX_OPSET = 17
-# ONNX ops whose weight input is a parameter (not an activation): (op type, input indices).
+# Per ONNX op, the inputs that are weights when they are initializers (not activations).
 _ONNX_WEIGHT_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatMul": (0, 1)}
 
 
@@ -45,6 +45,7 @@ def register_transform(name: str) -> Callable[[Transform], Transform]:
 
 
 def build_variant(original: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    check_precision(config)  # before pruning and exporting, which may take a while
     variant = original
     for name in PIPELINE:
         variant = TRANSFORMS[name](variant, config, context)
@@ -185,13 +186,33 @@ def _export_dynamo(module: torch.nn.Module, example: tuple[torch.Tensor]) -> byt
     return program.model_proto.SerializeToString()
 
 
+# Precisions each engine can run here, on the CPU, and why the others cannot.
+ENGINE_PRECISIONS = {
+    "torch_eager": (
+        {"fp32", "bf16", "int8_dynamic"},
+        "needs CUDA; the torch_eager runtime here runs on CPU",
+    ),
+    "onnxruntime": (
+        {"fp32", "int8_dynamic"},
+        "is not supported by onnxruntime's CPUExecutionProvider",
+    ),
+}
+
+
+def check_precision(config: TrialConfig) -> None:
+    supported, why_not = ENGINE_PRECISIONS[config.engine]
+    if config.precision not in supported:
+        raise Unsupported(f"precision.mode={config.precision} {why_not}")
+
+
 @register_transform("precision")
 def precision(variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    check_precision(config)
     if config.precision == "fp32":
         return variant
     if isinstance(variant, TorchVariant):
         return _torch_precision(variant, config.precision)
-    return _onnx_precision(variant, config.precision)
+    return OnnxVariant(quantize_onnx_int8(variant.model_bytes))
 
 
 def _torch_precision(variant: TorchVariant, mode: str) -> TorchVariant:
@@ -202,22 +223,12 @@ def _torch_precision(variant: TorchVariant, mode: str) -> TorchVariant:
 
     if mode == "bf16":
         return TorchVariant(copy.deepcopy(variant.module).to(torch.bfloat16), torch.bfloat16)
-    if mode == "int8_dynamic":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # quantized tensor types are deprecated, still work
-            quantized = torch.ao.quantization.quantize_dynamic(
-                variant.module, {torch.nn.Linear}, dtype=torch.qint8, inplace=False
-            )
-        return TorchVariant(quantized.eval(), variant.input_dtype)
-    raise Unsupported(f"precision.mode={mode} needs CUDA; the torch_eager runtime here runs on CPU")
-
-
-def _onnx_precision(variant: OnnxVariant, mode: str) -> OnnxVariant:
-    if mode != "int8_dynamic":
-        raise Unsupported(
-            f"precision.mode={mode} is not supported by onnxruntime's CPUExecutionProvider"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensor types are deprecated, still work
+        quantized = torch.ao.quantization.quantize_dynamic(
+            variant.module, {torch.nn.Linear}, dtype=torch.qint8, inplace=False
         )
-    return OnnxVariant(quantize_onnx_int8(variant.model_bytes))
+    return TorchVariant(quantized.eval(), variant.input_dtype)
 
 
 # Quantizing every supported op first; without Conv if this onnxruntime build has no

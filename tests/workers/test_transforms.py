@@ -169,3 +169,17 @@ def test_registering_a_transform_twice_raises() -> None:
 
 def test_pipeline_names_registered_transforms() -> None:
     assert set(transforms.PIPELINE) <= set(transforms.TRANSFORMS)
+
+
+def test_an_unsupported_precision_is_refused_before_exporting(
+    monkeypatch: pytest.MonkeyPatch, digits_module: torch.nn.Module
+) -> None:
+    from workers.variants import BuildContext, TorchVariant
+
+    def must_not_export(*args: object) -> bytes:
+        raise AssertionError("exported although the precision cannot run")
+
+    monkeypatch.setattr(transforms, "torch_to_onnx", must_not_export)
+    config = parse_config({"runtime.engine": "onnxruntime", "precision.mode": "bf16"}, "torch")
+    with pytest.raises(Unsupported, match="CPUExecutionProvider"):
+        transforms.build_variant(TorchVariant(digits_module), config, BuildContext(np.empty(0)))
