@@ -6,7 +6,7 @@ from autotune.contract import ModelInfo, Workload
 from autotune.errors import RequestError
 from workers.evaluate import run_all
 from workers.runtimes import Session
-from workers.store import LoadedWorkload, WorkloadStore
+from workers.store import LoadedWorkload, WorkloadStore, default_store
 
 # Samples the unmodified model is run on to prove it fits the data.
 PROBE_SAMPLES = 4
@@ -19,8 +19,6 @@ def inspect_workload(workload: Workload, store: WorkloadStore | None = None) -> 
     does not resolve or returns the wrong thing, empty or mismatched data, a metric the data
     cannot support, or a model that does not run on the data.
     """
-    from workers.runner import default_store
-
     loaded = (store or default_store()).get(workload)
     session = _reference_session(loaded)
     _probe(loaded, session)

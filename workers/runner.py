@@ -10,7 +10,7 @@ import platform
 import socket
 import sys
 import time
-from functools import cache, partial
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -38,19 +38,13 @@ from workers.meters import (
     warm_up,
 )
 from workers.runtimes import OnnxRuntimeSession, Session, TorchEagerSession
-from workers.store import LoadedWorkload, WorkloadStore
+from workers.store import LoadedWorkload, WorkloadStore, default_store
 from workers.transforms import TRANSFORMS
 from workers.variants import BuildContext, OnnxVariant, TorchVariant
 
 ONNX_ARTIFACT = "model.onnx"
 WEIGHTS_ARTIFACT = "model.safetensors"
 VARIANT_FILE = "variant.json"
-
-
-@cache
-def default_store() -> WorkloadStore:
-    """The cache of the module-level functions (a TrialWorker holds its own)."""
-    return WorkloadStore()
 
 
 def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResult:

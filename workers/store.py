@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
@@ -121,6 +122,12 @@ class WorkloadStore:
         while len(self._loaded) > self._capacity:
             self._loaded.popitem(last=False)
         return loaded
+
+
+@cache
+def default_store() -> WorkloadStore:
+    """The cache of the module-level functions (a TrialWorker holds its own)."""
+    return WorkloadStore()
 
 
 def _fingerprint(workload: Workload) -> str:
