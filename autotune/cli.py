@@ -20,8 +20,10 @@ EXIT_INFEASIBLE = 3
 app = typer.Typer(
     help="Hardware-aware tuning of ML models.", no_args_is_help=True, add_completion=False
 )
+# Tables stay whole when the output is piped (rich would otherwise assume 80 columns).
+_PIPED_WIDTH = 160
 err = Console(stderr=True)
-out = Console()
+out = Console(width=None if Console().is_terminal else _PIPED_WIDTH)
 
 
 @contextmanager

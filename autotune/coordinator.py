@@ -246,7 +246,7 @@ class Coordinator:
         trial.set_user_attr("config", spec.config)
         trial.set_user_attr("status", result.status)
         trial.set_user_attr("variant_key", result.variant_key)
-        tags = {"status": result.status}
+        tags: dict[str, str] = {"status": result.status}
         if result.reason:
             trial.set_user_attr("reason", result.reason)
             tags["failure_reason"] = result.reason[:5000]

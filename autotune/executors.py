@@ -93,8 +93,8 @@ class RayExecutor:
         cpus_per_slot = max(1, int(ray.available_resources().get("CPU", workers)) // workers)
         # A crashed actor process is restarted by Ray; its trial comes back as an error.
         actor_cls = ray.remote(num_cpus=cpus_per_slot, max_restarts=3)(_worker_class())
-        self._actors = [actor_cls.remote() for _ in range(workers)]
-        self._idle = list(self._actors)
+        self._actors: list[Any] = [actor_cls.remote() for _ in range(workers)]
+        self._idle: list[Any] = list(self._actors)
         self._running: dict[Any, tuple[Any, TrialSpec]] = {}
 
     @property
@@ -102,7 +102,8 @@ class RayExecutor:
         return len(self._actors)
 
     def inspect(self, workload: Workload) -> ModelInfo:
-        return self._ray.get(self._actors[0].inspect.remote(workload))
+        info: ModelInfo = self._ray.get(self._actors[0].inspect.remote(workload))
+        return info
 
     def submit(self, spec: TrialSpec) -> None:
         if not self._idle:
@@ -140,7 +141,8 @@ class RayExecutor:
             )
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
-        return self._ray.get(self._actors[0].export.remote(spec, out_dir))
+        artifact: ArtifactInfo = self._ray.get(self._actors[0].export.remote(spec, out_dir))
+        return artifact
 
     def close(self) -> None:
         for actor in self._actors:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,8 +51,8 @@ def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
         raise ValueError("cannot select from an empty front")
     strategy = selection.strategy
     if strategy == "weighted":
-        assert selection.weights is not None
-        return min(front, key=lambda c: _weighted_score(c, front, selection.weights or {}))
+        weights: dict[str, float] = dict(selection.weights or {})
+        return min(front, key=lambda c: _weighted_score(c, front, weights))
     metric = {
         "lowest_latency": OBJECTIVES["latency"],
         "lowest_energy": OBJECTIVES["energy"],
@@ -71,7 +71,7 @@ def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
 
 
 def _weighted_score(
-    candidate: Candidate, front: Sequence[Candidate], weights: dict[str, float]
+    candidate: Candidate, front: Sequence[Candidate], weights: Mapping[str, float]
 ) -> float:
     score = 0.0
     for objective, weight in weights.items():

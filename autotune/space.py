@@ -120,7 +120,8 @@ class EffectiveDimension(Strict):
 
     def suggest(self, trial: optuna.Trial) -> ConfigValue:
         if self.values is not None:
-            return trial.suggest_categorical(self.name, self.values)  # type: ignore[arg-type]
+            value: Any = trial.suggest_categorical(self.name, self.values)  # type: ignore[arg-type]
+            return value
         assert self.range is not None
         r = self.range
         if r.integer:

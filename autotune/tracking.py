@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,8 @@ class Tracker:
     def __init__(self, tracking_uri: str, experiment: str, study: str) -> None:
         from mlflow.tracking import MlflowClient
 
+        # MLflow announces schema migrations of a new store at INFO; they are not news here.
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
         self.tracking_uri = tracking_uri
         self.client: MlflowClient = MlflowClient(tracking_uri)
         found = self.client.get_experiment_by_name(experiment)

@@ -10,6 +10,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from autotune.errors import NoFeasibleConfiguration, RequestError
+from autotune.request import load_request
 from autotune.tracking import PARENT_TAG, STUDY_TAG, TRIAL_TAG
 from autotune.tuning import TuneOptions, run_tune, study_front
 
@@ -130,3 +131,15 @@ def test_resuming_with_another_model_is_refused(write_request, tmp_path: Path) -
         run_tune(write_request(model={"onnx": str(onnx_path)}, budget={"trials": 1}), INPROCESS)
     assert info.value.field == "study"
     assert "model_sha256" in info.value.rule
+
+
+def test_logged_model_reproduces_the_tuned_accuracy(write_request, tmp_path: Path) -> None:
+    from workers import evaluate_artifact
+
+    path = write_request(budget={"trials": 4})
+    outcome, _ = run_tune(path, INPROCESS)
+    tuned = outcome.tuned
+    client = MlflowClient(tuned.mlflow["tracking_uri"])
+    local = client.download_artifacts(tuned.mlflow["run_id"], "optimized_model", str(tmp_path))
+    workload = load_request(path).workload(path.parent)
+    assert evaluate_artifact(local, workload) == pytest.approx(tuned.metrics["accuracy"], abs=1e-12)
