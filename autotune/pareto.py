@@ -51,7 +51,7 @@ def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
         raise ValueError("cannot select from an empty front")
     strategy = selection.strategy
     if strategy == "weighted":
-        weights: dict[str, float] = dict(selection.weights or {})
+        weights = {str(name): w for name, w in (selection.weights or {}).items()}
         return min(front, key=lambda c: _weighted_score(c, front, weights))
     metric = {
         "lowest_latency": OBJECTIVES["latency"],
