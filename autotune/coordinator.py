@@ -21,7 +21,7 @@ from autotune.metrics import OBJECTIVES, Metric
 from autotune.pareto import Candidate, pareto_front, select
 from autotune.request import Constraints, TuningRequest
 from autotune.space import EffectiveSpace
-from autotune.tracking import Tracker
+from autotune.tracking import Tracker, is_number
 from autotune.tuned import ConstraintOutcome, TunedConfig, reported
 
 if TYPE_CHECKING:
@@ -285,8 +285,9 @@ class Coordinator:
             outcome.notes.append(
                 "energy figures are estimates from CPU time and a power model, not measurements"
             )
+        summary = _prefixed("baseline", baseline.metrics)
         if not front:
-            tracker.log_results(candidates, front, self.objectives, {}, {}, None, tags)
+            tracker.log_results(candidates, front, self.objectives, summary, {}, None, tags)
             tracker.finish("FINISHED")
             raise NoFeasibleConfiguration(
                 f"none of {len(candidates)} measured configurations meets the constraints"
@@ -299,7 +300,7 @@ class Coordinator:
             candidates,
             front,
             self.objectives,
-            {f"tuned.{k}": v for k, v in chosen.metrics.items() if _is_number(v)},
+            {**summary, **_prefixed("tuned", chosen.metrics)},
             {"tuned.yaml": outcome.tuned.model_dump(mode="json")},
             str(Path(artifact.path).parent),
             tags,
@@ -413,5 +414,5 @@ def candidate_from_trial(trial: optuna.trial.FrozenTrial) -> Candidate:
     )
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _prefixed(prefix: str, metrics: dict[str, Any]) -> dict[str, float]:
+    return {f"{prefix}.{k}": float(v) for k, v in metrics.items() if is_number(v)}

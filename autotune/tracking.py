@@ -104,12 +104,12 @@ class Tracker:
                 **tags,
             },
         )
-        numeric = {k: float(v) for k, v in (metrics or {}).items() if _is_number(v)}
+        numeric = {k: float(v) for k, v in (metrics or {}).items() if is_number(v)}
         self.client.log_batch(
             run.info.run_id,
             metrics=[MlflowMetric(k, v, 0, 0) for k, v in numeric.items()],
             params=[Param(k, _param(v)) for k, v in config.items()],
-            tags=[RunTag(k, str(v)) for k, v in (metrics or {}).items() if not _is_number(v)],
+            tags=[RunTag(k, str(v)) for k, v in (metrics or {}).items() if not is_number(v)],
         )
         status = "FINISHED" if metrics is not None else "FAILED"
         self.client.set_terminated(run.info.run_id, status=status)
@@ -210,7 +210,7 @@ def plot_front(
     plt.close(fig)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

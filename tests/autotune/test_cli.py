@@ -9,6 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from autotune.cli import app
@@ -90,6 +91,12 @@ def test_tune_through_ray_end_to_end(write_request, tmp_path: Path) -> None:
     assert tuned["constraints"]["max_accuracy_drop"]["met"]
     study = optuna.load_study(study_name="digits-test", storage=f"sqlite:///{tmp_path}/study.db")
     assert sum(t.state.is_finished() for t in study.trials) == 8
+    client = MlflowClient(tuned["mlflow"]["tracking_uri"])
+    children = client.search_runs(
+        [tuned["mlflow"]["experiment_id"]],
+        filter_string=f"tags.`mlflow.parentRunId` = '{tuned['mlflow']['run_id']}'",
+    )
+    assert len(children) == 8
     measured = [t.user_attrs["provenance"] for t in study.trials if "provenance" in t.user_attrs]
     pids = {p["pid"] for p in measured}
     assert len(pids) == 1 and None not in pids  # one Ray actor measured every trial

@@ -74,6 +74,8 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     parent = client.get_run(tuned["mlflow"]["run_id"])
     assert parent.data.tags[STUDY_TAG] == "digits-test"
     assert parent.data.tags["energy_source"] == "estimate"
+    assert parent.data.metrics["baseline.accuracy"] == tuned["baseline"]["accuracy"]
+    assert parent.data.metrics["tuned.latency_p95_ms"] == tuned["metrics"]["latency_p95_ms"]
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "pareto")}
     assert {
         "pareto/pareto_front.csv",
