@@ -44,7 +44,7 @@ def test_reads_every_known_key() -> None:
 
 
 def test_keys_of_unknown_groups_are_ignored() -> None:
-    assert parse_config({"shard.devices": 2, "compile.mode": "max"}, "torch") == parse_config(
+    assert parse_config({"future.devices": 2, "later.mode": "max"}, "torch") == parse_config(
         {}, "torch"
     )
 
@@ -62,7 +62,9 @@ def test_keys_of_unknown_groups_are_ignored() -> None:
         ({"batch.size": True}, "batch.size"),
         ({"runtime.threads": 0}, "runtime.threads"),
         ({"runtime.engine": "tensorrt"}, "runtime.engine"),
-        ({"runtime.provider": "cuda"}, "runtime.provider"),
+        ({"runtime.provider": "rocm"}, "runtime.provider"),
+        ({"shard.devices": 2}, "shard.devices"),
+        ({"cuda.graphs": "yes"}, "cuda.graphs"),
     ],
 )
 def test_a_bad_known_key_is_unsupported_and_named(config: dict, named: str) -> None:

@@ -120,7 +120,7 @@ def test_torch_eager_on_an_onnx_model_is_unsupported(onnx_workload: Workload) ->
 
 
 def test_unknown_groups_are_ignored() -> None:
-    assert run({"shard.devices": 4}).status == "ok"
+    assert run({"future.devices": 4}).status == "ok"
 
 
 def failing_workload(tmp_path: Path, make_module: Callable[[str], str], raised: str) -> Workload:
