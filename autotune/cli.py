@@ -204,14 +204,25 @@ def space(
     if as_json:
         print(effective.model_dump_json(indent=2))
         return
-    out.print(f"space {effective.name} ({effective.source}) for {effective.hardware_fingerprint}")
+    out.print(
+        f"space {effective.name} ({effective.source}), hardware {effective.hardware_fingerprint}"
+    )
+    excluded: dict[str, list[str]] = {}
+    for ex in effective.excluded:
+        what = "all" if ex.value is None else str(ex.value)
+        excluded.setdefault(ex.dimension, []).append(f"{what} ({ex.reason})")
     for dim in effective.dimensions:
         values = dim.values if dim.values is not None else dim.range
-        when = f"  when {dim.when}" if dim.when else ""
-        out.print(f"  {dim.name}: {values}  baseline={dim.baseline}{when}")
-    for ex in effective.excluded:
-        what = ex.dimension if ex.value is None else f"{ex.dimension}={ex.value}"
-        out.print(f"  [dim]excluded {what}: {ex.reason}[/dim]")
+        line = f"  {dim.name}: {values}"
+        if dim.baseline is not None:
+            line += f"  baseline {dim.baseline}"
+        if dim.when:
+            line += f"  when {dim.when}"
+        out.print(line, highlight=False)
+        if dim.name in excluded:
+            out.print(f"    [dim]excluded: {', '.join(excluded.pop(dim.name))}[/dim]")
+    for name, reasons in excluded.items():
+        out.print(f"  [dim]{name}: excluded {', '.join(reasons)}[/dim]")
 
 
 @app.command()

@@ -174,6 +174,13 @@ class ModelInfo(Strict):
     n_samples: int
     input_shape: list[int]
     has_labels: bool
+    parameter_bytes: int = Field(ge=0, description="weights and buffers of the unmodified model")
+    activation_bytes_per_sample: int | None = Field(
+        default=None,
+        ge=0,
+        description="sum of every module's output at batch 1: an upper bound on what eager "
+        "inference keeps alive per sample (None where it cannot be observed)",
+    )
 
 
 class ArtifactInfo(Strict):

@@ -5,11 +5,14 @@ reports what is absent."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import platform
+import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, ValidationError
 
@@ -35,6 +38,7 @@ class GpuInfo(Strict):
     compute_capability: tuple[int, int]
     memory_mb: int
     power_limit_w: float | None = None
+    nvlink_peers: list[int] = Field(default=[], description="indices of GPUs linked by NVLink")
 
 
 class HardwareProfile(Strict):
@@ -47,6 +51,12 @@ class HardwareProfile(Strict):
     onnxruntime_providers: list[str] = []
     torch_version: str | None = None
     cuda_version: str | None = None
+    cudnn_version: int | None = None
+    torch_compile: bool = Field(
+        default=False,
+        description="torch.compile can build kernels here (inductor needs a C++ "
+        "compiler on CPU, Triton on GPU)",
+    )
     notes: list[str] = Field(default=[], description="what the probe could not see, and why")
 
     @property
@@ -90,7 +100,12 @@ CAPABILITIES: dict[str, Callable[[HardwareProfile], bool]] = {
     "cuda": lambda p: bool(p.gpus),
     "cuda.bf16": _min_cc(8, 0),
     "cuda.fp8": _min_cc(8, 9),
+    "cuda.sparse24": _min_cc(8, 0),
     "multi_gpu": lambda p: len(p.gpus) >= 2,
+    "torch.compile": lambda p: p.torch_compile,
+    "sdpa.flash": _min_cc(8, 0),
+    "sdpa.efficient": _min_cc(5, 0),
+    "sdpa.cudnn": lambda p: _min_cc(8, 0)(p) and (p.cudnn_version or 0) >= 90000,
     "ort.cpu": _provider("CPUExecutionProvider"),
     "ort.cuda": _provider("CUDAExecutionProvider"),
     "ort.tensorrt": _provider("TensorrtExecutionProvider"),
@@ -100,6 +115,7 @@ CAPABILITIES: dict[str, Callable[[HardwareProfile], bool]] = {
 def probe() -> HardwareProfile:
     notes: list[str] = []
     gpus, cuda_version = _probe_gpus(notes)
+    torch_version, cudnn_version, compiles = _probe_torch(notes, bool(gpus))
     return HardwareProfile(
         hostname=platform.node(),
         cpu_model=_cpu_model(),
@@ -108,8 +124,10 @@ def probe() -> HardwareProfile:
         cpu_flags=_cpu_flags(),
         gpus=gpus,
         onnxruntime_providers=_ort_providers(notes),
-        torch_version=_torch_version(notes),
+        torch_version=torch_version,
         cuda_version=cuda_version,
+        cudnn_version=cudnn_version,
+        torch_compile=compiles,
         notes=notes,
     )
 
@@ -163,13 +181,20 @@ def _ort_providers(notes: list[str]) -> list[str]:
     return list(onnxruntime.get_available_providers())
 
 
-def _torch_version(notes: list[str]) -> str | None:
+def _probe_torch(notes: list[str], has_gpus: bool) -> tuple[str | None, int | None, bool]:
     try:
         import torch
     except ImportError:
         notes.append("torch is not installed")
-        return None
-    return str(torch.__version__)
+        return None, None, False
+    cudnn = torch.backends.cudnn.version() if torch.cuda.is_available() else None
+    if has_gpus:
+        compiles = importlib.util.find_spec("triton") is not None
+    else:
+        compiles = any(shutil.which(cc) for cc in ("c++", "g++", "clang++"))
+    if not compiles:
+        notes.append("torch.compile cannot build kernels here (no C++ compiler or Triton)")
+    return str(torch.__version__), cudnn, compiles
 
 
 def _probe_gpus(notes: list[str]) -> tuple[list[GpuInfo], str | None]:
@@ -184,14 +209,15 @@ def _probe_gpus(notes: list[str]) -> tuple[list[GpuInfo], str | None]:
         notes.append(f"NVML unavailable ({exc}): no NVIDIA GPUs seen")
         return [], None
     try:
-        gpus = [_gpu_info(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
+        count = pynvml.nvmlDeviceGetCount()
+        gpus = [_gpu_info(pynvml, i, count) for i in range(count)]
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()
         return gpus, f"{cuda // 1000}.{cuda % 1000 // 10}"
     finally:
         pynvml.nvmlShutdown()
 
 
-def _gpu_info(pynvml: object, index: int) -> GpuInfo:
+def _gpu_info(pynvml: object, index: int, count: int) -> GpuInfo:
     nv = pynvml
     handle = nv.nvmlDeviceGetHandleByIndex(index)  # type: ignore[attr-defined]
     name = nv.nvmlDeviceGetName(handle)  # type: ignore[attr-defined]
@@ -206,4 +232,20 @@ def _gpu_info(pynvml: object, index: int) -> GpuInfo:
         compute_capability=(major, minor),
         memory_mb=int(memory / 2**20),
         power_limit_w=limit_w,
+        nvlink_peers=_nvlink_peers(nv, handle, index, count),
     )
+
+
+def _nvlink_peers(nv: Any, handle: Any, index: int, count: int) -> list[int]:
+    peers = []
+    for other in range(count):
+        if other == index:
+            continue
+        other_handle = nv.nvmlDeviceGetHandleByIndex(other)
+        try:
+            status = nv.nvmlDeviceGetP2PStatus(handle, other_handle, nv.NVML_P2P_CAPS_INDEX_NVLINK)
+        except nv.NVMLError:
+            continue
+        if status == nv.NVML_P2P_STATUS_OK:
+            peers.append(other)
+    return peers

@@ -3,13 +3,14 @@ sampled through Optuna's define-by-run API."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from autotune.contract import ConfigValue, Strict
+from autotune.contract import ConfigValue, ModelInfo, Strict
 from autotune.errors import SpaceError
 from autotune.hardware import CAPABILITIES, HardwareProfile
 
@@ -23,10 +24,25 @@ DEFAULT_SPACE = "default.yaml"
 MODEL_CAPABILITIES = ("model.torch", "model.onnx")
 KNOWN_CAPABILITIES = sorted([*CAPABILITIES, *MODEL_CAPABILITIES])
 
-# Numeric limits a dimension may tie its values to, read off the hardware profile.
-LIMITS = {
-    "cpu_cores": lambda p: p.cpu_cores,
-    "gpu_count": lambda p: len(p.gpus),
+# Share of device memory a trial may plan to fill; the rest is for the runtime itself.
+MEMORY_HEADROOM = 0.8
+
+
+def _batch_memory_limit(profile: HardwareProfile, model: ModelInfo | None) -> int | None:
+    """The largest batch whose weights and activations fit the smallest device's memory.
+    Activations are the model's per-sample upper bound; unknown without a model."""
+    if model is None or not model.activation_bytes_per_sample:
+        return None
+    memory_mb = min(g.memory_mb for g in profile.gpus) if profile.gpus else profile.memory_mb
+    free = memory_mb * 2**20 * MEMORY_HEADROOM - model.parameter_bytes
+    return max(1, int(free // model.activation_bytes_per_sample))
+
+
+# Numeric limits a dimension may tie its values to, read off the hardware (and the model).
+LIMITS: dict[str, Callable[[HardwareProfile, ModelInfo | None], int | None]] = {
+    "cpu_cores": lambda p, m: p.cpu_cores,
+    "gpu_count": lambda p, m: len(p.gpus),
+    "batch_memory": _batch_memory_limit,
 }
 
 
@@ -52,7 +68,11 @@ class Dimension(Strict):
     name: str = Field(pattern=r"^[a-z_]+\.[a-z_0-9]+$")
     values: list[ConfigValue] | None = Field(default=None, min_length=1)
     range: Range | None = None
-    baseline: ConfigValue | Literal["max"] | None = None
+    baseline: ConfigValue | Literal["max"] | list[ConfigValue] | None = Field(
+        default=None,
+        description="how the unmodified model runs: a value, 'max', or values in order of "
+        "preference (the first one the hardware keeps)",
+    )
     requires: list[str] = Field(default=[], description="capabilities the whole dimension needs")
     value_requires: dict[str, list[str]] = Field(
         default={}, description="value (as written) -> capabilities that value needs"
@@ -60,7 +80,7 @@ class Dimension(Strict):
     when: dict[str, list[ConfigValue]] = Field(
         default={}, description="active only when earlier dimensions take one of these values"
     )
-    at_most: Literal["cpu_cores", "gpu_count"] | None = None
+    at_most: Literal["cpu_cores", "gpu_count", "batch_memory"] | None = None
     description: str = ""
 
     @model_validator(mode="after")
@@ -72,9 +92,15 @@ class Dimension(Strict):
             unknown = set(self.value_requires) - listed
             if unknown:
                 raise ValueError(f"value_requires names values not listed: {sorted(unknown)}")
-            if self.baseline not in (None, "max") and self.baseline not in self.values:
-                raise ValueError(f"baseline {self.baseline!r} is not one of the values")
+            for preferred in self.baseline_preferences():
+                if preferred != "max" and preferred not in self.values:
+                    raise ValueError(f"baseline {preferred!r} is not one of the values")
         return self
+
+    def baseline_preferences(self) -> list[Any]:
+        if self.baseline is None:
+            return []
+        return self.baseline if isinstance(self.baseline, list) else [self.baseline]
 
 
 class SpaceFile(Strict):
@@ -88,7 +114,8 @@ class SpaceFile(Strict):
         for dim in self.dimensions:
             if dim.name in seen:
                 raise ValueError(f"dimension {dim.name!r} is declared twice")
-            for cap in [*dim.requires, *(c for cs in dim.value_requires.values() for c in cs)]:
+            requirements = [*dim.requires, *(c for cs in dim.value_requires.values() for c in cs)]
+            for cap in (alt for req in requirements for alt in req.split("|")):
                 if cap not in KNOWN_CAPABILITIES:
                     raise ValueError(
                         f"{dim.name}: unknown capability {cap!r} (known: {KNOWN_CAPABILITIES})"
@@ -176,18 +203,18 @@ def load_space(path: Path) -> SpaceFile:
 
 
 def effective_space(
-    space: SpaceFile, profile: HardwareProfile, source: str, model_kind: str | None = None
+    space: SpaceFile, profile: HardwareProfile, source: str, model: ModelInfo | None = None
 ) -> EffectiveSpace:
-    """Filter a space by what the hardware (and, when known, the model's kind) supports."""
-    caps = profile.capabilities() | _model_capabilities(model_kind)
+    """Filter a space by what the hardware (and, when known, the model) supports."""
+    caps = profile.capabilities() | _model_capabilities(model)
     dims: list[EffectiveDimension] = []
     excluded: list[Exclusion] = []
     for dim in space.dimensions:
-        missing = [c for c in dim.requires if c not in caps]
+        missing = _missing(dim.requires, caps)
         if missing:
             excluded.append(Exclusion(dimension=dim.name, value=None, reason=_needs(missing)))
             continue
-        effective = _filter_dimension(dim, profile, caps, excluded)
+        effective = _filter_dimension(dim, profile, model, caps, excluded)
         if effective is not None:
             dims.append(effective)
     return EffectiveSpace(
@@ -200,9 +227,13 @@ def effective_space(
 
 
 def _filter_dimension(
-    dim: Dimension, profile: HardwareProfile, caps: set[str], excluded: list[Exclusion]
+    dim: Dimension,
+    profile: HardwareProfile,
+    model: ModelInfo | None,
+    caps: set[str],
+    excluded: list[Exclusion],
 ) -> EffectiveDimension | None:
-    limit = LIMITS[dim.at_most](profile) if dim.at_most else None
+    limit = LIMITS[dim.at_most](profile, model) if dim.at_most else None
     values = dim.values
     if values is not None:
         kept = []
@@ -224,7 +255,7 @@ def _filter_dimension(
 def _value_exclusion(
     dim: Dimension, value: ConfigValue, caps: set[str], limit: int | None
 ) -> str | None:
-    missing = [c for c in dim.value_requires.get(str(value), []) if c not in caps]
+    missing = _missing(dim.value_requires.get(str(value), []), caps)
     if missing:
         return _needs(missing)
     if limit is not None and isinstance(value, int | float) and value > limit:
@@ -233,20 +264,26 @@ def _value_exclusion(
 
 
 def _baseline(dim: Dimension, values: list[ConfigValue] | None) -> ConfigValue | None:
-    """The declared baseline; where the hardware or model excludes it, the first value left."""
-    if dim.baseline == "max":
-        pool: list[Any] = values if values is not None else [dim.range.high]  # type: ignore[union-attr]
-        return max(pool)
-    if dim.baseline is not None and values is not None and dim.baseline not in values:
-        return values[0]
-    return dim.baseline
+    """The first preferred baseline that is left; else the first value left."""
+    for preferred in dim.baseline_preferences():
+        if preferred == "max":
+            pool: list[Any] = values if values is not None else [dim.range.high]  # type: ignore[union-attr]
+            return max(pool)
+        if values is None or preferred in values:
+            return preferred
+    return values[0] if values and dim.baseline is not None else None
 
 
-def _model_capabilities(model_kind: str | None) -> set[str]:
-    if model_kind is None:  # planning without a model: keep what any model could use
+def _model_capabilities(model: ModelInfo | None) -> set[str]:
+    if model is None:  # planning without a model: keep what any model could use
         return set(MODEL_CAPABILITIES)
-    return {f"model.{model_kind}"}
+    return {f"model.{model.kind}"}
+
+
+def _missing(requirements: list[str], caps: set[str]) -> list[str]:
+    """Requirements not met; 'a|b' is met by either capability."""
+    return [req for req in requirements if not any(alt in caps for alt in req.split("|"))]
 
 
 def _needs(missing: list[str]) -> str:
-    return "needs " + ", ".join(missing)
+    return "needs " + ", ".join(req.replace("|", " or ") for req in missing)

@@ -90,7 +90,7 @@ def run_tune(
     executor = make_executor(options)
     try:
         model_info = executor.inspect(workload)
-        space = effective_space(space_file, profile, str(space_path), model_info.kind)
+        space = effective_space(space_file, profile, str(space_path), model_info)
         with (progress or _no_progress)(settings.n_trials) as update:
             coordinator = Coordinator(
                 request=request,

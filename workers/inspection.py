@@ -5,6 +5,7 @@ from __future__ import annotations
 from autotune.contract import ModelInfo, Workload
 from autotune.errors import RequestError
 from workers.evaluate import run_all
+from workers.footprint import activation_bytes_per_sample, parameter_bytes
 from workers.runtimes import Session
 from workers.store import LoadedWorkload, WorkloadStore, default_store
 
@@ -28,6 +29,10 @@ def inspect_workload(workload: Workload, store: WorkloadStore | None = None) -> 
         n_samples=loaded.data.n_samples,
         input_shape=list(loaded.data.inputs.shape[1:]),
         has_labels=loaded.data.labels is not None,
+        parameter_bytes=parameter_bytes(loaded.model),
+        activation_bytes_per_sample=activation_bytes_per_sample(
+            loaded.model, loaded.data.inputs[:1]
+        ),
     )
 
 

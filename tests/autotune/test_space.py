@@ -3,6 +3,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.contract import ModelInfo
 from autotune.errors import SpaceError
 from autotune.hardware import HardwareProfile, load_profile
 from autotune.space import (
@@ -13,6 +14,18 @@ from autotune.space import (
 )
 
 PROFILES = SPACES_DIR / "profiles"
+
+
+def model_info(kind: str, activation_bytes: int | None = 1024) -> ModelInfo:
+    return ModelInfo(
+        kind=kind,
+        sha256="0" * 64,
+        n_samples=10,
+        input_shape=[1, 8, 8],
+        has_labels=True,
+        parameter_bytes=4096,
+        activation_bytes_per_sample=activation_bytes,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,28 +55,83 @@ def test_cpu_profile_excludes_gpu_values_with_reasons(cpu_profile: HardwareProfi
     assert reasons[("precision.mode", "fp16")] == "needs cuda"
 
 
-def test_cpu_without_bf16_drops_bf16(cpu_profile: HardwareProfile) -> None:
-    plain = cpu_profile.model_copy(update={"cpu_flags": ["avx2"]})
-    space = effective("default.yaml", plain)
+def test_cpu_flags_gate_bf16_and_int8(cpu_profile: HardwareProfile) -> None:
+    vnni_only = cpu_profile.model_copy(update={"cpu_flags": ["avx2", "avx512_vnni"]})
+    space = effective("default.yaml", vnni_only)
     precision = next(d for d in space.dimensions if d.name == "precision.mode")
-    assert precision.values == ["fp32", "int8_dynamic"]
+    assert precision.values == ["fp32", "int8_dynamic", "int8_static"]
+    plain = cpu_profile.model_copy(update={"cpu_flags": ["avx2"]})
+    precision = next(
+        d for d in effective("default.yaml", plain).dimensions if d.name == "precision.mode"
+    )
+    assert precision.values == ["fp32"]
+    reasons = {e.value: e.reason for e in effective("default.yaml", plain).excluded}
+    assert reasons["int8_static"] == "needs cpu.vnni or cuda"
 
 
-def test_h200_profile_keeps_fp16_and_all_threads() -> None:
+def test_h200_node_gets_every_gpu_family() -> None:
     space = effective("default.yaml", load_profile(PROFILES / "h200x8.json"))
     values = {d.name: d.values for d in space.dimensions}
-    assert "fp16" in values["precision.mode"]
+    assert {"fp16", "fp8", "bf16"} <= set(values["precision.mode"])
+    assert "semi_structured_2_4" in values["prune.method"]
+    assert {"cuda", "tensorrt"} <= set(values["runtime.provider"])
+    assert values["shard.tensor_parallel"] == [1, 2, 4, 8]
+    assert values["shard.data_parallel"] == [1, 2, 4, 8]
     assert values["runtime.threads"] == [1, 2, 4, 8, 16, 32, 64]
+    assert space.baseline()["runtime.device"] == "cuda"
+    assert not space.excluded
+
+
+def test_ampere_gpu_has_no_fp8_and_no_sharding() -> None:
+    space = effective("nvidia-gpu.yaml", load_profile(PROFILES / "a100.json"))
+    values = {d.name: d.values for d in space.dimensions}
+    assert "fp8" not in values["precision.mode"] and "bf16" in values["precision.mode"]
+    assert "semi_structured_2_4" in values["prune.method"]
+    reasons = {(e.dimension, e.value): e.reason for e in space.excluded}
+    assert reasons[("precision.mode", "fp8")] == "needs cuda.fp8"
+    assert reasons[("shard.tensor_parallel", None)] == "needs multi_gpu"
+
+
+def test_cpu_only_machine_gets_the_cpu_families(cpu_profile: HardwareProfile) -> None:
+    space = effective("default.yaml", cpu_profile)
+    values = {d.name: d.values for d in space.dimensions}
+    assert {"bf16", "int8_dynamic", "int8_static"} <= set(values["precision.mode"])
+    assert {"torch_eager", "torch_compile", "onnxruntime"} == set(values["runtime.engine"])
+    assert "structured" in values["prune.method"]
+    reasons = {(e.dimension, e.value): e.reason for e in space.excluded}
+    assert reasons[("precision.mode", "fp8")] == "needs cuda.fp8"
+    assert reasons[("shard.tensor_parallel", None)] == "needs multi_gpu"
+    assert reasons[("prune.method", "semi_structured_2_4")] == "needs cuda.sparse24"
+
+
+def test_sdpa_backends_follow_the_gpu() -> None:
+    h200 = effective("transformer.yaml", load_profile(PROFILES / "h200x8.json"))
+    backends = next(d for d in h200.dimensions if d.name == "attention.sdpa_backend")
+    assert backends.values == ["auto", "math", "flash", "efficient", "cudnn"]
+    cpu = effective("transformer.yaml", load_profile(PROFILES / "cpu-only.json"))
+    backends = next(d for d in cpu.dimensions if d.name == "attention.sdpa_backend")
+    assert backends.values == ["auto", "math"]
+
+
+def test_batch_sizes_stop_where_memory_ends(cpu_profile: HardwareProfile) -> None:
+    path = resolve_space_path("default.yaml")
+    huge = model_info("torch", activation_bytes=cpu_profile.memory_mb * 2**20 // 16)
+    space = effective_space(load_space(path), cpu_profile, str(path), model=huge)
+    batch = next(d for d in space.dimensions if d.name == "batch.size")
+    assert batch.values == [1, 2, 4, 8]  # 16 samples would need all memory, headroom is 0.8
+    reasons = {(e.dimension, e.value): e.reason for e in space.excluded}
+    assert reasons[("batch.size", 16)].startswith("exceeds batch_memory")
 
 
 def test_baseline_is_the_unmodified_model(cpu_profile: HardwareProfile) -> None:
     baseline = effective("default.yaml", cpu_profile).baseline()
     assert baseline == {
+        "runtime.engine": "torch_eager",
+        "runtime.device": "cpu",
+        "runtime.threads": cpu_profile.cpu_cores,
         "batch.size": 1,
         "precision.mode": "fp32",
         "prune.method": "none",
-        "runtime.engine": "torch_eager",
-        "runtime.threads": cpu_profile.cpu_cores,
     }
 
 
@@ -73,16 +141,18 @@ def test_sampling_respects_conditions(cpu_profile: HardwareProfile) -> None:
         directions=["minimize"], sampler=optuna.samplers.RandomSampler(seed=1)
     )
     seen_methods = set()
-    for _ in range(40):
+    for _ in range(60):
         trial = study.ask()
         config = space.sample(trial)
         seen_methods.add(config["prune.method"])
-        assert ("prune.ratio" in config) == (config["prune.method"] == "magnitude")
+        assert ("prune.ratio" in config) == (config["prune.method"] in {"magnitude", "structured"})
+        assert ("runtime.graph_opt" in config) == (config["runtime.engine"] == "onnxruntime")
+        assert ("runtime.compile_mode" in config) == (config["runtime.engine"] == "torch_compile")
         if "prune.ratio" in config:
-            assert 0.1 <= config["prune.ratio"] <= 0.7
+            assert 0.1 <= config["prune.ratio"] <= 0.6
         assert config == trial.params
         study.tell(trial, 1.0)
-    assert seen_methods == {"none", "magnitude"}
+    assert seen_methods == {"none", "magnitude", "structured"}
 
 
 def test_enqueued_baseline_is_sampled_exactly(cpu_profile: HardwareProfile) -> None:
@@ -129,9 +199,10 @@ def test_unknown_space_name() -> None:
 
 def test_model_kind_gates_the_engine(cpu_profile: HardwareProfile) -> None:
     path = resolve_space_path("default.yaml")
-    onnx = effective_space(load_space(path), cpu_profile, str(path), model_kind="onnx")
+    onnx = effective_space(load_space(path), cpu_profile, str(path), model=model_info("onnx"))
     engine = next(d for d in onnx.dimensions if d.name == "runtime.engine")
     assert engine.values == ["onnxruntime"]
     assert onnx.baseline()["runtime.engine"] == "onnxruntime"
-    torch_space = effective_space(load_space(path), cpu_profile, str(path), model_kind="torch")
+    torch_model = model_info("torch")
+    torch_space = effective_space(load_space(path), cpu_profile, str(path), model=torch_model)
     assert torch_space.baseline()["runtime.engine"] == "torch_eager"
