@@ -91,6 +91,16 @@ def tune(
     for key, value in tuned.config.items():
         out.print(f"  {key}: {value}")
     _print_comparison(tuned.baseline, tuned.metrics)
+    revalidation = tuned.revalidation
+    finalists = [f["trial"] for rnd in revalidation["rounds"] for f in rnd]
+    out.print(
+        f"Re-measured with {revalidation['factor']:g}x the iterations: baseline and finalists "
+        f"{finalists}; order changed: {revalidation['order_changed']}"
+    )
+    if revalidation["tied_with"]:
+        out.print(
+            f"[yellow]tied[/yellow] (p95 intervals overlap) with trials {revalidation['tied_with']}"
+        )
     for note in outcome.notes:
         out.print(f"[yellow]note:[/yellow] {note}")
     out.print(f"\nTuned config:    {written}")
@@ -148,7 +158,7 @@ def _print_front(front: list[Any], chosen: int | None) -> None:
 
 
 def _print_comparison(baseline: dict[str, Any], tuned: dict[str, Any]) -> None:
-    table = Table(title="Baseline vs tuned")
+    table = Table(title="Baseline vs tuned (re-measured)")
     for column in ("metric", "baseline", "tuned"):
         table.add_column(column)
     for key, value in tuned.items():

@@ -132,6 +132,10 @@ class TrialMetrics(Strict):
     latency_p99_ms: float
     latency_mean_ms: float
     latency_cv: float
+    latency_p95_ci_low_ms: float | None = Field(
+        default=None, description="95% confidence interval of the p95 (order statistics)"
+    )
+    latency_p95_ci_high_ms: float | None = None
     throughput_per_s: float
     energy_per_sample_j: float
     energy_source: EnergySource

@@ -14,15 +14,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.contract import ModelInfo, TrialResult, TrialSpec, Workload, variant_key
+from autotune.contract import (
+    MeasurementSettings,
+    ModelInfo,
+    TrialResult,
+    TrialSpec,
+    Workload,
+    variant_key,
+)
 from autotune.errors import AutotuneError, NoFeasibleConfiguration, RequestError
 from autotune.hardware import HardwareProfile
 from autotune.metrics import OBJECTIVES, Metric
-from autotune.pareto import Candidate, pareto_front, select
+from autotune.pareto import Candidate, pareto_front, select, selection_metric
 from autotune.request import Constraints, TuningRequest
 from autotune.space import EffectiveSpace
 from autotune.tracking import Tracker, is_number
 from autotune.tuned import ConstraintOutcome, TunedConfig, reported
+from autotune.validation import (
+    nearest_neighbours,
+    order_changed,
+    scaled_settings,
+    tied_with,
+    with_metrics,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -39,6 +53,17 @@ CONSTRAINT_METRICS: dict[str, tuple[str, bool]] = {
 }
 
 ProgressCallback = Callable[[int, int | None, TrialResult], None]
+
+
+# Re-measurements are not new trials: they carry this attempt number instead.
+REVALIDATION_ATTEMPT = 1000
+
+
+@dataclass
+class Revalidation:
+    chosen: Candidate
+    baseline: Candidate
+    report: dict[str, Any]
 
 
 @dataclass
@@ -292,10 +317,14 @@ class Coordinator:
             raise NoFeasibleConfiguration(
                 f"none of {len(candidates)} measured configurations meets the constraints"
             )
-        chosen = select(front, self.request.selection)
+        revalidation = self._revalidate(study, front, baseline)
+        tracker.log_revalidation(revalidation.report)
+        chosen = revalidation.chosen
+        outcome.baseline = revalidation.baseline
         artifact = self._export(study, chosen)
-        outcome.tuned = self._tuned_config(study, tracker, info, baseline, chosen, artifact.path)
+        outcome.tuned = self._tuned_config(study, tracker, info, revalidation, artifact.path)
         tags.update({"chosen_trial": str(chosen.trial_number), "artifact_sha256": artifact.sha256})
+        summary = _prefixed("baseline", revalidation.baseline.metrics)
         tracker.log_results(
             candidates,
             front,
@@ -307,6 +336,88 @@ class Coordinator:
         )
         tracker.finish("FINISHED")
         return outcome
+
+    def _revalidate(
+        self, study: optuna.Study, front: list[Candidate], baseline: Candidate
+    ) -> Revalidation:
+        """Re-measure the provisional choice, its nearest front neighbours and the baseline
+        with longer measurements; choose again on the re-measured figures. Finalists that
+        turn out infeasible are dropped and the next ones are tried."""
+        settings = scaled_settings(self.request.measurement, self.request.validation.factor)
+        (remeasured_baseline,) = self._remeasure([baseline], settings, baseline.metrics)
+        if remeasured_baseline is None:
+            raise AutotuneError("re-measuring the baseline failed")
+        remaining = list(front)
+        rounds: list[list[dict[str, Any]]] = []
+        metric = selection_metric(self.request.selection)
+        while remaining:
+            provisional = select(remaining, self.request.selection)
+            neighbours = nearest_neighbours(
+                provisional, remaining, self.objectives, self.request.validation.neighbours
+            )
+            finalists = [provisional, *neighbours]
+            remeasured = self._remeasure(finalists, settings, remeasured_baseline.metrics)
+            kept = [c for c in remeasured if c is not None and c.feasible]
+            rounds.append(_round_report(finalists, remeasured))
+            if kept:
+                chosen = select(kept, self.request.selection)
+                others = [c for c in kept if c.trial_number != chosen.trial_number]
+                report = {
+                    "factor": self.request.validation.factor,
+                    "settings": settings.model_dump(),
+                    "rounds": rounds,
+                    "chosen_before": provisional.trial_number,
+                    "chosen": chosen.trial_number,
+                    "order_changed": order_changed(finalists, kept, metric),
+                    "tied_with": [c.trial_number for c in tied_with(chosen, others)],
+                    "baseline": reported(remeasured_baseline.metrics),
+                }
+                study.set_user_attr("revalidation", report)
+                return Revalidation(chosen, remeasured_baseline, report)
+            done = {c.trial_number for c in finalists}
+            remaining = [c for c in remaining if c.trial_number not in done]
+        raise NoFeasibleConfiguration("no finalist met the constraints when re-measured")
+
+    def _remeasure(
+        self,
+        candidates: list[Candidate],
+        settings: MeasurementSettings,
+        baseline_metrics: dict[str, Any],
+    ) -> list[Candidate | None]:
+        specs = [
+            TrialSpec(
+                study=self.settings.study_name,
+                trial_number=c.trial_number,
+                attempt=REVALIDATION_ATTEMPT,
+                workload=self.workload,
+                config=c.config,
+                measurement=settings,
+                known_accuracy=float(c.metrics["accuracy"]),
+            )
+            for c in candidates
+        ]
+        results = {r.trial_number: r for r in self._run_all(specs)}
+        remeasured: list[Candidate | None] = []
+        for candidate in candidates:
+            result = results[candidate.trial_number]
+            if result.metrics is None:
+                remeasured.append(None)
+                continue
+            drop = float(baseline_metrics["accuracy"]) - result.metrics.accuracy
+            metrics = {**result.metrics.model_dump(), "accuracy_drop": drop}
+            violations = constraint_violations(self.request.constraints, metrics)
+            remeasured.append(with_metrics(candidate, metrics, violations))
+        return remeasured
+
+    def _run_all(self, specs: list[TrialSpec]) -> list[TrialResult]:
+        """Run specs on every free slot; each is measured alone on its slot."""
+        queue = list(specs)
+        results: list[TrialResult] = []
+        while queue or self.executor.pending():
+            while queue and self.executor.pending() < self.executor.slots:
+                self.executor.submit(queue.pop(0))
+            results.extend(self.executor.wait())
+        return results
 
     def _export(self, study: optuna.Study, chosen: Candidate) -> Any:
         trial = study.trials[chosen.trial_number]
@@ -325,10 +436,10 @@ class Coordinator:
         study: optuna.Study,
         tracker: Tracker,
         info: ModelInfo,
-        baseline: Candidate,
-        chosen: Candidate,
+        revalidation: Revalidation,
         artifact_path: str,
     ) -> TunedConfig:
+        chosen = revalidation.chosen
         bounds = self.request.constraints.model_dump(exclude_none=True)
         constraints = {
             name: ConstraintOutcome(
@@ -343,7 +454,7 @@ class Coordinator:
         return TunedConfig(
             config=chosen.config,
             metrics=reported(chosen.metrics),
-            baseline=reported(baseline.metrics),
+            baseline=reported(revalidation.baseline.metrics),
             constraints=constraints,
             model={"source": model_source, "sha256": info.sha256},
             hardware={"fingerprint": self.profile.fingerprint, **self.profile.model_dump()},
@@ -360,6 +471,7 @@ class Coordinator:
                 "run_id": tracker.parent_run_id,
             },
             artifact=artifact_path,
+            revalidation=revalidation.report,
         )
 
 
@@ -412,6 +524,20 @@ def candidate_from_trial(trial: optuna.trial.FrozenTrial) -> Candidate:
         feasible=all(v <= 0 for v in violations.values()),
         violations=violations,
     )
+
+
+def _round_report(
+    finalists: list[Candidate], remeasured: list[Candidate | None]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "trial": before.trial_number,
+            "search": reported(before.metrics),
+            "revalidated": None if after is None else reported(after.metrics),
+            "feasible": after is not None and after.feasible,
+        }
+        for before, after in zip(finalists, remeasured, strict=True)
+    ]
 
 
 def _prefixed(prefix: str, metrics: dict[str, Any]) -> dict[str, float]:

@@ -53,11 +53,7 @@ def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
     if strategy == "weighted":
         weights = {str(name): w for name, w in (selection.weights or {}).items()}
         return min(front, key=lambda c: _weighted_score(c, front, weights))
-    metric = {
-        "lowest_latency": OBJECTIVES["latency"],
-        "lowest_energy": OBJECTIVES["energy"],
-        "highest_accuracy": OBJECTIVES["accuracy"],
-    }[strategy]
+    metric = selection_metric(selection)
     # Ties on the chosen metric go to higher accuracy, then to the lower trial number.
     accuracy = OBJECTIVES["accuracy"]
     return min(
@@ -68,6 +64,16 @@ def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
             c.trial_number,
         ),
     )
+
+
+def selection_metric(selection: Selection) -> Metric:
+    """The metric a selection ranks by (latency for a weighted choice)."""
+    return {
+        "lowest_latency": OBJECTIVES["latency"],
+        "lowest_energy": OBJECTIVES["energy"],
+        "highest_accuracy": OBJECTIVES["accuracy"],
+        "weighted": OBJECTIVES["latency"],
+    }[selection.strategy]
 
 
 def _weighted_score(

@@ -56,6 +56,15 @@ class Selection(Strict):
         return self
 
 
+class Validation(Strict):
+    """Re-measurement of the finalists before one is returned."""
+
+    neighbours: int = Field(default=2, ge=0, description="nearest Pareto neighbours re-measured")
+    factor: float = Field(
+        default=5.0, ge=1.0, description="times more iterations and time than during the search"
+    )
+
+
 class Tracking(Strict):
     uri: str = "sqlite:///mlflow.db"
     experiment: str = "autotune"
@@ -75,6 +84,7 @@ class TuningRequest(Strict):
     budget: Budget = Budget()
     selection: Selection = Selection()
     measurement: MeasurementSettings = MeasurementSettings()
+    validation: Validation = Validation()
     tracking: Tracking = Tracking()
     storage: str = "sqlite:///autotune.db"
 

@@ -115,6 +115,24 @@ class Tracker:
         self.client.set_terminated(run.info.run_id, status=status)
         self._trial_runs[trial_number] = run.info.run_id
 
+    def log_revalidation(self, report: dict[str, Any]) -> None:
+        """Re-measured figures go next to the search figures on each finalist's run."""
+        from mlflow.entities import Metric as MlflowMetric
+
+        for finalist in (f for rnd in report["rounds"] for f in rnd):
+            run_id = self._trial_runs.get(finalist["trial"])
+            if run_id is None or finalist["revalidated"] is None:
+                continue
+            values = {k: v for k, v in finalist["revalidated"].items() if is_number(v)}
+            self.client.log_batch(
+                run_id,
+                metrics=[
+                    MlflowMetric(f"revalidated.{k}", float(v), 0, 0) for k, v in values.items()
+                ],
+            )
+            self.client.set_tag(run_id, "revalidated", "true")
+        self.client.log_text(self.parent_run_id, _as_text("r.json", report), "revalidation.json")
+
     def mark_pareto(self, trial_numbers: set[int]) -> None:
         for number, run_id in self._trial_runs.items():
             self.client.set_tag(run_id, "pareto", str(number in trial_numbers).lower())

@@ -43,6 +43,7 @@ class TunedConfig(BaseModel):
     study: dict[str, Any]
     mlflow: dict[str, str]
     artifact: str
+    revalidation: dict[str, Any]
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

@@ -40,6 +40,7 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
         "study",
         "mlflow",
         "artifact",
+        "revalidation",
     }
     assert tuned["metrics"]["energy_source"] == "estimate"
     assert tuned["baseline"]["accuracy_drop"] == 0.0
@@ -71,6 +72,19 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     assert {c.trial_number for c in study_front("digits-test", storage)} == front_numbers
 
     client = MlflowClient(tuned["mlflow"]["tracking_uri"])
+    revalidation = tuned["revalidation"]
+    assert revalidation["chosen"] == tuned["study"]["trial_number"]
+    finalists = {f["trial"]: f for f in revalidation["rounds"][-1]}
+    assert finalists[revalidation["chosen"]]["revalidated"] == tuned["metrics"]
+    assert revalidation["baseline"] == tuned["baseline"]
+    remeasured = study.user_attrs["revalidation"]["settings"]
+    assert remeasured["min_iters"] == 5 * 10  # factor 5 on the request's measurement
+    chosen_run = next(r for r in runs if int(r.data.tags[TRIAL_TAG]) == revalidation["chosen"])
+    chosen_run = client.get_run(chosen_run.info.run_id)
+    assert chosen_run.data.tags["revalidated"] == "true"
+    assert (
+        chosen_run.data.metrics["revalidated.latency_p95_ms"] == tuned["metrics"]["latency_p95_ms"]
+    )
     parent = client.get_run(tuned["mlflow"]["run_id"])
     assert parent.data.tags[STUDY_TAG] == "digits-test"
     assert parent.data.tags["energy_source"] == "estimate"

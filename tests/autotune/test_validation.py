@@ -1,0 +1,59 @@
+from autotune.contract import MeasurementSettings
+from autotune.metrics import OBJECTIVES
+from autotune.pareto import Candidate
+from autotune.validation import (
+    nearest_neighbours,
+    order_changed,
+    p95_interval,
+    scaled_settings,
+    tied_with,
+    with_metrics,
+)
+
+OBJ = [OBJECTIVES["accuracy"], OBJECTIVES["latency"]]
+
+
+def cand(n: int, p95: float, accuracy: float = 0.9, ci: tuple[float, float] | None = None):
+    metrics = {"accuracy": accuracy, "latency_p95_ms": p95}
+    if ci is not None:
+        metrics.update(latency_p95_ci_low_ms=ci[0], latency_p95_ci_high_ms=ci[1])
+    return Candidate(trial_number=n, config={}, metrics=metrics, feasible=True)
+
+
+def test_scaled_settings_measure_longer() -> None:
+    base = MeasurementSettings(min_iters=10, max_iters=100, min_seconds=0.5, max_seconds=2.0)
+    scaled = scaled_settings(base, 5)
+    assert (scaled.min_iters, scaled.max_iters) == (50, 500)
+    assert (scaled.min_seconds, scaled.max_seconds) == (2.5, 10.0)
+    assert scaled.warmup_iters == base.warmup_iters
+
+
+def test_nearest_neighbours_in_normalized_space() -> None:
+    chosen = cand(0, p95=1.0, accuracy=0.90)
+    near = cand(1, p95=1.1, accuracy=0.91)
+    far = cand(2, p95=9.0, accuracy=0.99)
+    middle = cand(3, p95=4.0, accuracy=0.95)
+    front = [chosen, near, far, middle]
+    assert [c.trial_number for c in nearest_neighbours(chosen, front, OBJ, 2)] == [1, 3]
+    assert nearest_neighbours(chosen, front, OBJ, 0) == []
+
+
+def test_overlapping_intervals_are_ties() -> None:
+    chosen = cand(0, 1.0, ci=(0.9, 1.1))
+    overlapping = cand(1, 1.15, ci=(1.05, 1.3))
+    apart = cand(2, 2.0, ci=(1.8, 2.2))
+    assert [c.trial_number for c in tied_with(chosen, [overlapping, apart])] == [1]
+
+
+def test_without_intervals_only_equal_points_tie() -> None:
+    assert p95_interval({"latency_p95_ms": 2.0}) == (2.0, 2.0)
+    assert tied_with(cand(0, 1.0), [cand(1, 1.0), cand(2, 1.01)]) == [cand(1, 1.0)]
+
+
+def test_order_changed_and_infeasible_rescoring() -> None:
+    before = [cand(0, 1.0), cand(1, 1.2)]
+    after = [cand(0, 1.3), cand(1, 1.2)]
+    assert order_changed(before, after, OBJECTIVES["latency"])
+    assert not order_changed(before, before, OBJECTIVES["latency"])
+    rescored = with_metrics(before[0], {"latency_p95_ms": 3.0}, {"max_latency_p95_ms": 1.0})
+    assert not rescored.feasible and rescored.metrics["latency_p95_ms"] == 3.0
