@@ -37,6 +37,7 @@ from workers.meters import (
     time_calls,
     warm_up,
 )
+from workers.pruning import pruned_skeleton
 from workers.runtimes import OnnxRuntimeSession, Session, TorchEagerSession
 from workers.store import LoadedWorkload, WorkloadStore, default_store
 from workers.transforms import TRANSFORMS
@@ -257,9 +258,10 @@ def _rebuild_torch_variant(weights_file: Path, python_path: list[str]) -> TorchV
     if not description_file.is_file():
         raise RequestError("artifact", f"must have {VARIANT_FILE} beside it", str(weights_file))
     description = json.loads(description_file.read_text())
-    module = call_entry_point(description["model_entry_point"], python_path, "artifact").eval()
-    module.load_state_dict(load_file(str(weights_file)), strict=True)
     config = parse_config(description["config"], "torch")
+    module = call_entry_point(description["model_entry_point"], python_path, "artifact").eval()
+    module = pruned_skeleton(module, config)
+    module.load_state_dict(load_file(str(weights_file)), strict=True)
     variant = TRANSFORMS["precision"](TorchVariant(module), config, BuildContext(np.empty(0)))
     assert isinstance(variant, TorchVariant)
     return variant

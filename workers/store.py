@@ -52,7 +52,9 @@ class LoadedWorkload:
         cached = self.onnx_by_variant.get(config.variant_id)
         if cached is not None:
             return OnnxVariant(cached)
-        context = BuildContext(sample_inputs=self.data.inputs[:TRACE_SAMPLES])
+        context = BuildContext(
+            sample_inputs=self.data.inputs[:TRACE_SAMPLES], calibration_inputs=self.data.inputs
+        )
         variant = build_variant(self.original_variant(), config, context)
         if isinstance(variant, OnnxVariant):
             self.onnx_by_variant[config.variant_id] = variant.model_bytes

@@ -1,14 +1,16 @@
 """Transforms: each takes a variant and the trial's settings and returns a new variant, or
 raises `Unsupported` when it cannot build that configuration (the trial is pruned, not failed).
 
-`build_variant` applies them in `PIPELINE` order: pruning works on fp32 weights, the ONNX export
-(only for the onnxruntime engine on a torch model) sees the pruned fp32 model, and precision
-comes last, in the variant's own format.
+`build_variant` checks the configuration (`unsupported_reason`), then applies the transforms in
+`PIPELINE` order: pruning works on fp32 weights, the ONNX export (only for the onnxruntime
+engine on a torch model) sees the pruned fp32 model, precision comes next, in the variant's own
+format, and moves torch weights to `config.device`; 2:4 sparse compression comes last because
+its kernels need the final dtype and device.
 """
 
 from __future__ import annotations
 
-import copy
+import importlib.util
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -18,20 +20,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autotune.errors import Unsupported
+from workers import pruning, quantization
 from workers.config import TrialConfig
 from workers.variants import BuildContext, OnnxVariant, TorchVariant, Variant
 
 if TYPE_CHECKING:
-    import onnx
     import torch
 
 Transform = Callable[[Variant, TrialConfig, BuildContext], Variant]
 
 TRANSFORMS: dict[str, Transform] = {}
-PIPELINE = ("prune", "export_onnx", "precision")
+PIPELINE = ("prune", "export_onnx", "precision", "sparsify")
 ONNX_OPSET = 17
-# Per ONNX op, the inputs that are weights when they are initializers (not activations).
-_ONNX_WEIGHT_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatMul": (0, 1)}
 
 
 def register_transform(name: str) -> Callable[[Transform], Transform]:
@@ -45,7 +45,7 @@ def register_transform(name: str) -> Callable[[Transform], Transform]:
 
 
 def build_variant(original: Variant, config: TrialConfig, context: BuildContext) -> Variant:
-    check_precision(config)  # before pruning and exporting, which may take a while
+    check_config(config)  # before pruning and exporting, which may take a while
     variant = original
     for name in PIPELINE:
         variant = TRANSFORMS[name](variant, config, context)
@@ -54,80 +54,23 @@ def build_variant(original: Variant, config: TrialConfig, context: BuildContext)
 
 @register_transform("prune")
 def prune(variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
-    """Global unstructured L1-magnitude pruning over every Conv/Linear (ONNX: Conv/Gemm/MatMul)
-    weight: exactly round(ratio * n_weights) of them become zero, permanently."""
+    """magnitude: global unstructured L1 pruning of Conv/Linear (ONNX: Conv/Gemm/MatMul)
+    weights. structured: whole channels removed, layers shrink (torch models). 2:4: the
+    semi-structured mask on fp32 weights (torch models); `sparsify` compresses them later."""
     if not config.prunes:
         return variant
-    if isinstance(variant, TorchVariant):
-        return TorchVariant(prune_torch(variant.module, config.prune_ratio), variant.input_dtype)
-    return OnnxVariant(prune_onnx(variant.model_bytes, config.prune_ratio))
-
-
-def prunable_torch_modules(module: torch.nn.Module) -> list[torch.nn.Module]:
-    from torch import nn
-
-    kinds = (
-        nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d,
-        nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
-    )  # fmt: skip
-    return [child for child in module.modules() if isinstance(child, kinds)]
-
-
-def prune_torch(module: torch.nn.Module, ratio: float) -> torch.nn.Module:
-    from torch.nn.utils import prune as torch_prune
-
-    pruned = copy.deepcopy(module)
-    targets = [(child, "weight") for child in prunable_torch_modules(pruned)]
-    if not targets:
-        raise Unsupported("prune.method=magnitude: the model has no Conv/Linear weights")
-    torch_prune.global_unstructured(
-        targets, pruning_method=torch_prune.L1Unstructured, amount=ratio
-    )
-    for child, name in targets:
-        torch_prune.remove(child, name)
-    return pruned.eval()
-
-
-def prune_onnx(model_bytes: bytes, ratio: float) -> bytes:
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load_model_from_string(model_bytes)
-    weights = onnx_weight_initializers(model)
-    if not weights:
-        raise Unsupported("prune.method=magnitude: the model has no Conv/Gemm/MatMul weights")
-    arrays = [numpy_helper.to_array(tensor) for tensor in weights]
-    for tensor, pruned in zip(weights, _zero_smallest(arrays, ratio), strict=True):
-        tensor.CopyFrom(numpy_helper.from_array(pruned, tensor.name))
-    return model.SerializeToString()
-
-
-def onnx_weight_initializers(model: onnx.ModelProto) -> list[onnx.TensorProto]:
-    """Floating-point initializers used as the weight of a Conv/Gemm/MatMul node."""
-    from onnx import TensorProto
-
-    floating = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
-    initializers = {tensor.name: tensor for tensor in model.graph.initializer}
-    names: dict[str, None] = {}
-    for node in model.graph.node:
-        for index in _ONNX_WEIGHT_INPUTS.get(node.op_type, ()):
-            if index < len(node.input) and node.input[index] in initializers:
-                names[node.input[index]] = None
-    return [initializers[n] for n in names if initializers[n].data_type in floating]
-
-
-def _zero_smallest(arrays: list[np.ndarray], ratio: float) -> list[np.ndarray]:
-    magnitudes = np.concatenate([np.abs(a.astype(np.float64)).ravel() for a in arrays])
-    count = round(ratio * magnitudes.size)  # the same rounding as torch's global pruning
-    mask = np.zeros(magnitudes.size, dtype=bool)
-    if count > 0:
-        mask[np.argpartition(magnitudes, count - 1)[:count]] = True
-    pruned, offset = [], 0
-    for array in arrays:
-        keep = ~mask[offset : offset + array.size].reshape(array.shape)
-        pruned.append(np.where(keep, array, np.zeros((), dtype=array.dtype)))
-        offset += array.size
-    return pruned
+    method, ratio = config.prune_method, config.prune_ratio
+    if isinstance(variant, OnnxVariant):
+        if method != "magnitude":
+            raise Unsupported(f"prune.method={method} needs a torch model; this model is ONNX")
+        return OnnxVariant(pruning.prune_onnx(variant.model_bytes, ratio))
+    if method == "magnitude":
+        module = pruning.prune_torch(variant.module, ratio)
+    elif method == "structured":
+        module = pruning.prune_structured(variant.module, ratio)
+    else:
+        module = pruning.apply_2_4_mask(variant.module)
+    return TorchVariant(module, variant.input_dtype)
 
 
 @register_transform("export_onnx")
@@ -186,91 +129,135 @@ def _export_dynamo(module: torch.nn.Module, example: tuple[torch.Tensor]) -> byt
     return program.model_proto.SerializeToString()
 
 
-# Precisions each engine can run here, on the CPU, and why the others cannot.
-ENGINE_PRECISIONS = {
-    "torch_eager": (
-        {"fp32", "bf16", "int8_dynamic"},
-        "needs CUDA; the torch_eager runtime here runs on CPU",
-    ),
-    "onnxruntime": (
-        {"fp32", "int8_dynamic"},
-        "is not supported by onnxruntime's CPUExecutionProvider",
-    ),
-}
+TORCH_ENGINES = ("torch_eager", "torch_compile")
+SPARSE_2_4_MIN_CAPABILITY = (8, 0)
 
 
-def check_precision(config: TrialConfig) -> None:
-    supported, why_not = ENGINE_PRECISIONS[config.engine]
-    if config.precision not in supported:
-        raise Unsupported(f"precision.mode={config.precision} {why_not}")
+def check_config(config: TrialConfig) -> None:
+    reason = unsupported_reason(config)
+    if reason is not None:
+        raise Unsupported(reason)
+
+
+def unsupported_reason(config: TrialConfig) -> str | None:
+    """Why the transforms cannot build this configuration on this machine, or None."""
+    if config.engine in TORCH_ENGINES:
+        return _torch_device_reason(config) or _torch_reason(config)
+    return _onnxruntime_reason(config)
+
+
+def _torch_device_reason(config: TrialConfig) -> str | None:
+    if config.device == "cuda" and not _cuda_available():
+        return "runtime.device=cuda but no CUDA device is visible"
+    return None
+
+
+def _torch_reason(config: TrialConfig) -> str | None:
+    precision, on_cuda = config.precision, config.device == "cuda"
+    if precision == "fp16" and not on_cuda:
+        return "precision.mode=fp16 needs CUDA (runtime.device=cuda)"
+    if precision == "int8_dynamic" and on_cuda:
+        return "precision.mode=int8_dynamic: torch's dynamic int8 quantization has CPU kernels only"
+    if precision == "int8_static":
+        return (
+            "precision.mode=int8_static runs on runtime.engine=onnxruntime only (torch's static "
+            "int8 flows, FX and PT2E, are deprecated)"
+        )
+    if precision == "fp8":
+        reason = _fp8_reason(on_cuda)
+        if reason is not None:
+            return reason
+    if config.prune_method == "semi_structured_2_4":
+        return _sparse_2_4_reason(config)
+    return None
+
+
+def _fp8_reason(on_cuda: bool) -> str | None:
+    wanted = _version(quantization.FP8_MIN_CAPABILITY)
+    if not on_cuda:
+        return f"precision.mode=fp8 needs CUDA with compute capability >= {wanted}"
+    capability = _cuda_capability()
+    if capability < quantization.FP8_MIN_CAPABILITY:
+        return (
+            f"precision.mode=fp8 needs compute capability >= {wanted}; "
+            f"this GPU has {_version(capability)}"
+        )
+    if importlib.util.find_spec("torchao") is None:
+        return "precision.mode=fp8 needs the package 'torchao' (pip install torchao)"
+    return None
+
+
+def _sparse_2_4_reason(config: TrialConfig) -> str | None:
+    wanted = _version(SPARSE_2_4_MIN_CAPABILITY)
+    not_accelerated = (
+        "prune.method=semi_structured_2_4: 2:4 sparsity is accelerated only on CUDA "
+        f"(compute capability >= {wanted})"
+    )
+    if config.device != "cuda":
+        return not_accelerated
+    capability = _cuda_capability()
+    if capability < SPARSE_2_4_MIN_CAPABILITY:
+        return f"{not_accelerated}; this GPU has {_version(capability)}"
+    if config.precision not in ("fp16", "bf16"):
+        return "prune.method=semi_structured_2_4 needs precision.mode fp16 or bf16 (its kernels')"
+    return None
+
+
+def _onnxruntime_reason(config: TrialConfig) -> str | None:
+    precision, provider = config.precision, config.ort_provider
+    if config.prune_method == "semi_structured_2_4":
+        return "prune.method=semi_structured_2_4 is accelerated only by the torch engines on CUDA"
+    if precision == "fp8":
+        return "precision.mode=fp8 is built with torchao, for the torch engines on CUDA only"
+    if precision in ("fp16", "bf16") and provider == "cpu":
+        return (
+            f"precision.mode={precision} is not supported by onnxruntime's CPUExecutionProvider"
+            + ("; it needs runtime.provider=cuda or tensorrt" if precision == "fp16" else "")
+        )
+    if precision == "bf16":
+        return "precision.mode=bf16: onnxruntime's CUDA/TensorRT providers run float16; use fp16"
+    return None
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _cuda_capability() -> tuple[int, int]:
+    import torch
+
+    return torch.cuda.get_device_capability()
+
+
+def _version(capability: tuple[int, int]) -> str:
+    return f"{capability[0]}.{capability[1]}"
 
 
 @register_transform("precision")
 def precision(variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
-    check_precision(config)
-    if config.precision == "fp32":
-        return variant
+    """Torch: cast (bf16/fp16) or quantize (int8_dynamic, fp8) and move the weights to
+    `config.device`. ONNX: int8 dynamic or static (calibrated on `context.calibration_inputs`)
+    quantization, or float16."""
+    check_config(config)
     if isinstance(variant, TorchVariant):
-        return _torch_precision(variant, config.precision)
-    return OnnxVariant(quantize_onnx_int8(variant.model_bytes))
+        return quantization.torch_precision(variant, config)
+    if config.precision == "int8_dynamic":
+        return OnnxVariant(quantization.quantize_onnx_int8(variant.model_bytes))
+    if config.precision == "int8_static":
+        if context.calibration_inputs is None:
+            raise Unsupported("precision.mode=int8_static needs calibration inputs")
+        inputs = context.calibration_inputs
+        return OnnxVariant(quantization.quantize_onnx_int8_static(variant.model_bytes, inputs))
+    if config.precision == "fp16":
+        return OnnxVariant(quantization.convert_onnx_fp16(variant.model_bytes))
+    return variant
 
 
-def _torch_precision(variant: TorchVariant, mode: str) -> TorchVariant:
-    """bf16 casts weights and inputs (outputs come back as float32). int8_dynamic quantizes the
-    Linear layers' weights to int8 with activations quantized per batch at run time; convolutions
-    stay fp32 because torch's dynamic quantization has no conv kernels."""
-    import torch
-
-    if mode == "bf16":
-        return TorchVariant(copy.deepcopy(variant.module).to(torch.bfloat16), torch.bfloat16)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # quantized tensor types are deprecated, still work
-        quantized = torch.ao.quantization.quantize_dynamic(
-            variant.module, {torch.nn.Linear}, dtype=torch.qint8, inplace=False
-        )
-    return TorchVariant(quantized.eval(), variant.input_dtype)
-
-
-# Quantizing every supported op first; without Conv if this onnxruntime build has no
-# ConvInteger kernel for int8 weights.
-INT8_OP_TYPE_CHOICES: tuple[tuple[str, ...] | None, ...] = (None, ("MatMul", "Gemm"))
-
-
-def quantize_onnx_int8(model_bytes: bytes) -> bytes:
-    """Dynamic quantization: int8 weights, activations quantized per batch at run time."""
-    failures = []
-    for op_types in INT8_OP_TYPE_CHOICES:
-        quantized = _quantize_dynamic(model_bytes, op_types)
-        problem = cpu_load_problem(quantized)
-        if problem is None:
-            return quantized
-        failures.append(f"op types {op_types or 'all'}: {problem}")
-    raise Unsupported(
-        "precision.mode=int8_dynamic: no quantized model loads on CPU; " + "; ".join(failures)
-    )
-
-
-def _quantize_dynamic(model_bytes: bytes, op_types: tuple[str, ...] | None) -> bytes:
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    with tempfile.TemporaryDirectory() as directory:
-        output = Path(directory) / "quantized.onnx"
-        quantize_dynamic(
-            onnx.load_model_from_string(model_bytes),
-            output,
-            weight_type=QuantType.QInt8,
-            op_types_to_quantize=list(op_types) if op_types else None,
-        )
-        return output.read_bytes()
-
-
-def cpu_load_problem(model_bytes: bytes) -> str | None:
-    """Why onnxruntime's CPU execution provider cannot load this model, or None if it can."""
-    import onnxruntime
-
-    try:
-        onnxruntime.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
-    except Exception as error:
-        return f"{type(error).__name__}: {error}"
-    return None
+@register_transform("sparsify")
+def sparsify(variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    """2:4 pruning on CUDA: compress the masked weights for the sparse kernels."""
+    if config.prune_method != "semi_structured_2_4" or not isinstance(variant, TorchVariant):
+        return variant
+    return TorchVariant(pruning.sparsify_2_4(variant.module), variant.input_dtype)

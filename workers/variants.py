@@ -14,7 +14,12 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class TorchVariant:
     """A torch module in eval mode; `input_dtype` is what floating inputs are cast to
-    (None: float32 as loaded)."""
+    (None: float32 as loaded).
+
+    Device: a variant built for a configuration has its weights on that configuration's
+    `TrialConfig.device` (the precision transform moves them; before it, weights are on the
+    CPU). Runtimes read `config.device` to place the inputs, and return outputs on the CPU.
+    """
 
     module: torch.nn.Module
     input_dtype: torch.dtype | None = None
@@ -32,6 +37,9 @@ Variant = TorchVariant | OnnxVariant
 
 @dataclass(frozen=True)
 class BuildContext:
-    """What transforms may need besides the model: a few real inputs to trace an export with."""
+    """What transforms may need besides the model: a few real inputs to trace an export with,
+    and the workload's evaluation inputs for static quantization to calibrate on (it uses a
+    bounded, deterministic subset; None where no data is at hand)."""
 
     sample_inputs: np.ndarray
+    calibration_inputs: np.ndarray | None = None

@@ -10,17 +10,17 @@ import torch
 from onnx import numpy_helper
 
 from autotune.errors import Unsupported
-from workers import transforms
+from workers import quantization, transforms
 from workers.config import parse_config
-from workers.runtimes import OnnxRuntimeSession
-from workers.transforms import (
+from workers.pruning import (
     onnx_weight_initializers,
     prunable_torch_modules,
     prune_onnx,
     prune_torch,
-    quantize_onnx_int8,
-    register_transform,
 )
+from workers.quantization import quantize_onnx_int8
+from workers.runtimes import OnnxRuntimeSession
+from workers.transforms import register_transform
 
 
 def kernels(module: torch.nn.Module) -> list[torch.Tensor]:
@@ -109,14 +109,14 @@ def test_int8_quantization_runs_on_the_cpu_provider(
 def test_int8_quantization_leaves_conv_in_fp32_when_conv_integer_cannot_load(
     monkeypatch: pytest.MonkeyPatch, digits_onnx: Path
 ) -> None:
-    real_problem = transforms.cpu_load_problem
+    real_problem = quantization.cpu_load_problem
 
     def without_conv_integer(model_bytes: bytes) -> str | None:
         if "ConvInteger" in ops(model_bytes):
             return "NOT_IMPLEMENTED: ConvInteger"
         return real_problem(model_bytes)
 
-    monkeypatch.setattr(transforms, "cpu_load_problem", without_conv_integer)
+    monkeypatch.setattr(quantization, "cpu_load_problem", without_conv_integer)
     quantized = quantize_onnx_int8(digits_onnx.read_bytes())
     assert "ConvInteger" not in ops(quantized)
     assert {"Conv", "MatMulInteger"} <= ops(quantized)
@@ -125,7 +125,7 @@ def test_int8_quantization_leaves_conv_in_fp32_when_conv_integer_cannot_load(
 def test_int8_quantization_that_never_loads_is_unsupported(
     monkeypatch: pytest.MonkeyPatch, digits_onnx: Path
 ) -> None:
-    monkeypatch.setattr(transforms, "cpu_load_problem", lambda model_bytes: "broken")
+    monkeypatch.setattr(quantization, "cpu_load_problem", lambda model_bytes: "broken")
     with pytest.raises(Unsupported, match="int8_dynamic"):
         quantize_onnx_int8(digits_onnx.read_bytes())
 
