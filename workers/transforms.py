@@ -182,7 +182,7 @@ def _fp8_reason(on_cuda: bool) -> str | None:
             f"precision.mode=fp8 needs compute capability >= {wanted}; "
             f"this GPU has {_version(capability)}"
         )
-    if importlib.util.find_spec("torchao") is None:
+    if not _has_torchao():
         return "precision.mode=fp8 needs the package 'torchao' (pip install torchao)"
     return None
 
@@ -223,6 +223,10 @@ def _cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _has_torchao() -> bool:
+    return importlib.util.find_spec("torchao") is not None
 
 
 def _cuda_capability() -> tuple[int, int]:
