@@ -118,9 +118,14 @@ class TrialSpec(Strict):
     known_accuracy: float | None = Field(
         default=None, description="accuracy already measured for this variant; skips evaluation"
     )
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="wall time after which the executor stops the trial"
+    )
 
 
-TrialStatus = Literal["ok", "unsupported", "oom", "timeout", "error"]
+# "skipped": the coordinator did not run it (e.g. a larger batch of a variant that ran out
+# of memory); every other status comes from a worker or the executor.
+TrialStatus = Literal["ok", "unsupported", "oom", "timeout", "error", "skipped"]
 EnergySource = Literal["nvml", "rapl", "estimate"]
 
 

@@ -215,23 +215,29 @@ class Coordinator:
 
     def _search(self, study: optuna.Study, tracker: Tracker, baseline: Candidate) -> None:
         accuracy_cache = _accuracy_by_variant(study)
+        oom_batch = _smallest_oom_batch(study)
         started = time.monotonic()
         running: dict[int, tuple[optuna.Trial, TrialSpec]] = {}
         while True:
-            done = _finished_count(study)
             while len(running) < self.executor.slots and self._budget_left(
-                done + len(running), started
+                _finished_count(study) + len(running), started
             ):
                 trial = study.ask()
                 config = self.space.sample(trial)
                 known = accuracy_cache.get(variant_key(config))
                 spec = self._spec(trial, config, known_accuracy=known)
+                too_big = _exceeds_oom_batch(config, oom_batch)
+                if too_big is not None:
+                    self._tell(study, trial, spec, _skipped(spec, too_big), None, tracker)
+                    continue
                 self.executor.submit(spec)
                 running[trial.number] = (trial, spec)
             if not running:
                 return
             for result in self.executor.wait():
                 trial, spec = running.pop(result.trial_number)
+                if result.status == "oom":
+                    _record_oom(oom_batch, spec.config)
                 metrics = None
                 if result.metrics is not None:
                     accuracy = result.metrics.accuracy
@@ -257,6 +263,7 @@ class Coordinator:
             config=config,
             measurement=self.request.measurement,
             known_accuracy=known_accuracy,
+            timeout_s=self.request.budget.trial_timeout_s,
         )
 
     def _tell(
@@ -487,7 +494,44 @@ def _storage(url: str) -> Any:
 def _failed_state(result: TrialResult) -> Any:
     from optuna.trial import TrialState
 
-    return TrialState.PRUNED if result.status == "unsupported" else TrialState.FAIL
+    return TrialState.PRUNED if result.status in {"unsupported", "skipped"} else TrialState.FAIL
+
+
+def _batch(config: dict[str, Any]) -> int:
+    return int(config.get("batch.size", 1))
+
+
+def _smallest_oom_batch(study: optuna.Study) -> dict[str, int]:
+    """Per variant, the smallest batch size that ran out of memory so far."""
+    smallest: dict[str, int] = {}
+    for trial in study.get_trials(deepcopy=False):
+        if trial.user_attrs.get("status") == "oom":
+            _record_oom(smallest, trial.user_attrs["config"])
+    return smallest
+
+
+def _record_oom(smallest: dict[str, int], config: dict[str, Any]) -> None:
+    key = variant_key(config)
+    smallest[key] = min(smallest.get(key, _batch(config)), _batch(config))
+
+
+def _exceeds_oom_batch(config: dict[str, Any], smallest: dict[str, int]) -> str | None:
+    limit = smallest.get(variant_key(config))
+    if limit is None or _batch(config) < limit:
+        return None
+    return f"not run: batch.size {limit} already ran out of memory for this variant"
+
+
+def _skipped(spec: TrialSpec, reason: str) -> TrialResult:
+    return TrialResult(
+        study=spec.study,
+        trial_number=spec.trial_number,
+        attempt=spec.attempt,
+        status="skipped",
+        reason=reason,
+        variant_key=variant_key(spec.config),
+        duration_s=0.0,
+    )
 
 
 def completed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

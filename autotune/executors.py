@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from autotune.contract import ArtifactInfo, ModelInfo, TrialResult, TrialSpec, Workload
+from autotune.contract import (
+    ArtifactInfo,
+    ModelInfo,
+    TrialResult,
+    TrialSpec,
+    Workload,
+    variant_key,
+)
 from autotune.errors import AutotuneError, MissingDependency
 
 if TYPE_CHECKING:
@@ -72,14 +81,38 @@ class InProcessExecutor:
         self._done.clear()
 
 
+@dataclass
+class _Running:
+    actor: Any
+    spec: TrialSpec
+    started: float
+
+    def overdue(self, now: float) -> bool:
+        return self.spec.timeout_s is not None and now - self.started > self.spec.timeout_s
+
+    def seconds_left(self, now: float) -> float | None:
+        if self.spec.timeout_s is None:
+            return None
+        return max(0.0, self.started + self.spec.timeout_s - now)
+
+
+# Outcomes after which a worker process is replaced: its memory or device state may be
+# poisoned, and a killed or hung process cannot measure the next trial.
+RECYCLE_AFTER = frozenset({"oom", "timeout"})
+
+
 class RayExecutor:
     """One long-lived Ray actor per slot; each actor runs one trial at a time.
 
     Without an address, an in-process Ray is started on this machine and stopped on
-    close; with one, the executor joins that cluster.
+    close; with one, the executor joins that cluster. A trial past its `timeout_s` is
+    stopped by killing its actor; the slot gets a fresh actor, as it does after an
+    out-of-memory outcome.
     """
 
-    def __init__(self, workers: int, address: str | None = None) -> None:
+    def __init__(
+        self, workers: int, address: str | None = None, memory_limit_mb: int | None = None
+    ) -> None:
         try:
             import ray
         except ImportError:
@@ -92,10 +125,14 @@ class RayExecutor:
             ray.init(**_init_kwargs(address, workers))
         cpus_per_slot = max(1, int(ray.available_resources().get("CPU", workers)) // workers)
         # A crashed actor process is restarted by Ray; its trial comes back as an error.
-        actor_cls = ray.remote(num_cpus=cpus_per_slot, max_restarts=3)(_worker_class())
-        self._actors: list[Any] = [actor_cls.remote() for _ in range(workers)]
+        self._actor_cls = ray.remote(num_cpus=cpus_per_slot, max_restarts=3)(_worker_class())
+        self._memory_limit_mb = memory_limit_mb
+        self._actors: list[Any] = [self._new_actor() for _ in range(workers)]
         self._idle: list[Any] = list(self._actors)
-        self._running: dict[Any, tuple[Any, TrialSpec]] = {}
+        self._running: dict[Any, _Running] = {}
+
+    def _new_actor(self) -> Any:
+        return self._actor_cls.remote(self._memory_limit_mb)
 
     @property
     def slots(self) -> int:
@@ -109,26 +146,45 @@ class RayExecutor:
         if not self._idle:
             raise AutotuneError("submit called with no idle slot")
         actor = self._idle.pop()
-        self._running[actor.run.remote(spec)] = (actor, spec)
+        ref = actor.run.remote(spec)
+        self._running[ref] = _Running(actor, spec, time.monotonic())
 
     def pending(self) -> int:
         return len(self._running)
 
     def wait(self) -> list[TrialResult]:
-        if not self._running:
-            return []
-        ready, _ = self._ray.wait(list(self._running), num_returns=1)
-        ready, _ = self._ray.wait(list(self._running), num_returns=len(self._running), timeout=0)
-        results = []
-        for ref in ready:
-            actor, spec = self._running.pop(ref)
-            self._idle.append(actor)
-            results.append(self._collect(ref, spec))
+        results: list[TrialResult] = []
+        while self._running and not results:
+            now = time.monotonic()
+            lefts = [r.seconds_left(now) for r in self._running.values()]
+            timeout = min((x for x in lefts if x is not None), default=None)
+            ready, _ = self._ray.wait(list(self._running), num_returns=1, timeout=timeout)
+            ready, _ = self._ray.wait(
+                list(self._running), num_returns=len(self._running), timeout=0
+            )
+            for ref in ready:
+                results.append(self._finish(ref, self._collect(ref)))
+            now = time.monotonic()
+            for ref in [ref for ref, r in self._running.items() if r.overdue(now)]:
+                results.append(self._finish(ref, _timed_out(self._running[ref].spec)))
         return results
 
-    def _collect(self, ref: Any, spec: TrialSpec) -> TrialResult:
+    def _finish(self, ref: Any, result: TrialResult) -> TrialResult:
+        running = self._running.pop(ref)
+        actor = running.actor
+        if result.status in RECYCLE_AFTER:
+            self._ray.kill(actor, no_restart=True)
+            replacement = self._new_actor()
+            self._actors[self._actors.index(actor)] = replacement
+            actor = replacement
+        self._idle.append(actor)
+        return result
+
+    def _collect(self, ref: Any) -> TrialResult:
+        spec = self._running[ref].spec
         try:
-            return self._ray.get(ref)
+            result: TrialResult = self._ray.get(ref)
+            return result
         except self._ray.exceptions.RayError as exc:
             return TrialResult(
                 study=spec.study,
@@ -149,6 +205,18 @@ class RayExecutor:
             self._ray.kill(actor)
         if self._owns_ray:
             self._ray.shutdown()
+
+
+def _timed_out(spec: TrialSpec) -> TrialResult:
+    return TrialResult(
+        study=spec.study,
+        trial_number=spec.trial_number,
+        attempt=spec.attempt,
+        status="timeout",
+        reason=f"still running after {spec.timeout_s:g} s; its worker was stopped",
+        variant_key=variant_key(spec.config),
+        duration_s=float(spec.timeout_s or 0.0),
+    )
 
 
 def _worker_class() -> type[TrialWorker]:

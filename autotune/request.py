@@ -29,6 +29,9 @@ class Budget(Strict):
         default=30, ge=1, description="trials in the study, baseline included"
     )
     timeout_s: float | None = Field(default=None, gt=0.0)
+    trial_timeout_s: float = Field(
+        default=600.0, gt=0.0, description="a trial still running after this is a 'timeout'"
+    )
 
     @model_validator(mode="after")
     def _some_bound(self) -> Budget:

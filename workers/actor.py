@@ -4,9 +4,13 @@ just as well called directly in-process."""
 from __future__ import annotations
 
 import os
+import resource
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from autotune.contract import ArtifactInfo, ModelInfo, TrialResult, TrialSpec, Workload
+from autotune.errors import AutotuneError
 from workers.inspection import inspect_workload
 from workers.runner import export_artifact, run_trial
 from workers.store import WorkloadStore
@@ -16,17 +20,50 @@ class TrialWorker:
     """Runs one trial at a time and keeps, per process, each workload's loaded model and data,
     reference outputs, exported ONNX models and accuracy per variant."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_limit_mb: int | None = None) -> None:
+        self.memory_limit_mb = memory_limit_mb
         self.store = WorkloadStore()
 
     def inspect(self, workload: Workload) -> ModelInfo:
         return inspect_workload(workload, self.store)
 
     def run(self, spec: TrialSpec) -> TrialResult:
-        return run_trial(spec, self.store)
+        if self.memory_limit_mb is None:
+            return run_trial(spec, self.store)
+        self._preload(spec)
+        with growth_limit(self.memory_limit_mb):
+            return run_trial(spec, self.store)
+
+    def _preload(self, spec: TrialSpec) -> None:
+        """Load the workload outside the limit: the limit is on what a trial adds."""
+        try:
+            self.store.get(spec.workload)
+        except AutotuneError:
+            pass  # run_trial reports it as the trial's outcome
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
         return export_artifact(spec, out_dir, self.store)
 
     def ping(self) -> dict[str, int | str]:
         return {"pid": os.getpid(), "hostname": socket.gethostname()}
+
+
+@contextmanager
+def growth_limit(megabytes: int) -> Iterator[None]:
+    """Let this process's data segment (RLIMIT_DATA: heap and private mappings) grow by at
+    most `megabytes` inside the block, so an allocation past it fails here as out-of-memory
+    instead of taking the machine down. Only the soft limit moves, so it can be lifted."""
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (_data_segment_bytes() + megabytes * 2**20, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+
+
+def _data_segment_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("VmData is missing from /proc/self/status")

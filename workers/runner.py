@@ -87,6 +87,9 @@ def _is_out_of_memory(error: Exception) -> bool:
         return True
     if torch is not None and isinstance(error, torch.OutOfMemoryError):
         return True
+    # torch's CPU allocator raises a plain RuntimeError when the heap is exhausted.
+    if isinstance(error, RuntimeError) and "can't allocate memory" in str(error):
+        return True
     # onnxruntime reports a failed allocation as a generic RuntimeException with this text.
     return type(error).__module__.startswith("onnxruntime") and "Failed to allocate" in str(error)
 

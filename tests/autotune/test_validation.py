@@ -57,3 +57,17 @@ def test_order_changed_and_infeasible_rescoring() -> None:
     assert not order_changed(before, before, OBJECTIVES["latency"])
     rescored = with_metrics(before[0], {"latency_p95_ms": 3.0}, {"max_latency_p95_ms": 1.0})
     assert not rescored.feasible and rescored.metrics["latency_p95_ms"] == 3.0
+
+
+def test_an_oom_batch_skips_larger_batches_of_the_same_variant() -> None:
+    from autotune.coordinator import _exceeds_oom_batch, _record_oom
+
+    smallest: dict[str, int] = {}
+    int8 = {"precision.mode": "int8_dynamic", "batch.size": 64}
+    _record_oom(smallest, int8)
+    _record_oom(smallest, {**int8, "batch.size": 128})
+    assert _exceeds_oom_batch({**int8, "batch.size": 64}, smallest) is not None
+    assert _exceeds_oom_batch({**int8, "batch.size": 256}, smallest) is not None
+    assert _exceeds_oom_batch({**int8, "batch.size": 32}, smallest) is None
+    fp32 = {"precision.mode": "fp32", "batch.size": 256}
+    assert _exceeds_oom_batch(fp32, smallest) is None
