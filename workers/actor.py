@@ -7,7 +7,7 @@ import os
 import resource
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from autotune.contract import ArtifactInfo, ModelInfo, TrialResult, TrialSpec, Workload
 from autotune.errors import AutotuneError
@@ -36,10 +36,8 @@ class TrialWorker:
 
     def _preload(self, spec: TrialSpec) -> None:
         """Load the workload outside the limit: the limit is on what a trial adds."""
-        try:
+        with suppress(AutotuneError):  # run_trial reports it as the trial's outcome
             self.store.get(spec.workload)
-        except AutotuneError:
-            pass  # run_trial reports it as the trial's outcome
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
         return export_artifact(spec, out_dir, self.store)
