@@ -199,7 +199,10 @@ def _sparse_2_4_reason(config: TrialConfig) -> str | None:
     if capability < SPARSE_2_4_MIN_CAPABILITY:
         return f"{not_accelerated}; this GPU has {_version(capability)}"
     if config.precision not in ("fp16", "bf16"):
-        return "prune.method=semi_structured_2_4 needs precision.mode fp16 or bf16 (its kernels')"
+        return (
+            "prune.method=semi_structured_2_4 needs precision.mode fp16 or bf16 "
+            "(the dtypes of its sparse kernels)"
+        )
     return None
 
 
