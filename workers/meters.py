@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
@@ -85,6 +86,7 @@ class PeakMemorySampler:
         import psutil
 
         self._process = psutil.Process()
+        self._helpers: list[psutil.Process] = []
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
@@ -114,13 +116,49 @@ class PeakMemorySampler:
         """CPU time the sampling thread has used so far."""
         return self._own_cpu_s
 
+    def watch(self, pids: Sequence[int]) -> None:
+        """Count these helper processes (a sharded session's workers) in, from now on: the
+        figure becomes the peak of this process's and their resident sets summed."""
+        import psutil
+
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                self._helpers.append(psutil.Process(pid))
+
     def _sample(self) -> None:
-        self._peak_bytes = max(self._peak_bytes, self._process.memory_info().rss)
+        import psutil
+
+        total = self._process.memory_info().rss
+        for helper in self._helpers:
+            with contextlib.suppress(psutil.Error):  # a helper that has exited holds nothing
+                total += helper.memory_info().rss
+        self._peak_bytes = max(self._peak_bytes, total)
 
     def _sample_until_stopped(self) -> None:
         while not self._stop.wait(self._interval_s):
             self._sample()
             self._own_cpu_s = time.thread_time()
+
+
+def cpu_seconds_with(pids: Sequence[int]) -> Callable[[], float]:
+    """A CPU clock for `CpuTimeEnergyEstimate`: this process's CPU time plus that of the helper
+    processes `pids` (user + system; a helper that has exited keeps its last reading)."""
+    import psutil
+
+    helpers = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            helpers.append(psutil.Process(pid))
+    last = [0.0] * len(helpers)
+
+    def clock() -> float:
+        for index, helper in enumerate(helpers):
+            with contextlib.suppress(psutil.Error):
+                times = helper.cpu_times()
+                last[index] = times.user + times.system
+        return time.process_time() + sum(last)
+
+    return clock
 
 
 class EnergyMeter(Protocol):

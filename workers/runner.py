@@ -34,11 +34,18 @@ from workers.meters import (
     CpuTimeEnergyEstimate,
     LatencyStats,
     PeakMemorySampler,
+    cpu_seconds_with,
     time_calls,
     warm_up,
 )
 from workers.pruning import pruned_skeleton
-from workers.runtimes import OnnxRuntimeSession, Session, TorchEagerSession
+from workers.runtimes import (
+    OnnxRuntimeSession,
+    Session,
+    TorchEagerSession,
+    helper_pids,
+    opened,
+)
 from workers.store import LoadedWorkload, WorkloadStore, default_store
 from workers.transforms import TRANSFORMS
 from workers.variants import BuildContext, OnnxVariant, TorchVariant
@@ -98,14 +105,17 @@ def _measure(spec: TrialSpec, store: WorkloadStore) -> tuple[TrialMetrics, Prove
     loaded = store.get(spec.workload)
     config = loaded.parse(spec.config)
     settings = spec.measurement
-    with PeakMemorySampler() as memory:
-        session = loaded.session_for(config)
+    with PeakMemorySampler() as memory, opened(loaded.session_for(config)) as session:
+        helpers = helper_pids(session)  # sharded sessions' worker processes count too
+        memory.watch(helpers)
         call = partial(session.run, _timing_batch(loaded, session, config))
         accuracy = spec.known_accuracy
         if accuracy is None:
             accuracy = loaded.accuracy(config, session)
         warm_up(call, settings.warmup_iters)
-        energy = CpuTimeEnergyEstimate(settings.cpu_watts_per_core, memory.own_cpu_seconds)
+        energy = CpuTimeEnergyEstimate(
+            settings.cpu_watts_per_core, memory.own_cpu_seconds, cpu_seconds_with(helpers)
+        )
         energy.start()
         latency = time_calls(call, settings)
         joules = energy.stop()

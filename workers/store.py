@@ -14,7 +14,8 @@ from autotune.errors import RequestError
 from workers.config import TrialConfig, parse_config
 from workers.evaluate import QualityMetric, resolve_metric, run_all
 from workers.loading import EvalData, LoadedModel, TorchModel, load_data, load_model
-from workers.runtimes import Session, build_session
+from workers.runtimes import Session, build_session, check_runtime
+from workers.sharding import ModelSource
 from workers.transforms import build_variant
 from workers.variants import BuildContext, OnnxVariant, TorchVariant, Variant
 
@@ -52,16 +53,32 @@ class LoadedWorkload:
         cached = self.onnx_by_variant.get(config.variant_id)
         if cached is not None:
             return OnnxVariant(cached)
-        context = BuildContext(
-            sample_inputs=self.data.inputs[:TRACE_SAMPLES], calibration_inputs=self.data.inputs
-        )
-        variant = build_variant(self.original_variant(), config, context)
+        variant = build_variant(self.original_variant(), config, self.build_context())
         if isinstance(variant, OnnxVariant):
             self.onnx_by_variant[config.variant_id] = variant.model_bytes
         return variant
 
+    def build_context(self) -> BuildContext:
+        return BuildContext(
+            sample_inputs=self.data.inputs[:TRACE_SAMPLES], calibration_inputs=self.data.inputs
+        )
+
+    def model_source(self) -> ModelSource | None:
+        """How another process rebuilds this workload's torch variants (tensor parallelism)."""
+        if not isinstance(self.model, TorchModel):
+            return None
+        return ModelSource(
+            entry_point=self.model.entry_point,
+            python_path=tuple(self.workload.python_path),
+            sha256=self.model.sha256,
+            context=self.build_context(),
+        )
+
     def session_for(self, config: TrialConfig) -> Session:
-        return build_session(self.variant_for(config), config)
+        """A session to close after use (`workers.runtimes.opened`): sharded ones hold
+        processes. Settings the runtime cannot apply are refused before the variant is built."""
+        check_runtime(config)
+        return build_session(self.variant_for(config), config, self.model_source())
 
     def reference_outputs(self) -> np.ndarray:
         """Outputs of the unmodified model (fp32, default runtime) on all evaluation inputs."""
