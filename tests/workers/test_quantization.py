@@ -80,8 +80,8 @@ def test_combinations_that_cannot_build(config: dict[str, ConfigValue], reason_p
 def test_cuda_without_a_device_is_unsupported() -> None:
     assert reason(CUDA) == "runtime.device=cuda but no CUDA device is visible"
     result = run_trial(spec_for(digits_workload(), CUDA), STORE)
-    assert result.status == "unsupported"
-    assert result.reason == "runtime.device=cuda but no CUDA device is visible"
+    assert result.status == "unsupported"  # the runtime may refuse first, in its own words
+    assert "no CUDA device is visible" in (result.reason or "")
 
 
 @pytest.mark.usefixtures("fake_cuda")
