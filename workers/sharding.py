@@ -218,8 +218,8 @@ def plan_pairs(
     key = f"shard.tensor_parallel={world_size}"
     if not pairs:
         has_linear = any(isinstance(m, nn.Linear) for m in module.modules())
-        why = "a Linear -> elementwise -> Linear pair" if has_linear else "any nn.Linear layer"
-        raise Unsupported(f"{key}: the model has no {why} to split across ranks")
+        what = "Linear -> elementwise -> Linear pair" if has_linear else "nn.Linear layer"
+        raise Unsupported(f"{key}: the model has no {what} to split across ranks")
     if not even:
         widths = [_out_features(modules[first]) for first, _ in pairs]
         raise Unsupported(f"{key}: no Linear pair's hidden width {widths} divides by {world_size}")

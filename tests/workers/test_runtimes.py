@@ -18,6 +18,7 @@ from workers.runtimes import (
     CudaGraphForward,
     OnnxRuntimeSession,
     TorchCompileSession,
+    TorchEagerSession,
     build_session,
     check_runtime,
     module_on,
@@ -388,6 +389,7 @@ def test_cuda_graphs_replay_per_shape(
     cpu = build_session(TorchVariant(digits_module), parse_config({}, "torch"))
     for batch in (digits[0][:8], digits[0][8:16], digits[0][:3], digits[0][:8]):
         np.testing.assert_allclose(session.run(batch), cpu.run(batch), atol=1e-4)
+    assert isinstance(session, TorchEagerSession)
     forward = session._forward
     assert isinstance(forward, CudaGraphForward) and len(forward._graphs) == 2
 
