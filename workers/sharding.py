@@ -16,8 +16,8 @@ hosts on a free localhost port, and applies the plan with `parallelize_module` o
 `DeviceMesh`. `run(batch)` sends the batch to every rank over a pipe and returns rank 0's
 outputs, so a timed call covers the sharded forward with its all-reduces plus the pipe transfers
 in and out (rank 0's own forward time is kept in `rank0_seconds`). The workers stop on
-`close()`, at garbage collection or interpreter exit, and by themselves when the parent's end
-of their pipe closes.
+`close()`, at garbage collection or interpreter exit, and by themselves when the session's
+process goes away (their pipe closes; a watchdog catches it even mid-collective).
 
 Data parallel (`shard.data_parallel = r > 1`, torch_eager and torch_compile, CUDA only): one
 replica per CUDA device in this process; each call splits the batch into r chunks, moves each to
@@ -35,6 +35,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import weakref
@@ -368,6 +369,7 @@ class TensorParallelSession:
             command = [
                 sys.executable, "-m", "workers.sharding", "--rank", str(rank),
                 "--world-size", str(self.world_size), "--fd", str(child_end.fileno()),
+                "--parent", str(os.getpid()),
             ]  # fmt: skip
             try:
                 self._processes.append(
@@ -603,6 +605,18 @@ def _error_kind(error: BaseException) -> str:
     return "error"
 
 
+def _exit_with_parent(parent: int, interval_s: float = 1.0) -> None:
+    """A rank whose session process is gone (killed, say, by a trial timeout) exits, even when
+    it is blocked in a collective waiting for a peer."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def worker_main(argv: Sequence[str] | None = None) -> int:
     """One tensor-parallel rank: receive the spec, build and shard the model, say ready, then
     answer batches until told to stop (None) or the parent goes away (EOF)."""
@@ -610,7 +624,9 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
+    _exit_with_parent(args.parent)
     conn = Connection(args.fd)
     rank: _Rank | None = None
     try:

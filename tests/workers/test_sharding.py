@@ -288,3 +288,37 @@ def test_a_data_parallel_trial_on_two_gpus() -> None:
     config = {"shard.data_parallel": 2, "runtime.device": "cuda", "batch.size": 8}
     result = run_trial(spec_for(digits_workload(), config), WorkloadStore())  # type: ignore[arg-type]
     assert result.status == "ok", result.reason
+
+
+KILLED_PARENT = """
+import os, signal, sys
+from tests.workers.test_sharding import INPUTS, build_mlp, mlp_source
+from workers.config import parse_config
+from workers.sharding import tensor_parallel_session
+from workers.variants import TorchVariant
+
+module = build_mlp()
+config = parse_config({"shard.tensor_parallel": 2, "runtime.threads": 2}, "torch")
+session = tensor_parallel_session(TorchVariant(module), config, mlp_source(module))
+session.run(INPUTS)
+print(*session.helper_pids, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_ranks_exit_when_the_session_process_is_killed() -> None:
+    import subprocess
+    import sys
+    import time
+
+    finished = subprocess.run(
+        [sys.executable, "-c", KILLED_PARENT], cwd=REPO, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert finished.returncode == -signal.SIGKILL, finished.stderr
+    pids = [int(pid) for pid in finished.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in pids)
