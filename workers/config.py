@@ -81,8 +81,7 @@ class TrialConfig:
         of the configuration (a missing key and its default are the same)."""
         pruning = f"{self.prune_method}:{self.prune_ratio!r}" if self.prunes else "none"
         return (
-            f"engine={self.engine},device={self.device},precision={self.precision},"
-            f"prune={pruning}"
+            f"engine={self.engine},device={self.device},precision={self.precision},prune={pruning}"
         )
 
 
