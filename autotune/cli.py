@@ -137,24 +137,28 @@ def _progress_bar(total: int | None) -> Iterator[Callable[[int, Any], None]]:
 def _print_front(front: list[Any], chosen: int | None) -> None:
     if not front:
         return
-    config_keys = sorted({k for c in front for k in c.config})
-    table = Table(title="Pareto front (feasible trials)")
+    keys = sorted({k for c in front for k in c.config})
+    varying = [k for k in keys if len({str(c.config.get(k, "")) for c in front}) > 1]
+    shared = {k: front[0].config.get(k) for k in keys if k not in varying}
+    table = Table(title=f"Pareto front: {len(front)} feasible, non-dominated trials")
     table.add_column("trial", justify="right")
-    for key in config_keys:
+    for key in varying:
         table.add_column(key)
-    for name in ("accuracy", "latency_p95_ms", "throughput_per_s", "energy_per_sample_j"):
-        table.add_column(name, justify="right")
+    for header in ("accuracy", "p95 ms", "samples/s", "J/sample"):
+        table.add_column(header, justify="right")
     for c in sorted(front, key=lambda c: c.metrics["latency_p95_ms"]):
         mark = "*" if c.trial_number == chosen else ""
         table.add_row(
             f"{c.trial_number}{mark}",
-            *(str(c.config.get(k, "")) for k in config_keys),
+            *(str(c.config.get(k, "")) for k in varying),
             f"{c.metrics['accuracy']:.4f}",
             f"{c.metrics['latency_p95_ms']:.3f}",
             f"{c.metrics['throughput_per_s']:.0f}",
             f"{c.metrics['energy_per_sample_j']:.2e}",
         )
     out.print(table)
+    if shared:
+        out.print("common to all: " + ", ".join(f"{k}={v}" for k, v in shared.items()))
 
 
 def _print_comparison(baseline: dict[str, Any], tuned: dict[str, Any]) -> None:
