@@ -168,6 +168,21 @@ class TrialResult(Strict):
     provenance: Provenance | None = None
     duration_s: float
 
+    @classmethod
+    def without_metrics(
+        cls, spec: TrialSpec, status: TrialStatus, reason: str, duration_s: float = 0.0
+    ) -> TrialResult:
+        """The outcome of a trial that produced no measurement."""
+        return cls(
+            study=spec.study,
+            trial_number=spec.trial_number,
+            attempt=spec.attempt,
+            status=status,
+            reason=reason,
+            variant_key=variant_key(spec.config),
+            duration_s=duration_s,
+        )
+
     @model_validator(mode="after")
     def _metrics_iff_ok(self) -> TrialResult:
         if (self.status == "ok") != (self.metrics is not None):

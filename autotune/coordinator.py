@@ -228,7 +228,14 @@ class Coordinator:
                 spec = self._spec(trial, config, known_accuracy=known)
                 too_big = _exceeds_oom_batch(config, oom_batch)
                 if too_big is not None:
-                    self._tell(study, trial, spec, _skipped(spec, too_big), None, tracker)
+                    self._tell(
+                        study,
+                        trial,
+                        spec,
+                        TrialResult.without_metrics(spec, "skipped", too_big),
+                        None,
+                        tracker,
+                    )
                     continue
                 self.executor.submit(spec)
                 running[trial.number] = (trial, spec)
@@ -520,18 +527,6 @@ def _exceeds_oom_batch(config: dict[str, Any], smallest: dict[str, int]) -> str 
     if limit is None or _batch(config) < limit:
         return None
     return f"not run: batch.size {limit} already ran out of memory for this variant"
-
-
-def _skipped(spec: TrialSpec, reason: str) -> TrialResult:
-    return TrialResult(
-        study=spec.study,
-        trial_number=spec.trial_number,
-        attempt=spec.attempt,
-        status="skipped",
-        reason=reason,
-        variant_key=variant_key(spec.config),
-        duration_s=0.0,
-    )
 
 
 def completed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

@@ -20,7 +20,6 @@ from autotune.contract import (
     TrialResult,
     TrialSpec,
     Workload,
-    variant_key,
 )
 from autotune.errors import AutotuneError, MissingDependency
 
@@ -186,15 +185,8 @@ class RayExecutor:
             result: TrialResult = self._ray.get(ref)
             return result
         except self._ray.exceptions.RayError as exc:
-            return TrialResult(
-                study=spec.study,
-                trial_number=spec.trial_number,
-                attempt=spec.attempt,
-                status="error",
-                reason=f"worker failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-                variant_key="",
-                duration_s=0.0,
-            )
+            reason = f"worker failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+            return TrialResult.without_metrics(spec, "error", reason)
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
         artifact: ArtifactInfo = self._ray.get(self._actors[0].export.remote(spec, out_dir))
@@ -208,15 +200,8 @@ class RayExecutor:
 
 
 def _timed_out(spec: TrialSpec) -> TrialResult:
-    return TrialResult(
-        study=spec.study,
-        trial_number=spec.trial_number,
-        attempt=spec.attempt,
-        status="timeout",
-        reason=f"still running after {spec.timeout_s:g} s; its worker was stopped",
-        variant_key=variant_key(spec.config),
-        duration_s=float(spec.timeout_s or 0.0),
-    )
+    reason = f"still running after {spec.timeout_s:g} s; its worker was stopped"
+    return TrialResult.without_metrics(spec, "timeout", reason, float(spec.timeout_s or 0.0))
 
 
 def _worker_class() -> type[TrialWorker]:

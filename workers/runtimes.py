@@ -407,12 +407,12 @@ class TorchEagerSession:
     def run(self, batch: np.ndarray) -> np.ndarray:
         with self._kernels.applied():
             inputs = torch_inputs(batch, self._input_dtype, self._device)
-            if self._attention_unchecked:
+            if self._attention_unchecked:  # eagerly, once: dynamo must not trace the probe
                 check_attention_used(self._module, inputs, self._kernels.sdpa_backend)
                 self._attention_unchecked = False
             try:
                 outputs = self._forward(inputs)
-            except RuntimeError as error:
+            except Exception as error:
                 refused = sdpa_unsupported(error, self._kernels.sdpa_backend)
                 if refused is not None:
                     raise refused from error
@@ -500,7 +500,7 @@ def torch_eager(variant: Variant, config: TrialConfig) -> Session:
     )
 
 
-class TorchCompileSession:
+class TorchCompileSession(TorchEagerSession):
     """`torch.compile(module, mode=..., dynamic=False)` run in inference mode.
 
     Compiling happens on the first call with each input shape (dynamic=False: a new batch size
@@ -508,8 +508,6 @@ class TorchCompileSession:
     session is built, so a long-lived worker does not reach dynamo's recompile limit (beyond it
     dynamo would silently run the model eagerly).
     """
-
-    fixed_batch: int | None = None
 
     def __init__(
         self,
@@ -522,28 +520,9 @@ class TorchCompileSession:
         import torch
 
         torch._dynamo.reset()
-        self._device = torch.device(device)
-        self._module = module_on(variant.module, self._device)
-        self._input_dtype = variant.input_dtype
-        self._kernels = kernels or TorchKernels(threads)
+        super().__init__(variant, threads, device, kernels)
         self.mode = mode
-        self._compiled = compile_module(self._module, mode)
-        self._attention_unchecked = self._kernels.sdpa_backend != "auto"
-
-    def run(self, batch: np.ndarray) -> np.ndarray:
-        with self._kernels.applied():
-            inputs = torch_inputs(batch, self._input_dtype, self._device)
-            if self._attention_unchecked:  # eagerly, once: dynamo must not trace the probe
-                check_attention_used(self._module, inputs, self._kernels.sdpa_backend)
-                self._attention_unchecked = False
-            try:
-                outputs = self._compiled(inputs)
-            except Exception as error:
-                refused = sdpa_unsupported(error, self._kernels.sdpa_backend)
-                if refused is not None:
-                    raise refused from error
-                raise
-            return to_numpy(first_tensor(outputs))
+        self._forward = compile_module(self._module, mode)
 
 
 def compile_module(module: torch.nn.Module, mode: str) -> Callable[[torch.Tensor], Any]:
