@@ -87,6 +87,18 @@ class MeasurementSettings(Strict):
         gt=0.0,
         description="power model of the energy estimate: watts drawn per fully busy core",
     )
+    settle_tolerance: float | None = Field(
+        default=0.02,
+        gt=0.0,
+        description="once the minimums are met, stop when the 95% confidence interval of the "
+        "median latency is within this fraction of it; None: stop at the minimums",
+    )
+    energy_window_s: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="an energy counter is read over a window of at least this long, the "
+        "workload repeated inside it (NVML updates about every 100 ms)",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> MeasurementSettings:
@@ -144,15 +156,23 @@ class TrialMetrics(Strict):
     throughput_per_s: float
     energy_per_sample_j: float
     energy_source: EnergySource
+    energy_above_idle_per_sample_j: float | None = Field(
+        default=None, description="the part above the device's idle draw (measured meters only)"
+    )
+    idle_power_w: float | None = None
     peak_memory_mb: float
     iterations: int
     measure_seconds: float
+    stopped_by: Literal["settled", "minimums", "max_iters", "max_seconds"] | None = None
 
 
 class Provenance(Strict):
     model_sha256: str
     host: str
     pid: int | None = Field(default=None, description="the worker process that measured")
+    hardware_fingerprint: str | None = Field(
+        default=None, description="HardwareProfile.fingerprint of the machine that measured"
+    )
     software: dict[str, str]
     measurement: MeasurementSettings
 
