@@ -26,7 +26,7 @@ from autotune.errors import AutotuneError, NoFeasibleConfiguration, RequestError
 from autotune.hardware import HardwareProfile
 from autotune.metrics import OBJECTIVES, Metric
 from autotune.pareto import Candidate, pareto_front, select, selection_metric
-from autotune.request import Constraints, TuningRequest
+from autotune.request import Constraints, Cost, TuningRequest
 from autotune.space import EffectiveSpace
 from autotune.tracking import Tracker, is_number
 from autotune.tuned import ConstraintOutcome, TunedConfig, reported
@@ -372,7 +372,7 @@ class Coordinator:
             finalists = [provisional, *neighbours]
             remeasured = self._remeasure(finalists, settings, remeasured_baseline.metrics)
             kept = [c for c in remeasured if c is not None and c.feasible]
-            rounds.append(_round_report(finalists, remeasured))
+            rounds.append(_round_report(finalists, remeasured, self.request.cost))
             if kept:
                 chosen = select(kept, self.request.selection)
                 others = [c for c in kept if c.trial_number != chosen.trial_number]
@@ -384,7 +384,7 @@ class Coordinator:
                     "chosen": chosen.trial_number,
                     "order_changed": order_changed(finalists, kept, metric),
                     "tied_with": [c.trial_number for c in tied_with(chosen, others)],
-                    "baseline": reported(remeasured_baseline.metrics),
+                    "baseline": reported(remeasured_baseline.metrics, self.request.cost),
                 }
                 study.set_user_attr("revalidation", report)
                 return Revalidation(chosen, remeasured_baseline, report)
@@ -467,8 +467,8 @@ class Coordinator:
         model_source = self.request.model.onnx or self.request.model.entry_point or ""
         return TunedConfig(
             config=chosen.config,
-            metrics=reported(chosen.metrics),
-            baseline=reported(revalidation.baseline.metrics),
+            metrics=reported(chosen.metrics, self.request.cost),
+            baseline=reported(revalidation.baseline.metrics, self.request.cost),
             constraints=constraints,
             model={"source": model_source, "sha256": info.sha256},
             hardware={"fingerprint": self.profile.fingerprint, **self.profile.model_dump()},
@@ -566,13 +566,13 @@ def candidate_from_trial(trial: optuna.trial.FrozenTrial) -> Candidate:
 
 
 def _round_report(
-    finalists: list[Candidate], remeasured: list[Candidate | None]
+    finalists: list[Candidate], remeasured: list[Candidate | None], cost: Cost
 ) -> list[dict[str, Any]]:
     return [
         {
             "trial": before.trial_number,
-            "search": reported(before.metrics),
-            "revalidated": None if after is None else reported(after.metrics),
+            "search": reported(before.metrics, cost),
+            "revalidated": None if after is None else reported(after.metrics, cost),
             "feasible": after is not None and after.feasible,
         }
         for before, after in zip(finalists, remeasured, strict=True)

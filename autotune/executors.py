@@ -126,12 +126,15 @@ class RayExecutor:
         # A crashed actor process is restarted by Ray; its trial comes back as an error.
         self._actor_cls = ray.remote(num_cpus=cpus_per_slot, max_restarts=3)(_worker_class())
         self._memory_limit_mb = memory_limit_mb
-        self._actors: list[Any] = [self._new_actor() for _ in range(workers)]
+        # On this machine each slot gets its own cores, so neighbours do not disturb its
+        # timings; on a cluster Ray places actors and the nodes' cores are not ours to split.
+        self._cpus = _split_cores(workers) if self._owns_ray and not address else [None] * workers
+        self._actors: list[Any] = [self._new_actor(slot) for slot in range(workers)]
         self._idle: list[Any] = list(self._actors)
         self._running: dict[Any, _Running] = {}
 
-    def _new_actor(self) -> Any:
-        return self._actor_cls.remote(self._memory_limit_mb)
+    def _new_actor(self, slot: int) -> Any:
+        return self._actor_cls.remote(self._memory_limit_mb, self._cpus[slot])
 
     @property
     def slots(self) -> int:
@@ -140,6 +143,11 @@ class RayExecutor:
     def inspect(self, workload: Workload) -> ModelInfo:
         info: ModelInfo = self._ray.get(self._actors[0].inspect.remote(workload))
         return info
+
+    def pings(self) -> list[dict[str, Any]]:
+        """Each slot's worker process: pid, host and the cores it may run on."""
+        pings: list[dict[str, Any]] = self._ray.get([a.ping.remote() for a in self._actors])
+        return pings
 
     def submit(self, spec: TrialSpec) -> None:
         if not self._idle:
@@ -173,8 +181,9 @@ class RayExecutor:
         actor = running.actor
         if result.status in RECYCLE_AFTER:
             self._ray.kill(actor, no_restart=True)
-            replacement = self._new_actor()
-            self._actors[self._actors.index(actor)] = replacement
+            slot = self._actors.index(actor)
+            replacement = self._new_actor(slot)
+            self._actors[slot] = replacement
             actor = replacement
         self._idle.append(actor)
         return result
@@ -197,6 +206,15 @@ class RayExecutor:
             self._ray.kill(actor)
         if self._owns_ray:
             self._ray.shutdown()
+
+
+def _split_cores(slots: int) -> list[list[int] | None]:
+    """Disjoint, contiguous core sets, one per slot (shared when there are fewer cores)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < slots:
+        return [None] * slots
+    size = len(cores) // slots
+    return [cores[i * size : (i + 1) * size] for i in range(slots)]
 
 
 def _timed_out(spec: TrialSpec) -> TrialResult:

@@ -68,6 +68,17 @@ class Validation(Strict):
     )
 
 
+class Cost(Strict):
+    """Prices that turn measurements into money and emissions (optional)."""
+
+    price_per_hour: float | None = Field(
+        default=None, ge=0.0, description="what an hour of this hardware costs, any currency"
+    )
+    grid_gco2_per_kwh: float | None = Field(
+        default=None, ge=0.0, description="grid carbon intensity, grams CO2e per kWh"
+    )
+
+
 class Tracking(Strict):
     uri: str = "sqlite:///mlflow.db"
     experiment: str = "autotune"
@@ -88,6 +99,7 @@ class TuningRequest(Strict):
     selection: Selection = Selection()
     measurement: MeasurementSettings = MeasurementSettings()
     validation: Validation = Validation()
+    cost: Cost = Cost()
     tracking: Tracking = Tracking()
     storage: str = "sqlite:///autotune.db"
 

@@ -8,6 +8,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from autotune.contract import ConfigValue, Strict
+from autotune.request import Cost
 
 REPORTED_METRICS = (
     "accuracy",
@@ -49,5 +50,29 @@ class TunedConfig(BaseModel):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
-def reported(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: metrics[k] for k in REPORTED_METRICS if k in metrics}
+def reported(metrics: dict[str, Any], cost: Cost | None = None) -> dict[str, Any]:
+    """The user contract's metrics, plus the figures derived from them."""
+    shown = {k: metrics[k] for k in REPORTED_METRICS if k in metrics}
+    if "latency_p95_ci_low_ms" in metrics and metrics["latency_p95_ci_low_ms"] is not None:
+        shown["latency_p95_ci_ms"] = [
+            metrics["latency_p95_ci_low_ms"],
+            metrics["latency_p95_ci_high_ms"],
+        ]
+    for key in ("iterations", "measure_seconds", "stopped_by"):
+        if metrics.get(key) is not None:
+            shown[key] = metrics[key]
+    return {**shown, **derived_figures(metrics, cost or Cost())}
+
+
+def derived_figures(metrics: dict[str, Any], cost: Cost) -> dict[str, float]:
+    """Energy per 1,000 samples; with prices, cost and CO2e per million samples. Derived from
+    an estimated energy figure, the CO2e is an estimate too (energy_source says which)."""
+    joules = float(metrics["energy_per_sample_j"])
+    figures = {"energy_per_1000_samples_j": joules * 1000}
+    if cost.price_per_hour is not None:
+        hours_per_million = 1e6 / float(metrics["throughput_per_s"]) / 3600
+        figures["cost_per_million_samples"] = hours_per_million * cost.price_per_hour
+    if cost.grid_gco2_per_kwh is not None:
+        kwh_per_million = joules * 1e6 / 3.6e6
+        figures["co2e_g_per_million_samples"] = kwh_per_million * cost.grid_gco2_per_kwh
+    return figures

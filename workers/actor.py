@@ -20,7 +20,9 @@ class TrialWorker:
     """Runs one trial at a time and keeps, per process, each workload's loaded model and data,
     reference outputs, exported ONNX models and accuracy per variant."""
 
-    def __init__(self, memory_limit_mb: int | None = None) -> None:
+    def __init__(self, memory_limit_mb: int | None = None, cpus: list[int] | None = None) -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)  # disjoint from the other slots' cores
         self.memory_limit_mb = memory_limit_mb
         self.store = WorkloadStore()
 
@@ -42,8 +44,12 @@ class TrialWorker:
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
         return export_artifact(spec, out_dir, self.store)
 
-    def ping(self) -> dict[str, int | str]:
-        return {"pid": os.getpid(), "hostname": socket.gethostname()}
+    def ping(self) -> dict[str, object]:
+        return {
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "cpus": sorted(os.sched_getaffinity(0)),
+        }
 
 
 @contextmanager

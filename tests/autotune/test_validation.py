@@ -71,3 +71,15 @@ def test_an_oom_batch_skips_larger_batches_of_the_same_variant() -> None:
     assert _exceeds_oom_batch({**int8, "batch.size": 32}, smallest) is None
     fp32 = {"precision.mode": "fp32", "batch.size": 256}
     assert _exceeds_oom_batch(fp32, smallest) is None
+
+
+def test_derived_figures() -> None:
+    from autotune.request import Cost
+    from autotune.tuned import derived_figures
+
+    metrics = {"energy_per_sample_j": 0.002, "throughput_per_s": 1000.0}
+    assert derived_figures(metrics, Cost()) == {"energy_per_1000_samples_j": 2.0}
+    priced = derived_figures(metrics, Cost(price_per_hour=3.6, grid_gco2_per_kwh=400.0))
+    # a million samples take 1000 s = 1/3.6 h; 2000 J = 1/1800 kWh
+    assert priced["cost_per_million_samples"] == 1.0
+    assert abs(priced["co2e_g_per_million_samples"] - 400 / 1800) < 1e-12
