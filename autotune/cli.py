@@ -12,10 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from autotune.errors import AutotuneError, NoFeasibleConfiguration, RequestError
+from autotune.errors import AutotuneError, Interrupted, NoFeasibleConfiguration, RequestError
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
+EXIT_INTERRUPTED = 130
 
 app = typer.Typer(
     help="Hardware-aware tuning of ML models.", no_args_is_help=True, add_completion=False
@@ -33,6 +34,9 @@ def _exit_codes() -> Iterator[None]:
     except RequestError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+    except Interrupted as exc:
+        err.print(f"[yellow]interrupted:[/yellow] {exc}", highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except NoFeasibleConfiguration as exc:
         err.print(f"[yellow]no tuned configuration:[/yellow] {exc}", highlight=False)
         raise typer.Exit(EXIT_INFEASIBLE) from None

@@ -136,8 +136,9 @@ class TrialSpec(Strict):
 
 
 # "skipped": the coordinator did not run it (e.g. a larger batch of a variant that ran out
-# of memory); every other status comes from a worker or the executor.
-TrialStatus = Literal["ok", "unsupported", "oom", "timeout", "error", "skipped"]
+# of memory); "lost": its worker or coordinator died, so it says nothing of the candidate
+# and is retried; every other status comes from a worker or the executor.
+TrialStatus = Literal["ok", "unsupported", "oom", "timeout", "error", "skipped", "lost"]
 EnergySource = Literal["nvml", "rapl", "estimate"]
 
 

@@ -8,8 +8,11 @@ configuration from the feasible Pareto front and export its optimized model.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,8 +25,9 @@ from autotune.contract import (
     Workload,
     variant_key,
 )
-from autotune.errors import AutotuneError, NoFeasibleConfiguration, RequestError
+from autotune.errors import AutotuneError, Interrupted, NoFeasibleConfiguration, RequestError
 from autotune.hardware import HardwareProfile
+from autotune.leases import Heartbeat, Owner, claim, lost_trials, study_lock
 from autotune.metrics import OBJECTIVES, Metric
 from autotune.pareto import Candidate, pareto_front, select, selection_metric
 from autotune.request import Constraints, Cost, TuningRequest
@@ -57,6 +61,14 @@ ProgressCallback = Callable[[int, int | None, TrialResult], None]
 
 # Re-measurements are not new trials: they carry this attempt number instead.
 REVALIDATION_ATTEMPT = 1000
+# A trial lost to a dead worker or coordinator runs at most this many times in all.
+MAX_ATTEMPTS = 3
+# How often the coordinator looks for trials of dead coordinators, and how long a
+# coordinator's heartbeat may be silent before its trials count as lost.
+REAP_EVERY_S = 10.0
+STALE_AFTER_S = 60.0
+# How long storage calls keep retrying while the database is unreachable.
+DATABASE_PATIENCE_S = 120.0
 
 
 @dataclass
@@ -97,6 +109,26 @@ def constraint_violations(constraints: Constraints, metrics: dict[str, Any]) -> 
     return violations
 
 
+@contextmanager
+def _stop_on_sigint(coordinator: Coordinator) -> Iterator[None]:
+    """The first Ctrl-C stops asking for trials and lets the running ones finish; a second
+    one interrupts at once (the study stays resumable: lost trials are reaped)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        if coordinator.stopping:
+            raise KeyboardInterrupt
+        coordinator.stopping = True
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Coordinator:
     def __init__(
         self,
@@ -122,11 +154,15 @@ class Coordinator:
         self.experiment = experiment
         self.on_progress = on_progress or (lambda done, total, result: None)
         self.objectives: list[Metric] = [OBJECTIVES[o] for o in request.objectives]
+        self.owner = Owner()
+        self.stale_after_s = STALE_AFTER_S
+        self.stopping = False
 
     def run(self) -> TuneOutcome:
         info = self.model_info
         study = self._open_study(info)
-        tracker = Tracker(self.tracking_uri, self.experiment, self.settings.study_name)
+        with study_lock(self.settings.storage, self.settings.study_name):
+            tracker = Tracker(self.tracking_uri, self.experiment, self.settings.study_name)
         tracker.log_study_inputs(
             params=self._study_params(info),
             documents={
@@ -137,9 +173,16 @@ class Coordinator:
             tags={"energy_source": "pending", "hardware_fingerprint": self.profile.fingerprint},
         )
         try:
-            baseline = self._ensure_baseline(study, tracker)
-            self._search(study, tracker, baseline)
+            with Heartbeat(study, self.owner), _stop_on_sigint(self):
+                baseline = self._search(study, tracker)
+            if self.stopping:
+                raise Interrupted(
+                    f"stopped by the user; run the same command to resume {study.study_name!r}"
+                )
             return self._finish(study, tracker, info, baseline)
+        except Interrupted:
+            tracker.finish("KILLED")
+            raise
         except BaseException:
             tracker.finish("FAILED")
             raise
@@ -195,70 +238,155 @@ class Coordinator:
 
     # -- trials ------------------------------------------------------------------------
 
-    def _ensure_baseline(self, study: optuna.Study, tracker: Tracker) -> Candidate:
-        existing = _baseline_trial(study)
-        if existing is None:
-            study.enqueue_trial(self.space.baseline(), user_attrs={"baseline": True})
-            trial = study.ask()
-            spec = self._spec(trial, self.space.sample(trial), known_accuracy=None)
-            self.executor.submit(spec)
-            (result,) = self.executor.wait()
-            if result.status != "ok" or result.metrics is None:
-                study.tell(trial, state=_failed_state(result))
-                raise AutotuneError(f"the baseline (unmodified model) failed: {result.reason}")
-            metrics = {**result.metrics.model_dump(), "accuracy_drop": 0.0}
-            self._tell(study, trial, spec, result, metrics, tracker)
-            self.on_progress(1, self.settings.n_trials, result)
-            existing = _baseline_trial(study)
-            assert existing is not None
-        return candidate_from_trial(existing)
+    def _search(self, study: optuna.Study, tracker: Tracker) -> Candidate:
+        """Keep every slot busy until the budget is spent; return the baseline.
 
-    def _search(self, study: optuna.Study, tracker: Tracker, baseline: Candidate) -> None:
+        The baseline (trial 0 of a new study) runs first; results that arrive before its
+        accuracy is known wait for it. Lost trials (worker died) are retried on another
+        slot; trials of dead coordinators are reaped and enqueued again.
+        """
+        baseline = _baseline_candidate(study)
         accuracy_cache = _accuracy_by_variant(study)
         oom_batch = _smallest_oom_batch(study)
         started = time.monotonic()
         running: dict[int, tuple[optuna.Trial, TrialSpec]] = {}
+        held: list[tuple[optuna.Trial, TrialSpec, TrialResult]] = []
+        last_reap = -REAP_EVERY_S
         while True:
-            while len(running) < self.executor.slots and self._budget_left(
-                _finished_count(study) + len(running), started
-            ):
-                trial = study.ask()
+            if time.monotonic() - last_reap >= REAP_EVERY_S:
+                self._reap(study, tracker, set(running))
+                last_reap = time.monotonic()
+            while len(running) < self.executor.slots and not self.stopping:
+                trial = self._ask(study, started, len(running), baseline is None)
+                if trial is None:
+                    break
                 config = self.space.sample(trial)
                 known = accuracy_cache.get(variant_key(config))
                 spec = self._spec(trial, config, known_accuracy=known)
                 too_big = _exceeds_oom_batch(config, oom_batch)
-                if too_big is not None:
-                    self._tell(
-                        study,
-                        trial,
-                        spec,
-                        TrialResult.without_metrics(spec, "skipped", too_big),
-                        None,
-                        tracker,
-                    )
+                if too_big is not None and baseline is not None:
+                    skipped = TrialResult.without_metrics(spec, "skipped", too_big)
+                    self._tell(study, trial, spec, skipped, None, tracker)
                     continue
                 self.executor.submit(spec)
                 running[trial.number] = (trial, spec)
             if not running:
-                return
+                if baseline is not None and not held:
+                    return baseline
+                if self.stopping or not self._wait_for_others(study):
+                    raise AutotuneError("the baseline (unmodified model) was never measured")
+                baseline = _baseline_candidate(study)
+                continue
             for result in self.executor.wait():
                 trial, spec = running.pop(result.trial_number)
+                if result.status == "lost" and spec.attempt + 1 < MAX_ATTEMPTS:
+                    retry = spec.model_copy(update={"attempt": spec.attempt + 1})
+                    self.executor.submit(retry)
+                    running[trial.number] = (trial, retry)
+                    continue
                 if result.status == "oom":
                     _record_oom(oom_batch, spec.config)
-                metrics = None
                 if result.metrics is not None:
-                    accuracy = result.metrics.accuracy
-                    accuracy_cache.setdefault(result.variant_key, accuracy)
-                    drop = baseline.metrics["accuracy"] - accuracy
-                    metrics = {**result.metrics.model_dump(), "accuracy_drop": drop}
-                self._tell(study, trial, spec, result, metrics, tracker)
-                self.on_progress(_finished_count(study), self.settings.n_trials, result)
+                    accuracy_cache.setdefault(result.variant_key, result.metrics.accuracy)
+                if trial.user_attrs.get("baseline") and baseline is None:
+                    baseline = self._tell_baseline(study, trial, spec, result, tracker)
+                    for held_trial, held_spec, held_result in held:
+                        self._tell_measured(
+                            study, held_trial, held_spec, held_result, baseline, tracker
+                        )
+                    held.clear()
+                elif baseline is None:
+                    held.append((trial, spec, result))
+                else:
+                    self._tell_measured(study, trial, spec, result, baseline, tracker)
+
+    def _ask(
+        self, study: optuna.Study, started: float, mine_running: int, need_baseline: bool
+    ) -> optuna.Trial | None:
+        """Under the study lock: enqueue the baseline if nobody has, check the budget
+        against every coordinator's trials, and claim a new trial."""
+        from optuna.trial import TrialState
+
+        with study_lock(self.settings.storage, self.settings.study_name):
+            if need_baseline and not _baseline_in_flight(study):
+                study.enqueue_trial(self.space.baseline(), user_attrs={"baseline": True})
+            states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+            used = study._storage.get_n_trials(study._study_id, states)
+            if not self._budget_left(used, started):
+                return None
+            trial = _retrying(study.ask)
+            claim(study, trial, self.owner)
+            return trial
+
+    def _wait_for_others(self, study: optuna.Study) -> bool:
+        """Nothing of ours is running but the baseline is not known: wait while another
+        coordinator's trials run (reaping them if that coordinator died)."""
+        from optuna.trial import TrialState
+
+        while not self.stopping:
+            if _baseline_candidate(study) is not None:
+                return True
+            if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                return _baseline_in_flight(study)
+            time.sleep(1.0)
+        return False
+
+    def _reap(self, study: optuna.Study, tracker: Tracker, mine: set[int]) -> None:
+        """Fail the trials of dead coordinators and enqueue their configurations again."""
+        with study_lock(self.settings.storage, self.settings.study_name):
+            lost = [t for t in lost_trials(study, self.stale_after_s) if t.number not in mine]
+            for frozen in lost:
+                trial = optuna_trial(study, frozen._trial_id)
+                attempt = int(frozen.user_attrs.get("attempt", 0))
+                reason = "its coordinator stopped before the trial finished"
+                config = dict(frozen.params)
+                spec = self._spec(trial, config, known_accuracy=None)
+                spec = spec.model_copy(update={"attempt": attempt})
+                result = TrialResult.without_metrics(spec, "lost", reason)
+                self._tell(study, trial, spec, result, None, tracker)
+                if attempt + 1 < MAX_ATTEMPTS:
+                    user_attrs = {"attempt": attempt + 1, "retry_of": frozen.number}
+                    if frozen.user_attrs.get("baseline"):
+                        user_attrs["baseline"] = True
+                    study.enqueue_trial(config, user_attrs=user_attrs)
 
     def _budget_left(self, used: int, started: float) -> bool:
         if self.settings.n_trials is not None and used >= self.settings.n_trials:
             return False
         timeout = self.settings.timeout_s
         return timeout is None or time.monotonic() - started < timeout
+
+    def _tell_baseline(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        spec: TrialSpec,
+        result: TrialResult,
+        tracker: Tracker,
+    ) -> Candidate:
+        if result.metrics is None:
+            self._tell(study, trial, spec, result, None, tracker)
+            raise AutotuneError(f"the baseline (unmodified model) failed: {result.reason}")
+        metrics = {**result.metrics.model_dump(), "accuracy_drop": 0.0}
+        self._tell(study, trial, spec, result, metrics, tracker)
+        baseline = _baseline_candidate(study)
+        assert baseline is not None
+        return baseline
+
+    def _tell_measured(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        spec: TrialSpec,
+        result: TrialResult,
+        baseline: Candidate,
+        tracker: Tracker,
+    ) -> None:
+        metrics = None
+        if result.metrics is not None:
+            drop = baseline.metrics["accuracy"] - result.metrics.accuracy
+            metrics = {**result.metrics.model_dump(), "accuracy_drop": drop}
+        self._tell(study, trial, spec, result, metrics, tracker)
 
     def _spec(
         self, trial: optuna.Trial, config: dict[str, Any], known_accuracy: float | None
@@ -283,6 +411,7 @@ class Coordinator:
         tracker: Tracker,
     ) -> None:
         trial.set_user_attr("config", spec.config)
+        trial.set_user_attr("attempt", spec.attempt)
         trial.set_user_attr("status", result.status)
         trial.set_user_attr("variant_key", result.variant_key)
         tags: dict[str, str] = {"status": result.status}
@@ -292,15 +421,16 @@ class Coordinator:
         if result.provenance is not None:
             trial.set_user_attr("provenance", result.provenance.model_dump(mode="json"))
         if metrics is None:
-            study.tell(trial, state=_failed_state(result))
+            _retrying(study.tell, trial, state=_failed_state(result))
         else:
             violations = constraint_violations(self.request.constraints, metrics)
             for name, value in violations.items():
                 trial.set_constraint(name, value)
             trial.set_user_attr("metrics", metrics)
-            study.tell(trial, [float(metrics[m.name]) for m in self.objectives])
+            _retrying(study.tell, trial, [float(metrics[m.name]) for m in self.objectives])
             tags["feasible"] = str(all(v <= 0 for v in violations.values())).lower()
         tracker.log_trial(trial.number, spec.attempt, spec.config, metrics, tags)
+        self.on_progress(_counted_trials(study), self.settings.n_trials, result)
 
     # -- result ------------------------------------------------------------------------
 
@@ -317,7 +447,7 @@ class Coordinator:
             candidates=candidates,
             front=front,
             tuned=None,
-            n_trials=_finished_count(study),
+            n_trials=_counted_trials(study),
         )
         tags = {"energy_source": ",".join(energy_sources), "n_feasible": str(len(feasible))}
         if "estimate" in energy_sources:
@@ -476,7 +606,7 @@ class Coordinator:
             study={
                 "name": study.study_name,
                 "storage": self.settings.storage,
-                "n_trials": _finished_count(study),
+                "n_trials": _counted_trials(study),
                 "trial_number": chosen.trial_number,
             },
             mlflow={
@@ -499,9 +629,39 @@ def _storage(url: str) -> Any:
 
 
 def _failed_state(result: TrialResult) -> Any:
+    """A candidate that could not be measured (unsupported, out of memory, timed out,
+    broken) is an outcome of that candidate: PRUNED. FAIL is kept for trials lost to the
+    infrastructure (a dead worker or coordinator); they do not count toward the budget."""
     from optuna.trial import TrialState
 
-    return TrialState.PRUNED if result.status in {"unsupported", "skipped"} else TrialState.FAIL
+    return TrialState.FAIL if result.status == "lost" else TrialState.PRUNED
+
+
+def optuna_trial(study: optuna.Study, trial_id: int) -> optuna.Trial:
+    import optuna
+
+    return optuna.trial.Trial(study, trial_id)
+
+
+def _retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Storage calls survive a database restart: retry connection errors with backoff."""
+    import sqlalchemy.exc
+    from optuna.exceptions import StorageInternalError
+
+    delay = 0.5
+    deadline = time.monotonic() + DATABASE_PATIENCE_S
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except (
+            sqlalchemy.exc.OperationalError,
+            sqlalchemy.exc.InterfaceError,
+            StorageInternalError,
+        ):
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 8.0)
 
 
 def _batch(config: dict[str, Any]) -> int:
@@ -539,8 +699,26 @@ def completed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     ]
 
 
-def _finished_count(study: optuna.Study) -> int:
-    return sum(1 for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+def _counted_trials(study: optuna.Study) -> int:
+    """Trials that count toward the budget: measured, or ended by their candidate."""
+    from optuna.trial import TrialState
+
+    states = (TrialState.COMPLETE, TrialState.PRUNED)
+    return int(study._storage.get_n_trials(study._study_id, states))
+
+
+def _baseline_in_flight(study: optuna.Study) -> bool:
+    from optuna.trial import TrialState
+
+    states = (TrialState.RUNNING, TrialState.WAITING, TrialState.COMPLETE)
+    return any(
+        t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False, states=states)
+    )
+
+
+def _baseline_candidate(study: optuna.Study) -> Candidate | None:
+    trial = _baseline_trial(study)
+    return None if trial is None else candidate_from_trial(trial)
 
 
 def _baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:

@@ -36,3 +36,7 @@ class MissingDependency(AutotuneError):
 
     def __init__(self, package: str, feature: str) -> None:
         super().__init__(f"{feature} needs the package {package!r}; install it to use this feature")
+
+
+class Interrupted(AutotuneError):
+    """The user stopped the study (Ctrl-C); running the same command resumes it."""

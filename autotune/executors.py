@@ -97,7 +97,7 @@ class _Running:
 
 # Outcomes after which a worker process is replaced: its memory or device state may be
 # poisoned, and a killed or hung process cannot measure the next trial.
-RECYCLE_AFTER = frozenset({"oom", "timeout"})
+RECYCLE_AFTER = frozenset({"oom", "timeout", "lost"})
 
 
 class RayExecutor:
@@ -123,8 +123,7 @@ class RayExecutor:
         if self._owns_ray:
             ray.init(**_init_kwargs(address, workers))
         cpus_per_slot = max(1, int(ray.available_resources().get("CPU", workers)) // workers)
-        # A crashed actor process is restarted by Ray; its trial comes back as an error.
-        self._actor_cls = ray.remote(num_cpus=cpus_per_slot, max_restarts=3)(_worker_class())
+        self._actor_cls = ray.remote(num_cpus=cpus_per_slot)(_worker_class())
         self._memory_limit_mb = memory_limit_mb
         # On this machine each slot gets its own cores, so neighbours do not disturb its
         # timings; on a cluster Ray places actors and the nodes' cores are not ours to split.
@@ -180,7 +179,7 @@ class RayExecutor:
         running = self._running.pop(ref)
         actor = running.actor
         if result.status in RECYCLE_AFTER:
-            self._ray.kill(actor, no_restart=True)
+            self._ray.kill(actor)
             slot = self._actors.index(actor)
             replacement = self._new_actor(slot)
             self._actors[slot] = replacement
@@ -193,9 +192,12 @@ class RayExecutor:
         try:
             result: TrialResult = self._ray.get(ref)
             return result
-        except self._ray.exceptions.RayError as exc:
-            reason = f"worker failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        except self._ray.exceptions.RayTaskError as exc:
+            reason = f"worker raised: {type(exc).__name__}: {str(exc).splitlines()[0]}"
             return TrialResult.without_metrics(spec, "error", reason)
+        except self._ray.exceptions.RayError as exc:
+            reason = f"worker died: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+            return TrialResult.without_metrics(spec, "lost", reason)
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
         artifact: ArtifactInfo = self._ray.get(self._actors[0].export.remote(spec, out_dir))

@@ -1,0 +1,166 @@
+"""Who is running which trial, and what to do about trials whose coordinator died.
+
+Optuna's heartbeat does not cover ask/tell, so autotune keeps its own: every coordinator
+has an `Owner` record in the study's system attributes, refreshed by a heartbeat thread,
+and tags each trial it asks for with its owner id. A RUNNING trial whose owner is dead
+(same host and its process is gone, or its heartbeat is stale) is lost: the coordinator
+that notices records it as failed and enqueues its configuration again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.errors import AutotuneError
+
+if TYPE_CHECKING:
+    import optuna
+
+OWNER_PREFIX = "autotune:owner:"
+TRIAL_OWNER_KEY = "autotune:owner"
+
+
+@dataclass(frozen=True)
+class Owner:
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+
+    def record(self) -> dict[str, Any]:
+        return {"host": self.host, "pid": self.pid, "seen": time.time()}
+
+
+def owner_is_dead(record: dict[str, Any] | None, stale_after_s: float) -> bool:
+    """Dead when its process is gone (on this host), or its heartbeat is older than the bound."""
+    if record is None:
+        return True
+    if record.get("host") == socket.gethostname() and not _pid_alive(int(record["pid"])):
+        return True
+    return time.time() - float(record["seen"]) > stale_after_s
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Heartbeat:
+    """Refreshes this coordinator's owner record every `interval_s` seconds."""
+
+    def __init__(self, study: optuna.Study, owner: Owner, interval_s: float = 5.0) -> None:
+        self._study = study
+        self._owner = owner
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="autotune-heartbeat")
+
+    def __enter__(self) -> Heartbeat:
+        self._write()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _write(self) -> None:
+        storage = self._study._storage
+        storage.set_study_system_attr(
+            self._study._study_id, OWNER_PREFIX + self._owner.id, self._owner.record()
+        )
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self._write()
+            except Exception:  # the database may be restarting: the next beat retries
+                continue
+
+
+def claim(study: optuna.Study, trial: optuna.Trial, owner: Owner) -> None:
+    study._storage.set_trial_system_attr(trial._trial_id, TRIAL_OWNER_KEY, owner.id)
+
+
+def lost_trials(study: optuna.Study, stale_after_s: float) -> list[optuna.trial.FrozenTrial]:
+    """RUNNING trials whose coordinator is dead."""
+    from optuna.trial import TrialState
+
+    owners = {
+        key.removeprefix(OWNER_PREFIX): value
+        for key, value in study._storage.get_study_system_attrs(study._study_id).items()
+        if key.startswith(OWNER_PREFIX)
+    }
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return [
+        t
+        for t in running
+        if owner_is_dead(owners.get(t.system_attrs.get(TRIAL_OWNER_KEY, "")), stale_after_s)
+    ]
+
+
+@contextmanager
+def study_lock(storage_url: str, study_name: str) -> Iterator[None]:
+    """Serialize the check-then-ask of coordinators sharing a study: a PostgreSQL advisory
+    lock, or a file lock next to a SQLite database."""
+    if storage_url.startswith("sqlite"):
+        with _file_lock(storage_url):
+            yield
+    elif storage_url.startswith("postgresql"):
+        with _advisory_lock(storage_url, study_name):
+            yield
+    else:
+        raise AutotuneError(
+            f"coordinators can share a study only on PostgreSQL or SQLite, not {storage_url!r}"
+        )
+
+
+@contextmanager
+def _file_lock(storage_url: str) -> Iterator[None]:
+    database = storage_url.split(":///", 1)[1] if ":///" in storage_url else ""
+    if not database or database == ":memory:":
+        yield
+        return
+    with open(Path(database).with_suffix(".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_ENGINES: dict[str, Any] = {}
+
+
+@contextmanager
+def _advisory_lock(storage_url: str, study_name: str) -> Iterator[None]:
+    import zlib
+
+    import sqlalchemy
+
+    engine = _ENGINES.get(storage_url)
+    if engine is None:
+        engine = sqlalchemy.create_engine(storage_url, pool_pre_ping=True, pool_size=1)
+        _ENGINES[storage_url] = engine
+    key = zlib.crc32(f"autotune:{study_name}".encode())
+    with engine.connect() as connection:
+        connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        try:
+            yield
+        finally:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            connection.commit()
