@@ -43,6 +43,7 @@ KNOWN_KEYS = frozenset(
         "cuda.graphs",
         "shard.tensor_parallel",
         "shard.data_parallel",
+        "load.concurrency",
     }
 )
 KNOWN_GROUPS = frozenset(key.split(".", 1)[0] for key in KNOWN_KEYS)
@@ -67,6 +68,7 @@ class TrialConfig:
     cuda_graphs: bool = False
     tensor_parallel: int = 1
     data_parallel: int = 1
+    concurrency: int = 1  # threads calling the session at once while it is measured
 
     @property
     def prunes(self) -> bool:
@@ -116,6 +118,7 @@ def parse_config(config: dict[str, ConfigValue], kind: ModelKind) -> TrialConfig
         cuda_graphs=_flag(config, "cuda.graphs"),
         tensor_parallel=_positive_int(config, "shard.tensor_parallel", 1),
         data_parallel=_positive_int(config, "shard.data_parallel", 1),
+        concurrency=_positive_int(config, "load.concurrency", 1),
     )
 
 

@@ -1,18 +1,42 @@
-"""Meters: latency timing with a count-and-duration stopping rule, peak memory, energy."""
+"""Meters: latency timing with a stopping rule that waits for the median to settle, order-
+statistic confidence intervals, peak memory, and the measurement window that energy meters
+(`workers.energy`) read.
+
+Stopping rule (`time_calls`): after the warm-up, time calls until both `min_iters` and
+`min_seconds` are reached. With `settle_tolerance` None, stop there ("minimums"). Otherwise go
+on until the distribution-free 95% confidence interval of the median has a relative
+half-width (high - low) / 2 / median <= settle_tolerance ("settled"), checked when the number
+of calls has grown by 10% since the last check (and once more at a cap); stop anyway at
+`max_iters` ("max_iters") or `max_seconds` ("max_seconds"), whichever comes first.
+
+Confidence intervals of a quantile q from n samples (`quantile_ci_ranks`): the number B of
+samples at or below the true quantile is Binomial(n, q), so [x_(l), x_(u)] (order statistics,
+1-based) covers it with probability >= P(l <= B <= u - 1) for any continuous distribution. l is
+the largest rank with P(B <= l - 1) <= 2.5% and u the smallest with P(B >= u) <= 2.5%, so
+each side misses with at most 2.5%.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol
+from typing import Literal
 
 import numpy as np
 
-from autotune.contract import EnergySource, MeasurementSettings
+from autotune.contract import MeasurementSettings
+from workers.energy import EnergyMeter, EnergyReading
+
+StopReason = Literal["settled", "minimums", "max_iters", "max_seconds"]
+CONFIDENCE = 0.95
+# The settle condition is checked again once the number of timed calls has grown by this factor.
+SETTLE_CHECK_GROWTH = 1.1
 
 
 @dataclass(frozen=True)
@@ -26,20 +50,142 @@ class LatencyStats:
     iterations: int
     total_latency_s: float
     measure_seconds: float
+    p95_ci_low_ms: float
+    p95_ci_high_ms: float
+    stopped_by: StopReason | None = None
+    concurrency: int = 1
+
+    @property
+    def calls_per_s(self) -> float:
+        """Calls completed per second: one at a time, the inverse of the mean latency; under
+        concurrent load, the calls completed over the wall time of the window."""
+        if self.concurrency == 1:
+            return self.iterations / self.total_latency_s
+        return self.iterations / self.measure_seconds
 
 
-def warm_up(call: Callable[[], object], iterations: int) -> None:
-    for _ in range(iterations):
-        call()
+# ---------------------------------------------------------------------------------------------
+# Order statistics
+
+
+def _binomial_pmf(n: int, p: float) -> np.ndarray:
+    """P(B = k) for k = 0..n, B ~ Binomial(n, p), built in log space (stable for large n)."""
+    k = np.arange(1, n + 1, dtype=np.float64)
+    steps = np.log(n - k + 1) - np.log(k) + math.log(p) - math.log1p(-p)
+    log_pmf = n * math.log1p(-p) + np.concatenate(([0.0], np.cumsum(steps)))
+    pmf = np.exp(log_pmf - log_pmf.max())
+    return pmf / pmf.sum()  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=512)
+def quantile_ci_ranks(
+    n: int, q: float, confidence: float = CONFIDENCE
+) -> tuple[int | None, int | None]:
+    """0-based indices (low, high) into n sorted samples of the distribution-free confidence
+    interval of the q-quantile (see the module docstring). A side is None when n is too small
+    for it to exist (e.g. the upper side of the p95's 95% interval needs n >= 72, the median's
+    interval n >= 6)."""
+    if n < 1:
+        return None, None
+    tail = (1.0 - confidence) / 2
+    pmf = _binomial_pmf(n, q)
+    cdf = np.cumsum(pmf)  # cdf[j] = P(B <= j)
+    sf = np.cumsum(pmf[::-1])[::-1]  # sf[j] = P(B >= j)
+    # x_(j+1) >= the quantile misses iff B <= j
+    below = np.flatnonzero(cdf[:n] <= tail)
+    # x_(j+1) < the quantile misses iff B >= j + 1
+    above = np.flatnonzero(sf[1 : n + 1] <= tail)
+    low = int(below[-1]) if below.size else None
+    high = int(above[0]) if above.size else None
+    return low, high
+
+
+def quantile_ci(sorted_values: np.ndarray, q: float) -> tuple[float, float]:
+    """The 95% confidence interval of the q-quantile of sorted samples; a side that needs more
+    samples than there are falls back to the minimum or maximum (which then covers with less
+    than 95%)."""
+    low, high = quantile_ci_ranks(len(sorted_values), q)
+    return (
+        float(sorted_values[0 if low is None else low]),
+        float(sorted_values[-1 if high is None else high]),
+    )
+
+
+def median_ci_relative_half_width(latencies: Sequence[int] | np.ndarray) -> float:
+    """(high - low) / 2 / median of the median's 95% interval; inf where it does not exist."""
+    values = np.sort(np.asarray(latencies, dtype=np.float64))
+    low, high = quantile_ci_ranks(len(values), 0.5)
+    if low is None or high is None:
+        return math.inf
+    median = float(np.median(values))
+    spread = float(values[high] - values[low])
+    if median <= 0:
+        return 0.0 if spread == 0 else math.inf
+    return spread / 2 / median
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+class StoppingRule:
+    """The stopping rule of the module docstring; `check` after each timed call."""
+
+    def __init__(self, settings: MeasurementSettings) -> None:
+        self._settings = settings
+        self._next_check = 0
+        self.settle_checks = 0
+
+    def check(self, latencies: Sequence[int], elapsed_s: float) -> StopReason | None:
+        settings = self._settings
+        n = len(latencies)
+        capped: StopReason | None = None
+        if n >= settings.max_iters:
+            capped = "max_iters"
+        elif elapsed_s >= settings.max_seconds:
+            capped = "max_seconds"
+        if n >= settings.min_iters and elapsed_s >= settings.min_seconds:
+            tolerance = settings.settle_tolerance
+            if tolerance is None:
+                return "minimums"
+            if n >= self._next_check or capped is not None:
+                self.settle_checks += 1
+                if median_ci_relative_half_width(latencies) <= tolerance:
+                    return "settled"
+                self._next_check = max(n + 1, math.ceil(n * SETTLE_CHECK_GROWTH))
+        return capped
+
+
+def warm_up(call: Callable[[], object], iterations: int, concurrency: int = 1) -> None:
+    """`iterations` untimed calls; under concurrency, spread over the threads (each makes at
+    least one)."""
+    if concurrency == 1:
+        for _ in range(iterations):
+            call()
+        return
+    per_thread = max(math.ceil(iterations / concurrency), 1)
+
+    def worker() -> None:
+        for _ in range(per_thread):
+            call()
+
+    _in_threads(concurrency, worker)
 
 
 def time_calls(
     call: Callable[[], object],
     settings: MeasurementSettings,
     clock: Callable[[], int] = time.perf_counter_ns,
+    concurrency: int = 1,
 ) -> LatencyStats:
-    """Time each call until both `min_iters` and `min_seconds` are reached; stop early at
-    `max_iters` or `max_seconds`, whichever comes first."""
+    """Time calls under the stopping rule of the module docstring.
+
+    With `concurrency` N > 1, N threads call concurrently; every completed call's latency
+    counts, including those that finish after the rule said stop (so `max_iters` can be
+    passed by up to N - 1), and `measure_seconds` runs to the last completion."""
+    rule = StoppingRule(settings)
+    if concurrency > 1:
+        return _time_concurrently(call, rule, clock, concurrency)
     latencies_ns: list[int] = []
     start = clock()
     while True:
@@ -47,20 +193,114 @@ def time_calls(
         call()
         after = clock()
         latencies_ns.append(after - before)
-        if _should_stop(len(latencies_ns), (after - start) / 1e9, settings):
-            return summarize(latencies_ns, (clock() - start) / 1e9)
+        reason = rule.check(latencies_ns, (after - start) / 1e9)
+        if reason is not None:
+            return summarize(latencies_ns, (clock() - start) / 1e9, reason)
 
 
-def _should_stop(iterations: int, elapsed_s: float, settings: MeasurementSettings) -> bool:
-    if iterations >= settings.max_iters or elapsed_s >= settings.max_seconds:
-        return True
-    return iterations >= settings.min_iters and elapsed_s >= settings.min_seconds
+def _time_concurrently(
+    call: Callable[[], object], rule: StoppingRule, clock: Callable[[], int], concurrency: int
+) -> LatencyStats:
+    latencies_ns: list[int] = []
+    lock = threading.Lock()
+    done = threading.Event()
+    reasons: list[StopReason] = []
+    start = [0]
+
+    def worker() -> None:
+        while not done.is_set():
+            before = clock()
+            call()
+            after = clock()
+            with lock:
+                latencies_ns.append(after - before)
+                if done.is_set():
+                    break
+                reason = rule.check(latencies_ns, (after - start[0]) / 1e9)
+                if reason is not None:
+                    reasons.append(reason)
+                    done.set()
+
+    def started() -> None:
+        start[0] = clock()
+
+    _in_threads(concurrency, worker, on_start=started, stop=done)
+    return summarize(latencies_ns, (clock() - start[0]) / 1e9, reasons[0], concurrency)
 
 
-def summarize(latencies_ns: list[int], measure_seconds: float) -> LatencyStats:
-    """Percentiles use numpy's linear interpolation; cv is the population std over the mean."""
-    latencies_ms = np.asarray(latencies_ns, dtype=np.float64) / 1e6
+def run_for(
+    call: Callable[[], object],
+    seconds: float,
+    concurrency: int = 1,
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> int:
+    """Repeat untimed calls (from `concurrency` threads) until `seconds` have passed; returns
+    the number of calls completed."""
+    deadline = clock() + seconds * 1e9
+    counts = [0] * concurrency
+
+    def worker(index: int) -> None:
+        while clock() < deadline:
+            call()
+            counts[index] += 1
+
+    if concurrency == 1:
+        worker(0)
+    else:
+        workers = iter(range(concurrency))
+        lock = threading.Lock()
+
+        def numbered() -> None:
+            with lock:
+                index = next(workers)
+            worker(index)
+
+        _in_threads(concurrency, numbered)
+    return sum(counts)
+
+
+def _in_threads(
+    count: int,
+    worker: Callable[[], None],
+    on_start: Callable[[], None] = lambda: None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Run `worker` in `count` threads released together (after `on_start`); the first
+    exception of any thread stops the others (through `stop`) and is raised here."""
+    barrier = threading.Barrier(count + 1)
+    errors: list[BaseException] = []
+
+    def guarded() -> None:
+        barrier.wait()
+        try:
+            worker()
+        except BaseException as error:
+            errors.append(error)
+            if stop is not None:
+                stop.set()
+
+    threads = [threading.Thread(target=guarded, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    on_start()
+    barrier.wait()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def summarize(
+    latencies_ns: Sequence[int],
+    measure_seconds: float,
+    stopped_by: StopReason | None = None,
+    concurrency: int = 1,
+) -> LatencyStats:
+    """Percentiles use numpy's linear interpolation; cv is the population std over the mean;
+    the p95's interval is `quantile_ci` (min or max where too few samples for a side)."""
+    latencies_ms = np.sort(np.asarray(latencies_ns, dtype=np.float64) / 1e6)
     p50, p90, p95, p99 = np.percentile(latencies_ms, [50, 90, 95, 99])
+    ci_low, ci_high = quantile_ci(latencies_ms, 0.95)
     mean = float(latencies_ms.mean())
     return LatencyStats(
         p50_ms=float(p50),
@@ -72,7 +312,44 @@ def summarize(latencies_ns: list[int], measure_seconds: float) -> LatencyStats:
         iterations=len(latencies_ns),
         total_latency_s=float(latencies_ms.sum() / 1e3),
         measure_seconds=measure_seconds,
+        p95_ci_low_ms=ci_low,
+        p95_ci_high_ms=ci_high,
+        stopped_by=stopped_by,
+        concurrency=concurrency,
     )
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Latency of the timed calls and energy of the window around them; `window_calls` is the
+    number of calls inside the energy window (the timed ones and any repeated to make the
+    window as long as the meter needs)."""
+
+    latency: LatencyStats
+    energy: EnergyReading
+    window_calls: int
+
+
+def measure(
+    call: Callable[[], object],
+    settings: MeasurementSettings,
+    meter: EnergyMeter,
+    concurrency: int = 1,
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> Measurement:
+    """Start the meter, time the calls, repeat them (untimed, same concurrency) until the
+    window is `meter.min_window_s` long, stop the meter."""
+    meter.start()
+    began = clock()
+    latency = time_calls(call, settings, clock, concurrency)
+    remaining_s = meter.min_window_s - (clock() - began) / 1e9
+    extra = run_for(call, remaining_s, concurrency, clock) if remaining_s > 0 else 0
+    energy = meter.stop()
+    return Measurement(latency=latency, energy=energy, window_calls=latency.iterations + extra)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
 
 
 class PeakMemorySampler:
@@ -138,69 +415,3 @@ class PeakMemorySampler:
         while not self._stop.wait(self._interval_s):
             self._sample()
             self._own_cpu_s = time.thread_time()
-
-
-def cpu_seconds_with(pids: Sequence[int]) -> Callable[[], float]:
-    """A CPU clock for `CpuTimeEnergyEstimate`: this process's CPU time plus that of the helper
-    processes `pids` (user + system; a helper that has exited keeps its last reading)."""
-    import psutil
-
-    helpers = []
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            helpers.append(psutil.Process(pid))
-    last = [0.0] * len(helpers)
-
-    def clock() -> float:
-        for index, helper in enumerate(helpers):
-            with contextlib.suppress(psutil.Error):
-                times = helper.cpu_times()
-                last[index] = times.user + times.system
-        return time.process_time() + sum(last)
-
-    return clock
-
-
-class EnergyMeter(Protocol):
-    """Energy used between `start()` and `stop()`, in joules, and where the figure comes from."""
-
-    source: EnergySource
-
-    def start(self) -> None: ...
-
-    def stop(self) -> float: ...
-
-
-class CpuTimeEnergyEstimate:
-    """An estimate, not a measurement (`source = "estimate"`), for machines with no readable
-    energy counter.
-
-    Power model: each CPU-second the process consumes (all of its threads, from
-    `time.process_time()`) costs `watts_per_core` joules, i.e. a fully busy core draws
-    `watts_per_core` watts and an idle one nothing. Idle/uncore/DRAM power and frequency
-    scaling are ignored. CPU time of helper threads that are not the workload (the memory
-    sampler) can be excluded through `excluded_cpu_seconds`.
-    """
-
-    source: EnergySource = "estimate"
-
-    def __init__(
-        self,
-        watts_per_core: float,
-        excluded_cpu_seconds: Callable[[], float] = lambda: 0.0,
-        cpu_clock: Callable[[], float] = time.process_time,
-    ) -> None:
-        self._watts_per_core = watts_per_core
-        self._excluded = excluded_cpu_seconds
-        self._cpu_clock = cpu_clock
-        self._start_cpu = 0.0
-        self._start_excluded = 0.0
-
-    def start(self) -> None:
-        self._start_cpu = self._cpu_clock()
-        self._start_excluded = self._excluded()
-
-    def stop(self) -> float:
-        used = self._cpu_clock() - self._start_cpu
-        excluded = self._excluded() - self._start_excluded
-        return max(used - excluded, 0.0) * self._watts_per_core

@@ -10,14 +10,13 @@ import platform
 import socket
 import sys
 import time
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
 
 from autotune.contract import (
     ArtifactInfo,
-    EnergySource,
     Provenance,
     TrialMetrics,
     TrialResult,
@@ -28,16 +27,10 @@ from autotune.contract import (
 )
 from autotune.errors import RequestError, Unsupported
 from workers.config import TrialConfig
+from workers.energy import EnergyMeter, cpu_seconds_with, select_meter
 from workers.evaluate import tile_batch
 from workers.loading import TorchModel, call_entry_point, load_onnx
-from workers.meters import (
-    CpuTimeEnergyEstimate,
-    LatencyStats,
-    PeakMemorySampler,
-    cpu_seconds_with,
-    time_calls,
-    warm_up,
-)
+from workers.meters import Measurement, PeakMemorySampler, measure, warm_up
 from workers.pruning import pruned_skeleton
 from workers.runtimes import (
     OnnxRuntimeSession,
@@ -104,24 +97,45 @@ def _is_out_of_memory(error: Exception) -> bool:
 def _measure(spec: TrialSpec, store: WorkloadStore) -> tuple[TrialMetrics, Provenance]:
     loaded = store.get(spec.workload)
     config = loaded.parse(spec.config)
+    check_concurrency(config)
     settings = spec.measurement
     with PeakMemorySampler() as memory, opened(loaded.session_for(config)) as session:
         helpers = helper_pids(session)  # sharded sessions' worker processes count too
         memory.watch(helpers)
         call = partial(session.run, _timing_batch(loaded, session, config))
+        # The spec's figure wins over this process's cache: the coordinator's is authoritative.
         accuracy = spec.known_accuracy
         if accuracy is None:
             accuracy = loaded.accuracy(config, session)
-        warm_up(call, settings.warmup_iters)
-        energy = CpuTimeEnergyEstimate(
-            settings.cpu_watts_per_core, memory.own_cpu_seconds, cpu_seconds_with(helpers)
+        warm_up(call, settings.warmup_iters, config.concurrency)
+        meter: EnergyMeter = select_meter(
+            config, settings, memory.own_cpu_seconds, cpu_seconds_with(helpers)
         )
-        energy.start()
-        latency = time_calls(call, settings)
-        joules = energy.stop()
-    samples = config.batch_size * latency.iterations
-    metrics = _metrics(accuracy, latency, samples, joules, memory.peak_mb, energy.source)
+        try:
+            measured = measure(call, settings, meter, config.concurrency)
+        finally:
+            meter.close()
+    metrics = _metrics(accuracy, measured, config.batch_size, memory.peak_mb, meter)
     return metrics, _provenance(loaded, spec)
+
+
+def check_concurrency(config: TrialConfig) -> None:
+    """`load.concurrency` > 1 calls one session from several threads: only sessions that are
+    safe to call so (onnxruntime's; torch eager inference without CUDA graphs) take it."""
+    n = config.concurrency
+    if n == 1:
+        return
+    if config.tensor_parallel > 1 or config.data_parallel > 1:
+        raise Unsupported(f"load.concurrency={n}: sharded sessions take one call at a time")
+    if config.engine not in ("onnxruntime", "torch_eager"):
+        raise Unsupported(
+            f"load.concurrency={n}: runtime.engine={config.engine} sessions are not safe to "
+            "call from several threads (onnxruntime and torch_eager are)"
+        )
+    if config.cuda_graphs:
+        raise Unsupported(
+            f"load.concurrency={n}: a CUDA graph replays through shared static buffers"
+        )
 
 
 def _timing_batch(loaded: LoadedWorkload, session: Session, config: TrialConfig) -> np.ndarray:
@@ -134,12 +148,16 @@ def _timing_batch(loaded: LoadedWorkload, session: Session, config: TrialConfig)
 
 def _metrics(
     accuracy: float,
-    latency: LatencyStats,
-    samples: int,
-    joules: float,
+    measured: Measurement,
+    batch_size: int,
     peak_memory_mb: float,
-    energy_source: EnergySource,
+    meter: EnergyMeter,
 ) -> TrialMetrics:
+    """Latency figures are per call (one batch); throughput and energy are per sample. Energy
+    is over the meter's window, which may hold more calls than were timed."""
+    latency, energy = measured.latency, measured.energy
+    window_samples = batch_size * measured.window_calls
+    above_idle = energy.above_idle_joules
     return TrialMetrics(
         accuracy=accuracy,
         latency_p50_ms=latency.p50_ms,
@@ -148,12 +166,17 @@ def _metrics(
         latency_p99_ms=latency.p99_ms,
         latency_mean_ms=latency.mean_ms,
         latency_cv=latency.cv,
-        throughput_per_s=samples / latency.total_latency_s,
-        energy_per_sample_j=joules / samples,
-        energy_source=energy_source,
+        latency_p95_ci_low_ms=latency.p95_ci_low_ms,
+        latency_p95_ci_high_ms=latency.p95_ci_high_ms,
+        throughput_per_s=batch_size * latency.calls_per_s,
+        energy_per_sample_j=energy.joules / window_samples,
+        energy_source=meter.source,
+        energy_above_idle_per_sample_j=None if above_idle is None else above_idle / window_samples,
+        idle_power_w=energy.idle_power_w,
         peak_memory_mb=peak_memory_mb,
         iterations=latency.iterations,
         measure_seconds=latency.measure_seconds,
+        stopped_by=latency.stopped_by,
     )
 
 
@@ -162,9 +185,18 @@ def _provenance(loaded: LoadedWorkload, spec: TrialSpec) -> Provenance:
         model_sha256=loaded.model.sha256,
         host=socket.gethostname(),
         pid=os.getpid(),
+        hardware_fingerprint=hardware_fingerprint(),
         software=software_versions(),
         measurement=spec.measurement,
     )
+
+
+@cache
+def hardware_fingerprint() -> str:
+    """`autotune.hardware.probe().fingerprint` of this machine, probed once per process."""
+    from autotune.hardware import probe
+
+    return probe().fingerprint
 
 
 def software_versions() -> dict[str, str]:
