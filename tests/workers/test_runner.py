@@ -22,6 +22,7 @@ from autotune.contract import (
 from autotune.errors import RequestError
 from tests.workers.conftest import FAST, digits_workload, export_digits_onnx, spec_for
 from workers import evaluate_artifact, export_artifact, run_trial
+from workers.energy import EnergyReading
 from workers.store import LoadedWorkload, WorkloadStore
 
 STORE = WorkloadStore(capacity=4)  # shared, so each variant is built and evaluated once
@@ -310,3 +311,142 @@ def test_evaluating_a_missing_artifact(tmp_path: Path) -> None:
 def test_npz_data_gives_the_same_accuracy(digits_npz: Path, fp32_accuracy: float) -> None:
     workload = digits_workload(data=DataRef(npz=str(digits_npz)))
     assert ok({}, workload).metrics.accuracy == fp32_accuracy  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurement: statistics, energy, concurrency, provenance, the accuracy cache
+
+
+def test_a_trial_reports_its_p95_interval_stop_reason_and_energy_source() -> None:
+    metrics = ok({"runtime.engine": "onnxruntime", "batch.size": 2}).metrics
+    assert metrics is not None
+    assert metrics.latency_p95_ci_low_ms is not None and metrics.latency_p95_ci_high_ms is not None
+    assert metrics.latency_p95_ci_low_ms <= metrics.latency_p95_ms <= metrics.latency_p95_ci_high_ms
+    assert metrics.stopped_by in ("settled", "max_iters", "max_seconds")  # FAST settles at 2%
+    # no readable energy counter on a CPU-only test machine without RAPL access
+    if metrics.energy_source == "estimate":
+        assert metrics.energy_above_idle_per_sample_j is None and metrics.idle_power_w is None
+
+
+def test_without_a_settle_tolerance_a_trial_stops_at_the_minimums() -> None:
+    spec = spec_for(digits_workload(), {"runtime.engine": "onnxruntime"})
+    spec = spec.model_copy(
+        update={"measurement": FAST.model_copy(update={"settle_tolerance": None})}
+    )
+    metrics = run_trial(spec, STORE).metrics
+    assert metrics is not None
+    assert metrics.stopped_by == "minimums" and metrics.iterations == FAST.min_iters
+
+
+class WindowMeter:
+    """A counter meter that asks for a window longer than the timed calls."""
+
+    source = "rapl"
+    min_window_s = 0.2
+    joules = 3.0
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> EnergyReading:
+        return EnergyReading(joules=self.joules, seconds=0.2, idle_power_w=5.0)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_counter_meter_s_energy_is_per_sample_of_its_whole_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    meter = WindowMeter()
+    monkeypatch.setattr("workers.runner.select_meter", lambda *args: meter)
+    spec = spec_for(digits_workload(), {"runtime.engine": "onnxruntime", "batch.size": 3})
+    quick = FAST.model_copy(update={"settle_tolerance": None})  # 5 timed calls, then repeats
+    metrics = run_trial(spec.model_copy(update={"measurement": quick}), STORE).metrics
+    assert metrics is not None and meter.closed
+    assert metrics.energy_source == "rapl" and metrics.idle_power_w == 5.0
+    window_samples = meter.joules / metrics.energy_per_sample_j
+    assert window_samples == pytest.approx(round(window_samples))
+    assert window_samples > 3 * metrics.iterations  # the window repeated the timed calls
+    assert metrics.energy_above_idle_per_sample_j == pytest.approx(
+        (meter.joules - 5.0 * 0.2) / window_samples
+    )
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "torch_eager"])
+def test_concurrent_load_counts_every_thread_s_requests(
+    monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    import threading
+
+    from workers.runtimes import OnnxRuntimeSession, TorchEagerSession
+
+    session_class = OnnxRuntimeSession if engine == "onnxruntime" else TorchEagerSession
+    callers: list[int] = []
+    real_run = session_class.run
+
+    def recording_run(self: object, batch: np.ndarray) -> np.ndarray:
+        callers.append(threading.get_ident())
+        return real_run(self, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(session_class, "run", recording_run)
+    config: dict[str, ConfigValue] = {
+        "runtime.engine": engine, "runtime.threads": 1, "load.concurrency": 3, "batch.size": 2,
+    }  # fmt: skip
+    metrics = ok(config).metrics
+    assert metrics is not None
+    workers = [ident for ident in callers if ident != threading.get_ident()]
+    assert len(set(workers)) >= 3  # warm-up and timing threads
+    assert FAST.min_iters <= metrics.iterations <= len(workers)
+    assert metrics.throughput_per_s == pytest.approx(
+        2 * metrics.iterations / metrics.measure_seconds
+    )
+    assert metrics.accuracy == ok({"runtime.engine": engine}).metrics.accuracy  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("config", "reason_part"),
+    [
+        ({"runtime.engine": "torch_compile"}, "not safe to call from several threads"),
+        ({"shard.tensor_parallel": 2}, "sharded sessions"),
+        ({"load.concurrency": 0}, "load.concurrency=0"),
+        ({"load.threads": 2}, "unknown configuration key 'load.threads'"),
+    ],
+)
+def test_concurrency_that_a_session_cannot_take_is_unsupported(
+    config: dict[str, ConfigValue], reason_part: str
+) -> None:
+    result = run({"load.concurrency": 2, **config})
+    assert result.status == "unsupported" and reason_part in (result.reason or "")
+
+
+def test_the_hardware_fingerprint_is_probed_once_per_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import autotune.hardware
+    from workers import runner
+
+    real_probe = autotune.hardware.probe
+    probes: list[str] = []
+
+    def counting_probe() -> autotune.hardware.HardwareProfile:
+        profile = real_probe()
+        probes.append(profile.fingerprint)
+        return profile
+
+    runner.hardware_fingerprint.cache_clear()
+    monkeypatch.setattr(autotune.hardware, "probe", counting_probe)
+    first, second = ok({"batch.size": 2}), ok({"batch.size": 5})
+    assert probes and len(probes) == 1
+    assert first.provenance and second.provenance
+    assert first.provenance.hardware_fingerprint == second.provenance.hardware_fingerprint
+    assert first.provenance.hardware_fingerprint == probes[0]
+
+
+def test_known_accuracy_wins_over_the_cached_accuracy(fp32_accuracy: float) -> None:
+    config: dict[str, ConfigValue] = {"prune.method": "magnitude", "prune.ratio": 0.1}
+    measured = ok(config).metrics.accuracy  # type: ignore[union-attr]
+    told = run(config, known_accuracy=0.123).metrics
+    assert told is not None and told.accuracy == 0.123
+    again = ok({**config, "batch.size": 7}).metrics
+    assert again is not None and again.accuracy == measured, "the told figure is not cached"
