@@ -6,7 +6,8 @@ that drift of the machine shows in every configuration alike. One unrecorded tri
 configuration first builds the variant and judges its accuracy, so the repeats measure the
 measurement. Writes a markdown table naming the machine.
 
-    .venv/bin/python experiments/measurement_spread.py [--repeats 10] [--out FILE]
+    .venv/bin/python experiments/measurement_spread.py [--repeats 10] [--threads default,1]
+                                                       [--out FILE]
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from autotune.contract import (  # noqa: E402
 from workers.runner import hardware_fingerprint, run_trial, software_versions  # noqa: E402
 from workers.store import WorkloadStore  # noqa: E402
 
-CONFIGS: dict[str, dict[str, ConfigValue]] = {
+BASE_CONFIGS: dict[str, dict[str, ConfigValue]] = {
     "torch_eager fp32, batch 1": {"runtime.engine": "torch_eager", "precision.mode": "fp32"},
     "onnxruntime fp32, batch 1": {"runtime.engine": "onnxruntime", "precision.mode": "fp32"},
     "onnxruntime int8_dynamic, batch 32": {
@@ -46,6 +47,23 @@ CONFIGS: dict[str, dict[str, ConfigValue]] = {
         "batch.size": 32,
     },
 }
+
+
+def configurations(threads: list[int | None]) -> dict[str, dict[str, ConfigValue]]:
+    """The base configurations at each thread count (None: the default, all cores)."""
+    chosen: dict[str, dict[str, ConfigValue]] = {}
+    for count in threads:
+        for name, config in BASE_CONFIGS.items():
+            if count is None:
+                chosen[name] = config
+            else:
+                chosen[f"{name}, {count} thread{'s' if count > 1 else ''}"] = {
+                    **config,
+                    "runtime.threads": count,
+                }
+    return chosen
+
+
 TARGET_P50_SPREAD = 0.03
 DEFAULT_OUT = REPO / "experiments" / "results" / "measurement-spread-cpu.md"
 
@@ -78,18 +96,18 @@ def trial(config: dict[str, ConfigValue], number: int) -> TrialSpec:
     )
 
 
-def run(repeats: int) -> dict[str, Repeats]:
+def run(configs: dict[str, dict[str, ConfigValue]], repeats: int) -> dict[str, Repeats]:
     store = WorkloadStore()
-    results = {name: Repeats() for name in CONFIGS}
+    results = {name: Repeats() for name in configs}
     number = 0
-    for name, config in CONFIGS.items():
+    for name, config in configs.items():
         first = run_trial(trial(config, number), store)
         number += 1
         if first.status != "ok":
             raise SystemExit(f"{name}: {first.status}: {first.reason}")
         results[name].first_trial_seconds = first.duration_s
     for repeat in range(repeats):
-        for name, config in CONFIGS.items():
+        for name, config in configs.items():
             result = run_trial(trial(config, number), store)
             number += 1
             if result.status != "ok" or result.metrics is None:
@@ -173,7 +191,8 @@ def report(results: dict[str, Repeats], repeats: int, context: dict[str, str]) -
         "# Measurement spread on the CPU: the same configuration measured repeatedly",
         "",
         "Command: `.venv/bin/python experiments/measurement_spread.py "
-        f"--repeats {repeats}` ({context['started']}, {context['wall']} in all).",
+        f"--repeats {repeats} --threads {context['threads']}` ({context['started']}, "
+        f"{context['wall']} in all).",
         "",
         "Machine:",
         *machine(),
@@ -185,7 +204,8 @@ def report(results: dict[str, Repeats], repeats: int, context: dict[str, str]) -
         f"least {defaults.min_iters} calls and {defaults.min_seconds} s, then until the "
         f"median's 95% interval is within ±{defaults.settle_tolerance:.0%}, at most "
         f"{defaults.max_iters} calls or {defaults.max_seconds} s), default threads "
-        f"({len(os.sched_getaffinity(0))}). {repeats} repeats per configuration in one process, "
+        f"({len(os.sched_getaffinity(0))}) unless a thread count is named. {repeats} repeats "
+        "per configuration in one process, "
         "interleaved; one earlier trial per configuration (building the variant, judging "
         "accuracy) is not counted.",
         "",
@@ -283,16 +303,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--threads",
+        default="default,1",
+        help="comma-separated runtime.threads values to measure each configuration at "
+        "('default': all cores; default: 'default,1')",
+    )
     args = parser.parse_args()
+    threads = [None if t == "default" else int(t) for t in args.threads.split(",")]
     if args.repeats < 2:
         parser.error("--repeats must be at least 2")
     context = {
+        "threads": args.threads,
         "started": time.strftime("%Y-%m-%d %H:%M %Z"),
         "load_before": f"{os.getloadavg()[0]:.2f}",
         "neighbours_before": busy_neighbours(),
     }
     began = time.perf_counter()
-    results = run(args.repeats)
+    results = run(configurations(threads), args.repeats)
     context["wall"] = f"{time.perf_counter() - began:.0f} s"
     context["load_after"] = f"{os.getloadavg()[0]:.2f}"
     context["neighbours_after"] = busy_neighbours()
