@@ -238,6 +238,7 @@ def _init_kwargs(address: str | None, workers: int) -> dict[str, Any]:
     python_path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
     return {
         **kwargs,
+        "address": "local",  # our own instance, never another process's local Ray
         "include_dashboard": False,
         "num_cpus": max(workers, len(os.sched_getaffinity(0))),
         "runtime_env": {"env_vars": {"PYTHONPATH": python_path}},

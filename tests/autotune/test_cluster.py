@@ -1,0 +1,208 @@
+"""A study that survives crashes, on the real PostgreSQL and a real Ray (marker: integration).
+
+Each test asserts exact trial counts in the study storage and exact run counts in MLflow.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+import yaml
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from autotune.executors import RayExecutor
+from autotune.tracking import PARENT_TAG, TRIAL_TAG
+from autotune.tuning import TuneOptions, run_tune
+from tests.conftest import REPO, digits_request
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ADMIN_URL = os.environ.get(
+    "AUTOTUNE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+def _admin() -> sqlalchemy.Engine:
+    return sqlalchemy.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+
+
+@pytest.fixture
+def databases() -> Iterator[tuple[str, str]]:
+    """A fresh PostgreSQL database for the study and one for MLflow, dropped afterwards."""
+    names = [f"autotune_it_{uuid.uuid4().hex[:8]}", f"autotune_it_{uuid.uuid4().hex[:8]}"]
+    engine = _admin()
+    try:
+        with engine.connect() as connection:
+            for name in names:
+                connection.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    except sqlalchemy.exc.OperationalError as exc:
+        pytest.fail(f"PostgreSQL at {ADMIN_URL} is needed for the integration tests: {exc}")
+    base = ADMIN_URL.rsplit("/", 1)[0]
+    yield f"{base}/{names[0]}", f"{base}/{names[1]}"
+    with engine.connect() as connection:
+        for name in names:
+            connection.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    engine.dispose()
+
+
+def write_request(tmp_path: Path, storage: str, tracking: str, **overrides: object) -> Path:
+    request = digits_request(tmp_path, **overrides)
+    request["storage"] = storage
+    request["tracking"] = {"uri": tracking, "experiment": "cluster-tests"}
+    path = tmp_path / "request.yaml"
+    path.write_text(yaml.safe_dump(request))
+    return path
+
+
+def trial_states(storage: str, study: str = "digits-test") -> dict[str, int]:
+    loaded = optuna.load_study(study_name=study, storage=storage)
+    counts: dict[str, int] = {}
+    for trial in loaded.trials:
+        counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
+    return counts
+
+
+def counted(storage: str) -> int:
+    """Trials that count toward the budget; 0 before the study exists."""
+    try:
+        states = trial_states(storage)
+    except KeyError:
+        return 0
+    return states.get("COMPLETE", 0) + states.get("PRUNED", 0)
+
+
+def child_run_numbers(tracking: str) -> list[int]:
+    client = MlflowClient(tracking)
+    experiment = client.get_experiment_by_name("cluster-tests")
+    parents = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`autotune.role` = 'study'"
+    )
+    assert len(parents) == 1
+    children = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.`{PARENT_TAG}` = '{parents[0].info.run_id}'",
+        max_results=1000,
+    )
+    return sorted(int(r.data.tags[TRIAL_TAG]) for r in children)
+
+
+def cli(path: Path, cwd: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune", "tune", str(path), "--seed", "0", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: Ray's processes die with it
+    )
+
+
+def test_two_workers_on_postgres(databases: tuple[str, str], tmp_path: Path) -> None:
+    storage, tracking = databases
+    path = write_request(tmp_path, storage, tracking, budget={"trials": 8})
+    process = cli(path, tmp_path, "--workers", "2")
+    output, _ = process.communicate(timeout=900)
+    assert process.returncode == 0, output[-3000:]
+    assert trial_states(storage) == {"COMPLETE": 8} or counted(storage) == 8
+    assert "FAIL" not in trial_states(storage)
+    assert child_run_numbers(tracking) == list(range(8))
+    study = optuna.load_study(study_name="digits-test", storage=storage)
+    pids = {t.user_attrs["provenance"]["pid"] for t in study.trials if "provenance" in t.user_attrs}
+    assert len(pids) == 2  # both slots measured
+
+
+def test_a_worker_killed_mid_trial_is_retried(
+    databases: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage, tracking = databases
+    slow = {
+        "warmup_iters": 2,
+        "min_iters": 10,
+        "max_iters": 100000,
+        "min_seconds": 1.5,
+        "max_seconds": 2.0,
+        "settle_tolerance": None,
+    }
+    # Enough trials after the kill that the dead slot is used again whatever it was doing.
+    path = write_request(tmp_path, storage, tracking, budget={"trials": 8}, measurement=slow)
+    monkeypatch.chdir(tmp_path)
+    executor = RayExecutor(workers=2)
+    victim = int(executor.pings()[0]["pid"])  # asked while idle: a ping waits for a trial
+    killed: list[int] = []
+
+    def kill_a_busy_worker() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and counted(storage) < 2:
+            time.sleep(0.2)
+        time.sleep(0.5)  # both slots are inside a trial now
+        os.kill(victim, signal.SIGKILL)
+        killed.append(victim)
+
+    killer = threading.Thread(target=kill_a_busy_worker, daemon=True)
+    killer.start()
+    try:
+        from autotune import tuning
+
+        monkeypatch.setattr(tuning, "make_executor", lambda options: executor)
+        run_tune(path, TuneOptions(seed=0))
+    finally:
+        killer.join(timeout=5)
+    assert killed, "the worker was never killed"
+    states = trial_states(storage)
+    assert counted(storage) == 8 and "FAIL" not in states
+    study = optuna.load_study(study_name="digits-test", storage=storage)
+    attempts = {t.number: t.user_attrs.get("attempt") for t in study.trials}
+    assert any(a is not None and a >= 1 for a in attempts.values()), attempts
+    assert child_run_numbers(tracking) == list(range(8))
+
+
+def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path) -> None:
+    storage, tracking = databases
+    path = write_request(tmp_path, storage, tracking, budget={"trials": 8})
+    process = cli(path, tmp_path)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and counted(storage) < 3:
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    assert counted(storage) < 8
+
+    resumed = cli(path, tmp_path)
+    output, _ = resumed.communicate(timeout=900)
+    assert resumed.returncode == 0, output[-3000:]
+    states = trial_states(storage)
+    assert counted(storage) == 8
+    lost = states.get("FAIL", 0)  # trials the dead coordinator left RUNNING, reaped
+    assert states.get("RUNNING", 0) == 0
+    assert len(child_run_numbers(tracking)) == 8 + lost
+    assert child_run_numbers(tracking) == list(range(8 + lost))
+
+
+def test_two_coordinators_share_one_study(databases: tuple[str, str], tmp_path: Path) -> None:
+    storage, tracking = databases
+    path = write_request(tmp_path, storage, tracking, budget={"trials": 10})
+    first, second = cli(path, tmp_path), cli(path, tmp_path)
+    outputs = [p.communicate(timeout=900)[0] for p in (first, second)]
+    assert first.returncode == 0, outputs[0][-3000:]
+    assert second.returncode == 0, outputs[1][-3000:]
+    assert counted(storage) == 10
+    assert "FAIL" not in trial_states(storage)
+    study = optuna.load_study(study_name="digits-test", storage=storage)
+    assert sum(bool(t.user_attrs.get("baseline")) for t in study.trials) == 1
+    owners = {t.system_attrs.get("autotune:owner") for t in study.trials}
+    assert len(owners) == 2  # both coordinators ran trials
+    assert child_run_numbers(tracking) == list(range(10))
