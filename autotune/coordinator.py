@@ -86,6 +86,22 @@ class TuneSettings:
     n_trials: int | None
     timeout_s: float | None
     seed: int | None = None
+    sampler: str = "tpe"
+
+
+def make_sampler(name: str, seed: int | None) -> Any:
+    """The Optuna samplers a study can use; constraints reach each through set_constraint."""
+    import optuna
+
+    samplers: dict[str, Callable[[], Any]] = {
+        "tpe": lambda: optuna.samplers.TPESampler(multivariate=True, seed=seed),
+        "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+        "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed),
+        "gp": lambda: optuna.samplers.GPSampler(seed=seed),
+    }
+    if name not in samplers:
+        raise RequestError("sampler", f"must be one of {sorted(samplers)}", name)
+    return samplers[name]()
 
 
 @dataclass
@@ -193,15 +209,16 @@ class Coordinator:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        storage = _storage(self.settings.storage)
-        sampler = optuna.samplers.TPESampler(multivariate=True, seed=self.settings.seed)
-        study = optuna.create_study(
-            study_name=self.settings.study_name,
-            storage=storage,
-            directions=[m.direction.value for m in self.objectives],
-            sampler=sampler,
-            load_if_exists=True,
-        )
+        sampler = make_sampler(self.settings.sampler, self.settings.seed)
+        # Coordinators starting together on a new database must not race to create it.
+        with study_lock(self.settings.storage, self.settings.study_name):
+            study = optuna.create_study(
+                study_name=self.settings.study_name,
+                storage=_storage(self.settings.storage),
+                directions=[m.direction.value for m in self.objectives],
+                sampler=sampler,
+                load_if_exists=True,
+            )
         identity = {
             "model_sha256": info.sha256,
             "objectives": list(self.request.objectives),
@@ -273,7 +290,7 @@ class Coordinator:
             if not running:
                 if baseline is not None and not held:
                     return baseline
-                if self.stopping or not self._wait_for_others(study):
+                if self.stopping or not self._wait_for_others(study, tracker):
                     raise AutotuneError("the baseline (unmodified model) was never measured")
                 baseline = _baseline_candidate(study)
                 continue
@@ -312,23 +329,26 @@ class Coordinator:
                 study.enqueue_trial(self.space.baseline(), user_attrs={"baseline": True})
             states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
             used = study._storage.get_n_trials(study._study_id, states)
-            if not self._budget_left(used, started):
+            # A waiting baseline is asked whatever the budget: every other result waits on it.
+            waiting_baseline = need_baseline and _baseline_waiting(study)
+            if not waiting_baseline and not self._budget_left(used, started):
                 return None
             trial = _retrying(study.ask)
             claim(study, trial, self.owner)
             return trial
 
-    def _wait_for_others(self, study: optuna.Study) -> bool:
+    def _wait_for_others(self, study: optuna.Study, tracker: Tracker) -> bool:
         """Nothing of ours is running but the baseline is not known: wait while another
         coordinator's trials run (reaping them if that coordinator died)."""
         from optuna.trial import TrialState
 
         while not self.stopping:
-            if _baseline_candidate(study) is not None:
+            if _baseline_candidate(study) is not None or _baseline_waiting(study):
                 return True
             if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-                return _baseline_in_flight(study)
+                return False
             time.sleep(1.0)
+            self._reap(study, tracker, set())
         return False
 
     def _reap(self, study: optuna.Study, tracker: Tracker, mine: set[int]) -> None:
@@ -714,6 +734,13 @@ def _baseline_in_flight(study: optuna.Study) -> bool:
     return any(
         t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False, states=states)
     )
+
+
+def _baseline_waiting(study: optuna.Study) -> bool:
+    from optuna.trial import TrialState
+
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    return any(t.user_attrs.get("baseline") for t in waiting)
 
 
 def _baseline_candidate(study: optuna.Study) -> Candidate | None:

@@ -20,7 +20,6 @@ import pytest
 import sqlalchemy
 import yaml
 from mlflow.tracking import MlflowClient
-from optuna.trial import TrialState
 
 from autotune.executors import RayExecutor
 from autotune.tracking import PARENT_TAG, TRIAL_TAG
@@ -98,9 +97,22 @@ def child_run_numbers(tracking: str) -> list[int]:
     return sorted(int(r.data.tags[TRIAL_TAG]) for r in children)
 
 
+LAUNCHED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_coordinators() -> Iterator[None]:
+    yield
+    while LAUNCHED:
+        process = LAUNCHED.pop()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+
 def cli(path: Path, cwd: Path, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-m", "autotune", "tune", str(path), "--seed", "0", *args],
         cwd=cwd,
         env=env,
@@ -109,6 +121,8 @@ def cli(path: Path, cwd: Path, *args: str) -> subprocess.Popen[str]:
         text=True,
         start_new_session=True,  # its own process group: Ray's processes die with it
     )
+    LAUNCHED.append(process)
+    return process
 
 
 def test_two_workers_on_postgres(databases: tuple[str, str], tmp_path: Path) -> None:
