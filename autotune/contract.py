@@ -162,6 +162,9 @@ class TrialMetrics(Strict):
     )
     idle_power_w: float | None = None
     peak_memory_mb: float
+    peak_device_memory_mb: float | None = Field(
+        default=None, description="CUDA memory reserved at the peak (torch on CUDA only)"
+    )
     iterations: int
     measure_seconds: float
     stopped_by: Literal["settled", "minimums", "max_iters", "max_seconds"] | None = None

@@ -753,10 +753,21 @@ def _baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 
 
 def _accuracy_by_variant(study: optuna.Study) -> dict[str, float]:
+    """Accuracy measured so far per variant, from trials measured like the baseline (same
+    model, software and hardware): a figure from another setting is not reused."""
+    baseline = _baseline_trial(study)
+    if baseline is None:
+        return {}
+    reference = _comparable(baseline.user_attrs.get("provenance", {}))
     return {
         t.user_attrs["variant_key"]: float(t.user_attrs["metrics"]["accuracy"])
         for t in completed_trials(study)
+        if _comparable(t.user_attrs.get("provenance", {})) == reference
     }
+
+
+def _comparable(provenance: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(provenance.get(k) for k in ("model_sha256", "software", "hardware_fingerprint"))
 
 
 def candidate_from_trial(trial: optuna.trial.FrozenTrial) -> Candidate:

@@ -58,7 +58,7 @@ def reported(metrics: dict[str, Any], cost: Cost | None = None) -> dict[str, Any
             metrics["latency_p95_ci_low_ms"],
             metrics["latency_p95_ci_high_ms"],
         ]
-    for key in ("iterations", "measure_seconds", "stopped_by"):
+    for key in ("iterations", "measure_seconds", "stopped_by", "peak_device_memory_mb"):
         if metrics.get(key) is not None:
             shown[key] = metrics[key]
     return {**shown, **derived_figures(metrics, cost or Cost())}

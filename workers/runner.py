@@ -99,7 +99,12 @@ def _measure(spec: TrialSpec, store: WorkloadStore) -> tuple[TrialMetrics, Prove
     config = loaded.parse(spec.config)
     check_concurrency(config)
     settings = spec.measurement
-    with PeakMemorySampler() as memory, opened(loaded.session_for(config)) as session:
+    device_memory = CudaPeakMemory(config.device == "cuda")
+    with (
+        device_memory,
+        PeakMemorySampler() as memory,
+        opened(loaded.session_for(config)) as session,
+    ):
         helpers = helper_pids(session)  # sharded sessions' worker processes count too
         memory.watch(helpers)
         call = partial(session.run, _timing_batch(loaded, session, config))
@@ -116,7 +121,30 @@ def _measure(spec: TrialSpec, store: WorkloadStore) -> tuple[TrialMetrics, Prove
         finally:
             meter.close()
     metrics = _metrics(accuracy, measured, config.batch_size, memory.peak_mb, meter)
+    if device_memory.peak_mb is not None:
+        metrics = metrics.model_copy(update={"peak_device_memory_mb": device_memory.peak_mb})
     return metrics, _provenance(loaded, spec)
+
+
+class CudaPeakMemory:
+    """CUDA memory reserved at the peak of the block, from torch's allocator statistics."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.peak_mb: float | None = None
+
+    def __enter__(self) -> CudaPeakMemory:
+        if self.enabled:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            import torch
+
+            self.peak_mb = torch.cuda.max_memory_reserved() / 2**20
 
 
 def check_concurrency(config: TrialConfig) -> None:

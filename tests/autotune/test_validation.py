@@ -83,3 +83,25 @@ def test_derived_figures() -> None:
     # a million samples take 1000 s = 1/3.6 h; 2000 J = 1/1800 kWh
     assert priced["cost_per_million_samples"] == 1.0
     assert abs(priced["co2e_g_per_million_samples"] - 400 / 1800) < 1e-12
+
+
+def test_accuracy_is_reused_only_from_comparable_measurements() -> None:
+    import optuna
+
+    from autotune.coordinator import _accuracy_by_variant
+
+    study = optuna.create_study(directions=["maximize"])
+    same = {"model_sha256": "m", "software": {"torch": "2.13"}, "hardware_fingerprint": "h"}
+    other = {**same, "software": {"torch": "2.14"}}
+    for attrs in (
+        {"baseline": True, "variant_key": "fp32", "provenance": same},
+        {"variant_key": "int8", "provenance": same},
+        {"variant_key": "bf16", "provenance": other},
+    ):
+        trial = study.ask()
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr("config", {})
+        trial.set_user_attr("metrics", {"accuracy": 0.9})
+        study.tell(trial, [0.9])
+    assert _accuracy_by_variant(study) == {"fp32": 0.9, "int8": 0.9}
