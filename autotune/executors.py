@@ -122,8 +122,13 @@ class RayExecutor:
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             ray.init(**_init_kwargs(address, workers))
-        cpus_per_slot = max(1, int(ray.available_resources().get("CPU", workers)) // workers)
-        self._actor_cls = ray.remote(num_cpus=cpus_per_slot)(_worker_class())
+        resources = ray.available_resources()
+        cpus_per_slot = max(1, int(resources.get("CPU", workers)) // workers)
+        # GPUs are split evenly between the slots; Ray sets each actor's CUDA_VISIBLE_DEVICES.
+        gpus_per_slot = int(resources.get("GPU", 0)) // workers
+        self._actor_cls = ray.remote(num_cpus=cpus_per_slot, num_gpus=gpus_per_slot)(
+            _worker_class()
+        )
         self._memory_limit_mb = memory_limit_mb
         # On this machine each slot gets its own cores, so neighbours do not disturb its
         # timings; on a cluster Ray places actors and the nodes' cores are not ours to split.
