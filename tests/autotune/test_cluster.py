@@ -220,3 +220,62 @@ def test_two_coordinators_share_one_study(databases: tuple[str, str], tmp_path: 
     owners = {t.system_attrs.get("autotune:owner") for t in study.trials}
     assert len(owners) == 2  # both coordinators ran trials
     assert child_run_numbers(tracking) == list(range(10))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_joins_a_ray_cluster_with_token_authentication(tmp_path: Path) -> None:
+    """`--ray-address` to a cluster started by `ray start` with token auth on: the
+    coordinator gets in with the token and is refused without it."""
+    ray_bin = Path(sys.executable).with_name("ray")
+    port = _free_port()
+    token = uuid.uuid4().hex + uuid.uuid4().hex
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    started = subprocess.run(
+        [
+            str(ray_bin),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        path = tmp_path / "request.yaml"
+        path.write_text(yaml.safe_dump(digits_request(tmp_path, budget={"trials": 3})))
+        address = f"127.0.0.1:{port}"
+        tune = [sys.executable, "-m", "autotune", "tune", str(path), "--ray-address", address]
+        ok = subprocess.run(
+            tune, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert ok.returncode == 0, ok.stderr[-3000:]
+        study = optuna.load_study(
+            study_name="digits-test", storage=f"sqlite:///{tmp_path}/study.db"
+        )
+        assert sum(t.state.is_finished() for t in study.trials) == 3
+        no_token = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"}
+        no_token["RAY_AUTH_TOKEN"] = "wrong-" + token[6:]
+        refused = subprocess.run(
+            tune + ["--study", "refused"],
+            cwd=tmp_path,
+            env=no_token,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert refused.returncode != 0
+    finally:
+        subprocess.run([str(ray_bin), "stop", "--force"], env=env, capture_output=True, timeout=120)
