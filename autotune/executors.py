@@ -7,11 +7,13 @@ time per actor, so each device slot measures alone.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.contract import (
@@ -85,6 +87,8 @@ class _Running:
     actor: Any
     spec: TrialSpec
     started: float
+    borrowed_slots: list[int] | None = None  # a gang trial's slots, given back when it ends
+    placement_group: Any = None
 
     def overdue(self, now: float) -> bool:
         return self.spec.timeout_s is not None and now - self.started > self.spec.timeout_s
@@ -110,7 +114,11 @@ class RayExecutor:
     """
 
     def __init__(
-        self, workers: int, address: str | None = None, memory_limit_mb: int | None = None
+        self,
+        workers: int,
+        address: str | None = None,
+        memory_limit_mb: int | None = None,
+        num_gpus: int | None = None,
     ) -> None:
         try:
             import ray
@@ -121,11 +129,12 @@ class RayExecutor:
         self._ray = ray
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
-            ray.init(**_init_kwargs(address, workers))
+            ray.init(**_init_kwargs(address, workers, num_gpus))
         resources = ray.available_resources()
         cpus_per_slot = max(1, int(resources.get("CPU", workers)) // workers)
         # GPUs are split evenly between the slots; Ray sets each actor's CUDA_VISIBLE_DEVICES.
         gpus_per_slot = int(resources.get("GPU", 0)) // workers
+        self._cpus_per_slot, self._gpus_per_slot = cpus_per_slot, gpus_per_slot
         self._actor_cls = ray.remote(num_cpus=cpus_per_slot, num_gpus=gpus_per_slot)(
             _worker_class()
         )
@@ -136,6 +145,9 @@ class RayExecutor:
         self._actors: list[Any] = [self._new_actor(slot) for slot in range(workers)]
         self._idle: list[Any] = list(self._actors)
         self._running: dict[Any, _Running] = {}
+        self._gangs: list[TrialSpec] = []  # sharded trials waiting for enough idle slots
+        self._ready: list[TrialResult] = []
+        self._blobs: dict[str, Any] = {}
 
     def _new_actor(self, slot: int) -> Any:
         return self._actor_cls.remote(self._memory_limit_mb, self._cpus[slot])
@@ -145,7 +157,9 @@ class RayExecutor:
         return len(self._actors)
 
     def inspect(self, workload: Workload) -> ModelInfo:
-        info: ModelInfo = self._ray.get(self._actors[0].inspect.remote(workload))
+        info: ModelInfo = self._ray.get(
+            self._actors[0].inspect.remote(workload, self._ship(workload))
+        )
         return info
 
     def pings(self) -> list[dict[str, Any]]:
@@ -154,17 +168,69 @@ class RayExecutor:
         return pings
 
     def submit(self, spec: TrialSpec) -> None:
+        needed = self._slots_needed(spec)
+        if needed > 1:
+            self._submit_gang(spec, needed)
+            return
         if not self._idle:
             raise AutotuneError("submit called with no idle slot")
         actor = self._idle.pop()
-        ref = actor.run.remote(spec)
+        ref = actor.run.remote(spec, self._ship(spec.workload))
         self._running[ref] = _Running(actor, spec, time.monotonic())
 
     def pending(self) -> int:
-        return len(self._running)
+        return len(self._running) + len(self._gangs) + len(self._ready)
+
+    def _slots_needed(self, spec: TrialSpec) -> int:
+        """A trial sharded over k GPUs needs the GPUs of ceil(k / GPUs per slot) slots."""
+        degree = max(
+            int(spec.config.get("shard.tensor_parallel", 1)),
+            int(spec.config.get("shard.data_parallel", 1)),
+        )
+        if degree <= max(self._gpus_per_slot, 1) or self._gpus_per_slot == 0:
+            return 1
+        return -(-degree // self._gpus_per_slot)
+
+    def _submit_gang(self, spec: TrialSpec, needed: int) -> None:
+        if needed > len(self._actors):
+            reason = (
+                f"needs the GPUs of {needed} slots ({self._gpus_per_slot} each); "
+                f"this executor has {len(self._actors)}"
+            )
+            self._ready.append(TrialResult.without_metrics(spec, "unsupported", reason))
+            return
+        self._gangs.append(spec)
+        self._start_gangs()
+
+    def _start_gangs(self) -> None:
+        """Run a waiting gang trial once enough slots are idle: their actors are stopped to
+        free their GPUs, one actor holding all of them runs the trial on one node (a
+        placement group), and the slots get fresh actors when it ends."""
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        while self._gangs:
+            spec = self._gangs[0]
+            needed = self._slots_needed(spec)
+            if len(self._idle) < needed:
+                return
+            self._gangs.pop(0)
+            borrowed = [self._actors.index(self._idle.pop()) for _ in range(needed)]
+            for slot in borrowed:
+                self._ray.kill(self._actors[slot])
+            gpus = needed * self._gpus_per_slot
+            cpus = needed * self._cpus_per_slot
+            group = placement_group([{"CPU": cpus, "GPU": gpus}], strategy="STRICT_PACK")
+            gang = self._ray.remote(num_cpus=cpus, num_gpus=gpus)(_worker_class()).options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=group)
+            )
+            actor: Any = gang.remote(self._memory_limit_mb, None)
+            ref = actor.run.remote(spec, self._ship(spec.workload))
+            self._running[ref] = _Running(actor, spec, time.monotonic(), borrowed, group)
 
     def wait(self) -> list[TrialResult]:
-        results: list[TrialResult] = []
+        results: list[TrialResult] = self._ready
+        self._ready = []
         while self._running and not results:
             now = time.monotonic()
             lefts = [r.seconds_left(now) for r in self._running.values()]
@@ -182,8 +248,11 @@ class RayExecutor:
 
     def _finish(self, ref: Any, result: TrialResult) -> TrialResult:
         running = self._running.pop(ref)
+        if running.borrowed_slots is not None:
+            self._end_gang(running)
+            return result
         actor = running.actor
-        if result.status in RECYCLE_AFTER:
+        if result.status in RECYCLE_AFTER or _cuda_error(result):
             self._ray.kill(actor)
             slot = self._actors.index(actor)
             replacement = self._new_actor(slot)
@@ -191,6 +260,16 @@ class RayExecutor:
             actor = replacement
         self._idle.append(actor)
         return result
+
+    def _end_gang(self, running: _Running) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        self._ray.kill(running.actor)
+        remove_placement_group(running.placement_group)
+        for slot in running.borrowed_slots or []:
+            self._actors[slot] = self._new_actor(slot)
+            self._idle.append(self._actors[slot])
+        self._start_gangs()
 
     def _collect(self, ref: Any) -> TrialResult:
         spec = self._running[ref].spec
@@ -205,14 +284,32 @@ class RayExecutor:
             return TrialResult.without_metrics(spec, "lost", reason)
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
-        artifact: ArtifactInfo = self._ray.get(self._actors[0].export.remote(spec, out_dir))
+        blobs = self._ship(spec.workload)
+        artifact: ArtifactInfo = self._ray.get(self._actors[0].export.remote(spec, out_dir, blobs))
         return artifact
+
+    def _ship(self, workload: Workload) -> dict[str, Any]:
+        """Put the workload's files into the object store, once each: a node that lacks a
+        path fetches the bytes once, not once per trial."""
+        from workers.blobs import Blob, workload_files
+
+        for path in workload_files(workload):
+            if path not in self._blobs and Path(path).is_file():
+                payload = Path(path).read_bytes()
+                digest = hashlib.sha256(payload).hexdigest()
+                self._blobs[path] = Blob(Path(path).name, digest, self._ray.put(payload))
+        return {p: self._blobs[p] for p in workload_files(workload) if p in self._blobs}
 
     def close(self) -> None:
         for actor in self._actors:
             self._ray.kill(actor)
         if self._owns_ray:
             self._ray.shutdown()
+
+
+def _cuda_error(result: TrialResult) -> bool:
+    """A CUDA error can leave the context unusable: the next trial must not measure in it."""
+    return result.status == "error" and "CUDA" in (result.reason or "")
 
 
 def _split_cores(slots: int) -> list[list[int] | None]:
@@ -235,7 +332,7 @@ def _worker_class() -> type[TrialWorker]:
     return TrialWorker
 
 
-def _init_kwargs(address: str | None, workers: int) -> dict[str, Any]:
+def _init_kwargs(address: str | None, workers: int, num_gpus: int | None) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR"}
     if address:
         return {**kwargs, "address": address}
@@ -246,5 +343,6 @@ def _init_kwargs(address: str | None, workers: int) -> dict[str, Any]:
         "address": "local",  # our own instance, never another process's local Ray
         "include_dashboard": False,
         "num_cpus": max(workers, len(os.sched_getaffinity(0))),
+        "num_gpus": num_gpus,
         "runtime_env": {"env_vars": {"PYTHONPATH": python_path}},
     }

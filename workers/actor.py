@@ -11,6 +11,7 @@ from contextlib import contextmanager, suppress
 
 from autotune.contract import ArtifactInfo, ModelInfo, TrialResult, TrialSpec, Workload
 from autotune.errors import AutotuneError
+from workers.blobs import Blob, localize
 from workers.inspection import inspect_workload
 from workers.runner import export_artifact, run_trial
 from workers.store import WorkloadStore
@@ -26,10 +27,11 @@ class TrialWorker:
         self.memory_limit_mb = memory_limit_mb
         self.store = WorkloadStore()
 
-    def inspect(self, workload: Workload) -> ModelInfo:
-        return inspect_workload(workload, self.store)
+    def inspect(self, workload: Workload, blobs: dict[str, Blob] | None = None) -> ModelInfo:
+        return inspect_workload(localize(workload, blobs), self.store)
 
-    def run(self, spec: TrialSpec) -> TrialResult:
+    def run(self, spec: TrialSpec, blobs: dict[str, Blob] | None = None) -> TrialResult:
+        spec = _localized(spec, blobs)
         if self.memory_limit_mb is None:
             return run_trial(spec, self.store)
         self._preload(spec)
@@ -41,8 +43,10 @@ class TrialWorker:
         with suppress(AutotuneError):  # run_trial reports it as the trial's outcome
             self.store.get(spec.workload)
 
-    def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
-        return export_artifact(spec, out_dir, self.store)
+    def export(
+        self, spec: TrialSpec, out_dir: str, blobs: dict[str, Blob] | None = None
+    ) -> ArtifactInfo:
+        return export_artifact(_localized(spec, blobs), out_dir, self.store)
 
     def ping(self) -> dict[str, object]:
         return {
@@ -50,6 +54,12 @@ class TrialWorker:
             "hostname": socket.gethostname(),
             "cpus": sorted(os.sched_getaffinity(0)),
         }
+
+
+def _localized(spec: TrialSpec, blobs: dict[str, Blob] | None) -> TrialSpec:
+    if not blobs:
+        return spec
+    return spec.model_copy(update={"workload": localize(spec.workload, blobs)})
 
 
 @contextmanager

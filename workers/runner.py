@@ -137,6 +137,9 @@ class CudaPeakMemory:
         if self.enabled:
             import torch
 
+            # Without a device the session refuses the trial as unsupported; nothing to count.
+            self.enabled = torch.cuda.is_available()
+        if self.enabled:
             torch.cuda.reset_peak_memory_stats()
         return self
 

@@ -6,6 +6,7 @@ Each test asserts exact trial counts in the study storage and exact run counts i
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +35,7 @@ ADMIN_URL = os.environ.get(
 
 
 def _admin() -> sqlalchemy.Engine:
-    return sqlalchemy.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    return sqlalchemy.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
 
 
 @pytest.fixture
@@ -279,3 +280,63 @@ def test_joins_a_ray_cluster_with_token_authentication(tmp_path: Path) -> None:
         assert refused.returncode != 0
     finally:
         subprocess.run([str(ray_bin), "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def _restart_postgres() -> None:
+    clusters = sorted(Path("/etc/postgresql").glob("*/main"))
+    if not clusters or shutil.which("pg_ctlcluster") is None:
+        pytest.skip("needs a local PostgreSQL cluster managed by pg_ctlcluster")
+    version = clusters[-1].parent.name
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+        check=True,
+        timeout=120,
+    )
+
+
+def test_postgres_restarted_mid_study(databases: tuple[str, str], tmp_path: Path) -> None:
+    storage, _ = databases
+    tracking = f"sqlite:///{tmp_path}/mlflow.db"  # the study's database is the one restarted
+    slow = {
+        "warmup_iters": 2,
+        "min_iters": 10,
+        "max_iters": 100000,
+        "min_seconds": 1.0,
+        "max_seconds": 1.5,
+        "settle_tolerance": None,
+    }
+    path = tmp_path / "request.yaml"
+    request = digits_request(tmp_path, budget={"trials": 6}, measurement=slow)
+    request.update(storage=storage, tracking={"uri": tracking, "experiment": "cluster-tests"})
+    path.write_text(yaml.safe_dump(request))
+    process = cli(path, tmp_path)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and counted(storage) < 2:
+        time.sleep(0.2)
+    _restart_postgres()
+    output, _ = process.communicate(timeout=900)
+    assert process.returncode == 0, output[-3000:]
+    assert counted(storage) == 6
+    assert "FAIL" not in trial_states(storage)
+    assert child_run_numbers(tracking) == list(range(6))
+
+
+def test_ctrl_c_stops_cleanly_and_the_study_resumes(tmp_path: Path) -> None:
+    path = tmp_path / "request.yaml"
+    path.write_text(yaml.safe_dump(digits_request(tmp_path, budget={"trials": 6})))
+    storage = f"sqlite:///{tmp_path}/study.db"
+    process = cli(path, tmp_path)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and counted(storage) < 2:
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 130, output[-3000:]
+    assert "resume" in output
+    states = trial_states(storage)
+    assert states.get("RUNNING", 0) == 0 and "FAIL" not in states  # running trials finished
+    assert counted(storage) < 6
+    resumed = cli(path, tmp_path)
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output[-3000:]
+    assert counted(storage) == 6

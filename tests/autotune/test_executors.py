@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,32 @@ def spec(number: int, work: Workload, config: dict, timeout_s: float | None = No
         measurement=MeasurementSettings(**FAST_MEASUREMENT),
         timeout_s=timeout_s,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_sharded_trial_runs_as_a_gang_on_the_gpus_of_several_slots() -> None:
+    """Two slots with one (logical) GPU each: a 2-way trial borrows both, runs in a placement
+    group on one actor holding both GPUs, and the slots come back afterwards. Without a
+    real GPU the trial itself ends as unsupported, which is all it can do here."""
+    import ray
+
+    assert not ray.is_initialized(), "runs before the module's shared executor starts Ray"
+    executor = RayExecutor(workers=2, num_gpus=2)
+    try:
+        before = {p["pid"] for p in executor.pings()}
+        digits = workload("experiments.digits.model:build_model")
+        executor.submit(spec(7, digits, {"runtime.device": "cuda", "shard.data_parallel": 2}))
+        assert executor.pending() == 1
+        (result,) = executor.wait()
+        assert result.status == "unsupported", result.reason
+        after = {p["pid"] for p in executor.pings()}
+        assert len(after) == 2 and not before & after  # both slots have fresh actors
+        executor.submit(spec(8, digits, {"shard.data_parallel": 4}))
+        (result,) = executor.wait()
+        assert result.status == "unsupported" and "has 2" in (result.reason or "")
+    finally:
+        executor.close()
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +107,32 @@ def test_unsupported_and_error_outcomes(capped_executor: RayExecutor) -> None:
     capped_executor.submit(spec(5, broken, {}))
     (result,) = capped_executor.wait()
     assert result.status == "error"
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_model_and_data_files_travel_through_the_object_store(
+    capped_executor: RayExecutor, tmp_path: Path
+) -> None:
+    """Once shipped, a trial runs even where the original files no longer exist."""
+    import numpy as np
+    import torch
+
+    from experiments.digits.model import build_model, eval_data
+    from workers.blobs import BLOB_DIR
+
+    onnx_path, npz_path = tmp_path / "digits.onnx", tmp_path / "digits.npz"
+    torch.onnx.export(build_model(), (torch.zeros(1, 1, 8, 8),), str(onnx_path), dynamo=False)
+    inputs, labels = eval_data()
+    np.savez(npz_path, inputs=inputs, labels=labels)
+    files = Workload(
+        model=ModelRef(onnx=str(onnx_path)), data=DataRef(npz=str(npz_path)), python_path=[]
+    )
+    info = capped_executor.inspect(files)
+    onnx_path.unlink()
+    npz_path.unlink()
+    capped_executor.submit(spec(6, files, {"batch.size": 1}))  # exported with a fixed batch
+    (result,) = capped_executor.wait()
+    assert result.status == "ok", result.reason
+    assert result.provenance is not None and result.provenance.model_sha256 == info.sha256
+    assert (BLOB_DIR / info.sha256 / "digits.onnx").is_file()
