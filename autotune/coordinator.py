@@ -271,10 +271,10 @@ class Coordinator:
         last_reap = -REAP_EVERY_S
         while True:
             if time.monotonic() - last_reap >= REAP_EVERY_S:
-                self._reap(study, tracker, set(running))
+                _retrying(self._reap, study, tracker, set(running))
                 last_reap = time.monotonic()
             while len(running) < self.executor.slots and not self.stopping:
-                trial = self._ask(study, started, len(running), baseline is None)
+                trial = _retrying(self._ask, study, started, len(running), baseline is None)
                 if trial is None:
                     break
                 config = self.space.sample(trial)
@@ -348,7 +348,7 @@ class Coordinator:
             if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
                 return False
             time.sleep(1.0)
-            self._reap(study, tracker, set())
+            _retrying(self._reap, study, tracker, set())
         return False
 
     def _reap(self, study: optuna.Study, tracker: Tracker, mine: set[int]) -> None:
@@ -430,27 +430,48 @@ class Coordinator:
         metrics: dict[str, Any] | None,
         tracker: Tracker,
     ) -> None:
+        tags: dict[str, str] = {"status": result.status}
+        if result.reason:
+            tags["failure_reason"] = result.reason[:5000]
+        violations = None
+        if metrics is not None:
+            violations = constraint_violations(self.request.constraints, metrics)
+            tags["feasible"] = str(all(v <= 0 for v in violations.values())).lower()
+        _retrying(self._record, study, trial, spec, result, metrics, violations)
+        tracker.log_trial(trial.number, spec.attempt, spec.config, metrics, tags)
+        self.on_progress(_retrying(_counted_trials, study), self.settings.n_trials, result)
+
+    def _record(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        spec: TrialSpec,
+        result: TrialResult,
+        metrics: dict[str, Any] | None,
+        violations: dict[str, float] | None,
+    ) -> None:
+        """The outcome into the study; safe to repeat after a lost connection."""
+        from optuna.trial import TrialState
+
+        if study._storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
+            return  # told before the connection dropped
         trial.set_user_attr("config", spec.config)
         trial.set_user_attr("attempt", spec.attempt)
         trial.set_user_attr("status", result.status)
         trial.set_user_attr("variant_key", result.variant_key)
-        tags: dict[str, str] = {"status": result.status}
         if result.reason:
             trial.set_user_attr("reason", result.reason)
-            tags["failure_reason"] = result.reason[:5000]
         if result.provenance is not None:
             trial.set_user_attr("provenance", result.provenance.model_dump(mode="json"))
-        if metrics is None:
-            _retrying(study.tell, trial, state=_failed_state(result))
-        else:
-            violations = constraint_violations(self.request.constraints, metrics)
-            for name, value in violations.items():
+        if metrics is None or violations is None:
+            study.tell(trial, state=_failed_state(result))
+            return
+        system_attrs = study._storage.get_trial_system_attrs(trial._trial_id)
+        for name, value in violations.items():
+            if f"constraints:{name}" not in system_attrs:
                 trial.set_constraint(name, value)
-            trial.set_user_attr("metrics", metrics)
-            _retrying(study.tell, trial, [float(metrics[m.name]) for m in self.objectives])
-            tags["feasible"] = str(all(v <= 0 for v in violations.values())).lower()
-        tracker.log_trial(trial.number, spec.attempt, spec.config, metrics, tags)
-        self.on_progress(_counted_trials(study), self.settings.n_trials, result)
+        trial.set_user_attr("metrics", metrics)
+        study.tell(trial, [float(metrics[m.name]) for m in self.objectives])
 
     # -- result ------------------------------------------------------------------------
 
