@@ -193,10 +193,16 @@ class TrialResult(Strict):
     duration_s: float
 
     @classmethod
-    def without_metrics(
-        cls, spec: TrialSpec, status: TrialStatus, reason: str, duration_s: float = 0.0
+    def for_spec(
+        cls,
+        spec: TrialSpec,
+        status: TrialStatus,
+        reason: str | None = None,
+        duration_s: float = 0.0,
+        metrics: TrialMetrics | None = None,
+        provenance: Provenance | None = None,
     ) -> TrialResult:
-        """The outcome of a trial that produced no measurement."""
+        """The outcome of running `spec`."""
         return cls(
             study=spec.study,
             trial_number=spec.trial_number,
@@ -204,6 +210,8 @@ class TrialResult(Strict):
             status=status,
             reason=reason,
             variant_key=variant_key(spec.config),
+            metrics=metrics,
+            provenance=provenance,
             duration_s=duration_s,
         )
 

@@ -282,7 +282,7 @@ class Coordinator:
                 spec = self._spec(trial, config, known_accuracy=known)
                 too_big = _exceeds_oom_batch(config, oom_batch)
                 if too_big is not None and baseline is not None:
-                    skipped = TrialResult.without_metrics(spec, "skipped", too_big)
+                    skipped = TrialResult.for_spec(spec, "skipped", too_big)
                     self._tell(study, trial, spec, skipped, None, tracker)
                     continue
                 self.executor.submit(spec)
@@ -362,7 +362,7 @@ class Coordinator:
                 config = dict(frozen.params)
                 spec = self._spec(trial, config, known_accuracy=None)
                 spec = spec.model_copy(update={"attempt": attempt})
-                result = TrialResult.without_metrics(spec, "lost", reason)
+                result = TrialResult.for_spec(spec, "lost", reason)
                 self._tell(study, trial, spec, result, None, tracker)
                 if attempt + 1 < MAX_ATTEMPTS:
                     user_attrs = {"attempt": attempt + 1, "retry_of": frozen.number}

@@ -197,7 +197,7 @@ class RayExecutor:
                 f"needs the GPUs of {needed} slots ({self._gpus_per_slot} each); "
                 f"this executor has {len(self._actors)}"
             )
-            self._ready.append(TrialResult.without_metrics(spec, "unsupported", reason))
+            self._ready.append(TrialResult.for_spec(spec, "unsupported", reason))
             return
         self._gangs.append(spec)
         self._start_gangs()
@@ -278,10 +278,10 @@ class RayExecutor:
             return result
         except self._ray.exceptions.RayTaskError as exc:
             reason = f"worker raised: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-            return TrialResult.without_metrics(spec, "error", reason)
+            return TrialResult.for_spec(spec, "error", reason)
         except self._ray.exceptions.RayError as exc:
             reason = f"worker died: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-            return TrialResult.without_metrics(spec, "lost", reason)
+            return TrialResult.for_spec(spec, "lost", reason)
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
         blobs = self._ship(spec.workload)
@@ -323,7 +323,7 @@ def _split_cores(slots: int) -> list[list[int] | None]:
 
 def _timed_out(spec: TrialSpec) -> TrialResult:
     reason = f"still running after {spec.timeout_s:g} s; its worker was stopped"
-    return TrialResult.without_metrics(spec, "timeout", reason, float(spec.timeout_s or 0.0))
+    return TrialResult.for_spec(spec, "timeout", reason, float(spec.timeout_s or 0.0))
 
 
 def _worker_class() -> type[TrialWorker]:

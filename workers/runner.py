@@ -23,7 +23,6 @@ from autotune.contract import (
     TrialSpec,
     TrialStatus,
     Workload,
-    variant_key,
 )
 from autotune.errors import RequestError, Unsupported
 from workers.config import TrialConfig
@@ -60,17 +59,8 @@ def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResul
         metrics, provenance = _measure(spec, store or default_store())
     except Exception as error:
         status, reason = classify_failure(error)
-    return TrialResult(
-        study=spec.study,
-        trial_number=spec.trial_number,
-        attempt=spec.attempt,
-        status=status,
-        reason=reason,
-        variant_key=variant_key(spec.config),
-        metrics=metrics,
-        provenance=provenance,
-        duration_s=time.perf_counter() - started,
-    )
+    duration = time.perf_counter() - started
+    return TrialResult.for_spec(spec, status, reason, duration, metrics, provenance)
 
 
 def classify_failure(error: Exception) -> tuple[TrialStatus, str]:
