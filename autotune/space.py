@@ -203,9 +203,14 @@ def load_space(path: Path) -> SpaceFile:
 
 
 def effective_space(
-    space: SpaceFile, profile: HardwareProfile, source: str, model: ModelInfo | None = None
+    space: SpaceFile,
+    profile: HardwareProfile,
+    source: str,
+    model: ModelInfo | None = None,
+    slots: int = 1,
 ) -> EffectiveSpace:
-    """Filter a space by what the hardware (and, when known, the model) supports."""
+    """Filter a space by what the hardware (and, when known, the model) supports. With
+    several trial slots sharing the machine's cores, thread counts stop at one slot's share."""
     caps = profile.capabilities() | _model_capabilities(model)
     dims: list[EffectiveDimension] = []
     excluded: list[Exclusion] = []
@@ -214,7 +219,7 @@ def effective_space(
         if missing:
             excluded.append(Exclusion(dimension=dim.name, value=None, reason=_needs(missing)))
             continue
-        effective = _filter_dimension(dim, profile, model, caps, excluded)
+        effective = _filter_dimension(dim, profile, model, caps, excluded, slots)
         if effective is not None:
             dims.append(effective)
     return EffectiveSpace(
@@ -232,8 +237,11 @@ def _filter_dimension(
     model: ModelInfo | None,
     caps: set[str],
     excluded: list[Exclusion],
+    slots: int,
 ) -> EffectiveDimension | None:
     limit = LIMITS[dim.at_most](profile, model) if dim.at_most else None
+    if dim.at_most == "cpu_cores" and limit is not None and slots > 1:
+        limit = max(1, limit // slots)
     values = dim.values
     if values is not None:
         kept = []

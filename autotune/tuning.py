@@ -63,6 +63,12 @@ def _no_progress(total: int | None) -> AbstractContextManager[Callable[[int, Any
     return nullcontext(lambda done, result: None)
 
 
+def _local_slots(options: TuneOptions) -> int:
+    """Trial slots that share this machine's cores (a remote cluster's are its own)."""
+    local_ray = options.executor == "ray" and options.ray_address is None
+    return options.workers if local_ray else 1
+
+
 def run_tune(
     request_file: Path, options: TuneOptions, progress: ProgressFactory | None = None
 ) -> tuple[TuneOutcome, Path]:
@@ -90,7 +96,9 @@ def run_tune(
     executor = make_executor(options)
     try:
         model_info = executor.inspect(workload)
-        space = effective_space(space_file, profile, str(space_path), model_info)
+        space = effective_space(
+            space_file, profile, str(space_path), model_info, slots=_local_slots(options)
+        )
         with (progress or _no_progress)(settings.n_trials) as update:
             coordinator = Coordinator(
                 request=request,

@@ -206,3 +206,11 @@ def test_model_kind_gates_the_engine(cpu_profile: HardwareProfile) -> None:
     torch_model = model_info("torch")
     torch_space = effective_space(load_space(path), cpu_profile, str(path), model=torch_model)
     assert torch_space.baseline()["runtime.engine"] == "torch_eager"
+
+
+def test_slots_share_the_cores(cpu_profile: HardwareProfile) -> None:
+    path = resolve_space_path("cpu.yaml")
+    shared = effective_space(load_space(path), cpu_profile, str(path), slots=2)
+    threads = next(d for d in shared.dimensions if d.name == "runtime.threads")
+    assert threads.values == [max(1, cpu_profile.cpu_cores // 2)]
+    assert shared.baseline()["runtime.threads"] == threads.values[0]
