@@ -277,7 +277,7 @@ class Coordinator:
                 trial = _retrying(self._ask, study, started, len(running), baseline is None)
                 if trial is None:
                     break
-                config = self.space.sample(trial)
+                config = _retrying(self.space.sample, trial)
                 known = accuracy_cache.get(variant_key(config))
                 spec = self._spec(trial, config, known_accuracy=known)
                 too_big = _exceeds_oom_batch(config, oom_batch)
@@ -389,7 +389,7 @@ class Coordinator:
             raise AutotuneError(f"the baseline (unmodified model) failed: {result.reason}")
         metrics = {**result.metrics.model_dump(), "accuracy_drop": 0.0}
         self._tell(study, trial, spec, result, metrics, tracker)
-        baseline = _baseline_candidate(study)
+        baseline = _retrying(_baseline_candidate, study)
         assert baseline is not None
         return baseline
 
