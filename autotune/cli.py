@@ -93,7 +93,7 @@ def tune(
     tuned = outcome.tuned
     out.print(f"\n[bold]Chosen configuration[/bold] (trial {tuned.study['trial_number']}):")
     for key, value in tuned.config.items():
-        out.print(f"  {key}: {value}")
+        out.print(f"  {key}: {_shown(value)}")
     _print_comparison(tuned.baseline, tuned.metrics)
     revalidation = tuned.revalidation
     finalists = [f["trial"] for rnd in revalidation["rounds"] for f in rnd]
@@ -154,7 +154,7 @@ def _print_front(front: list[Any], chosen: int | None) -> None:
         mark = "*" if c.trial_number == chosen else ""
         table.add_row(
             f"{c.trial_number}{mark}",
-            *(str(c.config.get(k, "")) for k in varying),
+            *(_shown(c.config.get(k, "")) for k in varying),
             f"{c.metrics['accuracy']:.4f}",
             f"{c.metrics['latency_p95_ms']:.3f}",
             f"{c.metrics['throughput_per_s']:.0f}",
@@ -163,6 +163,11 @@ def _print_front(front: list[Any], chosen: int | None) -> None:
     out.print(table)
     if shared:
         out.print("common to all: " + ", ".join(f"{k}={v}" for k, v in shared.items()))
+
+
+def _shown(value: Any) -> str:
+    """Floats from stepped ranges (0.30000000000000004) read as what they mean."""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _print_comparison(baseline: dict[str, Any], tuned: dict[str, Any]) -> None:
