@@ -135,7 +135,7 @@ def _file_lock(storage_url: str) -> Iterator[None]:
     if not database or database == ":memory:":
         yield
         return
-    with open(Path(database).with_suffix(".lock"), "a") as handle:
+    with open(Path(database + ".lock"), "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
