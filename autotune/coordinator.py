@@ -270,6 +270,14 @@ class Coordinator:
         held: list[tuple[optuna.Trial, TrialSpec, TrialResult]] = []
         last_reap = -REAP_EVERY_S
         while True:
+            if baseline is None:  # another coordinator may have measured it meanwhile
+                baseline = _retrying(_baseline_candidate, study)
+                if baseline is not None:
+                    for held_trial, held_spec, held_result in held:
+                        self._tell_measured(
+                            study, held_trial, held_spec, held_result, baseline, tracker
+                        )
+                    held.clear()
             if time.monotonic() - last_reap >= REAP_EVERY_S:
                 _retrying(self._reap, study, tracker, set(running))
                 last_reap = time.monotonic()
@@ -288,11 +296,10 @@ class Coordinator:
                 self.executor.submit(spec)
                 running[trial.number] = (trial, spec)
             if not running:
-                if baseline is not None and not held:
+                if baseline is not None:
                     return baseline
                 if self.stopping or not self._wait_for_others(study, tracker):
                     raise AutotuneError("the baseline (unmodified model) was never measured")
-                baseline = _baseline_candidate(study)
                 continue
             for result in self.executor.wait():
                 trial, spec = running.pop(result.trial_number)
