@@ -273,11 +273,7 @@ class Coordinator:
             if baseline is None:  # another coordinator may have measured it meanwhile
                 baseline = _retrying(_baseline_candidate, study)
                 if baseline is not None:
-                    for held_trial, held_spec, held_result in held:
-                        self._tell_measured(
-                            study, held_trial, held_spec, held_result, baseline, tracker
-                        )
-                    held.clear()
+                    self._tell_held(study, held, baseline, tracker)
             if time.monotonic() - last_reap >= REAP_EVERY_S:
                 _retrying(self._reap, study, tracker, set(running))
                 last_reap = time.monotonic()
@@ -314,15 +310,23 @@ class Coordinator:
                     accuracy_cache.setdefault(result.variant_key, result.metrics.accuracy)
                 if trial.user_attrs.get("baseline") and baseline is None:
                     baseline = self._tell_baseline(study, trial, spec, result, tracker)
-                    for held_trial, held_spec, held_result in held:
-                        self._tell_measured(
-                            study, held_trial, held_spec, held_result, baseline, tracker
-                        )
-                    held.clear()
+                    self._tell_held(study, held, baseline, tracker)
                 elif baseline is None:
                     held.append((trial, spec, result))
                 else:
                     self._tell_measured(study, trial, spec, result, baseline, tracker)
+
+    def _tell_held(
+        self,
+        study: optuna.Study,
+        held: list[tuple[optuna.Trial, TrialSpec, TrialResult]],
+        baseline: Candidate,
+        tracker: Tracker,
+    ) -> None:
+        """Results that waited for the baseline's accuracy, told now that it is known."""
+        for trial, spec, result in held:
+            self._tell_measured(study, trial, spec, result, baseline, tracker)
+        held.clear()
 
     def _ask(
         self, study: optuna.Study, started: float, mine_running: int, need_baseline: bool
