@@ -136,7 +136,7 @@ def _stop_on_sigint(coordinator: Coordinator) -> Iterator[None]:
     def stop(signum: int, frame: Any) -> None:
         if coordinator.stopping:
             raise KeyboardInterrupt
-        coordinator.stopping = True
+        coordinator.stop.set()
 
     previous = signal.signal(signal.SIGINT, stop)
     try:
@@ -158,6 +158,7 @@ class Coordinator:
         tracking_uri: str,
         experiment: str,
         on_progress: ProgressCallback | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.request = request
         self.workload = workload
@@ -172,7 +173,12 @@ class Coordinator:
         self.objectives: list[Metric] = [OBJECTIVES[o] for o in request.objectives]
         self.owner = Owner()
         self.stale_after_s = STALE_AFTER_S
-        self.stopping = False
+        # Set from a signal handler or another thread: stop asking, let running trials end.
+        self.stop = stop or threading.Event()
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop.is_set()
 
     def run(self) -> TuneOutcome:
         info = self.model_info

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from autotune.executors import Executor, InProcessExecutor, RayExecutor
 from autotune.hardware import probe
 from autotune.metrics import OBJECTIVES
 from autotune.pareto import Candidate, pareto_front
-from autotune.request import load_request
+from autotune.request import TuningRequest, load_request
 from autotune.space import effective_space, load_space, resolve_space_path
 
 ProgressFactory = Callable[[int | None], AbstractContextManager[Callable[[int, Any], None]]]
@@ -39,6 +40,9 @@ class TuneOptions:
     executor: str = "ray"
     seed: int | None = None
     out: Path | None = None
+    out_dir: Path | None = None
+    stop: threading.Event | None = None
+    stale_after_s: float | None = None
 
     def overrides(self) -> dict[str, Any]:
         pairs = {
@@ -78,12 +82,22 @@ def run_tune(
         # A time budget alone on the command line replaces the request's trial count.
         budget = request.budget.model_copy(update={"trials": None})
         request = request.model_copy(update={"budget": budget})
+    return tune_request(request, request_file.parent, options, progress)
+
+
+def tune_request(
+    request: TuningRequest,
+    base_dir: Path,
+    options: TuneOptions,
+    progress: ProgressFactory | None = None,
+) -> tuple[TuneOutcome, Path]:
+    """Tune a validated request whose relative paths are relative to `base_dir`."""
     profile = probe()
     space_path = resolve_space_path(request.search_space)
     space_file = load_space(space_path)
-    workload = request.workload(request_file.parent)
+    workload = request.workload(base_dir)
     study_name = options.study or request.name
-    out_dir = Path("autotune-out") / study_name
+    out_dir = options.out_dir or Path("autotune-out") / study_name
     out_file = options.out or out_dir / "tuned.yaml"
     settings = TuneSettings(
         study_name=study_name,
@@ -111,7 +125,10 @@ def run_tune(
                 tracking_uri=request.tracking.uri,
                 experiment=request.tracking.experiment,
                 on_progress=lambda done, total, result: update(done, result),
+                stop=options.stop,
             )
+            if options.stale_after_s is not None:
+                coordinator.stale_after_s = options.stale_after_s
             outcome = coordinator.run()
     finally:
         executor.close()
