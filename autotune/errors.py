@@ -40,3 +40,15 @@ class MissingDependency(AutotuneError):
 
 class Interrupted(AutotuneError):
     """The user stopped the study (Ctrl-C); running the same command resumes it."""
+
+
+class Unauthorized(AutotuneError):
+    """A service call without a valid, unrevoked token."""
+
+
+class NotFound(AutotuneError):
+    """A job or watch that does not exist, or belongs to another team."""
+
+
+class Conflict(AutotuneError):
+    """The call is valid but the resource's state does not allow it (e.g. no result yet)."""

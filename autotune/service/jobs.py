@@ -1,0 +1,260 @@
+"""The durable job queue: submit (deduplicated), claim under a lease, renew, finish, cancel.
+
+Runners claim with `SELECT ... FOR UPDATE SKIP LOCKED` on PostgreSQL, so several runners
+never take the same job; on SQLite the claim is a compare-and-set UPDATE. A runner that
+dies stops renewing its lease; once the lease expires the job is claimable again and the
+next runner resumes its study (the study name is the job's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from autotune.errors import Conflict, NotFound
+from autotune.service.db import Database, Job, now
+from autotune.service.tokens import Principal
+
+JobState = Literal["queued", "running", "succeeded", "infeasible", "failed", "cancelled"]
+FINAL_STATES = ("succeeded", "infeasible", "failed", "cancelled")
+# Outcomes that answer an identical submission; a failed or cancelled job does not.
+ANSWERING_STATES = ("queued", "running", "succeeded", "infeasible")
+
+
+@dataclass(frozen=True)
+class JobDraft:
+    principal: Principal
+    request: dict[str, Any]
+    base_dir: str
+    model_source: dict[str, Any]
+    model_sha256: str
+    hardware_fingerprint: str
+    watch_id: str | None = None
+    warm_start_from: str | None = None
+
+    @property
+    def dedupe_key(self) -> str:
+        """Same model bytes, same request, same hardware: the same tuning."""
+        identity = {
+            "request": {k: v for k, v in self.request.items() if k != "model"},
+            "model_sha256": self.model_sha256,
+            "hardware": self.hardware_fingerprint,
+            "warm_start_from": self.warm_start_from,
+        }
+        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What renewing a lease told the runner."""
+
+    held: bool
+    cancel_requested: bool
+
+
+class JobStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # -- clients -----------------------------------------------------------------------
+
+    def submit(self, draft: JobDraft) -> tuple[Job, bool]:
+        """The new job, or the existing one for an identical submission (created=False)."""
+        key = draft.dedupe_key
+        existing = self._answering(key)
+        if existing is not None:
+            return existing, False
+        job_id = uuid.uuid4().hex
+        budget = draft.request.get("budget", {}).get("trials", 30)
+        job = Job(
+            id=job_id,
+            token_id=draft.principal.token_id,
+            team=draft.principal.team,
+            state="queued",
+            request=draft.request,
+            base_dir=draft.base_dir,
+            model_source=draft.model_source,
+            model_sha256=draft.model_sha256,
+            hardware_fingerprint=draft.hardware_fingerprint,
+            dedupe_key=key,
+            active_key=key,
+            study_name=f"job-{job_id}",
+            watch_id=draft.watch_id,
+            warm_start_from=draft.warm_start_from,
+            budget_trials=budget,
+            trials_done=0,
+            cancel_requested=False,
+            attempts=0,
+            created_at=now(),
+        )
+        try:
+            with self.db.transaction() as session:
+                session.add(job)
+        except IntegrityError:
+            # An identical submission won the race for the unique active key.
+            existing = self._answering(key)
+            if existing is None:
+                raise
+            return existing, False
+        return job, True
+
+    def _answering(self, key: str) -> Job | None:
+        with self.db.transaction() as session:
+            return session.scalar(select(Job).where(Job.active_key == key))
+
+    def get(self, principal: Principal, job_id: str) -> Job:
+        with self.db.transaction() as session:
+            job = session.get(Job, job_id)
+        if job is None or not principal.can_see(job.token_id, job.team):
+            raise NotFound(f"no job {job_id!r}")
+        return job
+
+    def get_any(self, job_id: str) -> Job | None:
+        with self.db.transaction() as session:
+            return session.get(Job, job_id)
+
+    def list(self, principal: Principal, limit: int = 100) -> list[Job]:
+        visible = Job.token_id == principal.token_id
+        if principal.team is not None:
+            visible = or_(visible, Job.team == principal.team)
+        with self.db.transaction() as session:
+            query = select(Job).where(visible).order_by(Job.created_at.desc()).limit(limit)
+            return list(session.scalars(query).all())
+
+    def cancel(self, principal: Principal, job_id: str) -> Job:
+        """A queued job is cancelled at once; a running one is asked to stop (its runner
+        stops the study cleanly and records 'cancelled'); a finished one cannot be."""
+        job = self.get(principal, job_id)
+        with self.db.transaction() as session:
+            queued = session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.state == "queued")
+                .values(state="cancelled", finished_at=now(), active_key=None)
+            )
+            if queued.rowcount == 0:
+                session.execute(
+                    update(Job)
+                    .where(Job.id == job_id, Job.state == "running")
+                    .values(cancel_requested=True)
+                )
+        job = self.get(principal, job_id)
+        if job.state in FINAL_STATES and job.state != "cancelled":
+            raise Conflict(f"job {job_id!r} already ended ({job.state})")
+        return job
+
+    # -- runners -----------------------------------------------------------------------
+
+    def claim(self, owner: str, lease_s: float) -> Job | None:
+        """Take the oldest queued job, or a running one whose lease expired."""
+        with self.db.transaction() as session:
+            claimable = _claimable(now())
+            query = select(Job.id).where(claimable).order_by(Job.created_at).limit(1)
+            if self.db.is_postgres:
+                query = query.with_for_update(skip_locked=True)
+            job_id = session.scalar(query)
+            if job_id is None:
+                return None
+            taken = session.execute(
+                update(Job)
+                .where(Job.id == job_id, _claimable(now()))
+                .values(
+                    state="running",
+                    lease_owner=owner,
+                    lease_expires_at=now() + lease_s,
+                    attempts=Job.attempts + 1,
+                    started_at=now(),
+                )
+            )
+            if taken.rowcount != 1:
+                return None  # another runner took it between the select and the update
+            return _fresh(session, job_id)
+
+    def renew(self, job_id: str, owner: str, lease_s: float) -> Lease:
+        with self.db.transaction() as session:
+            renewed = session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.lease_owner == owner, Job.state == "running")
+                .values(lease_expires_at=now() + lease_s)
+            )
+            if renewed.rowcount != 1:
+                return Lease(held=False, cancel_requested=False)
+            cancel = session.scalar(select(Job.cancel_requested).where(Job.id == job_id))
+            return Lease(held=True, cancel_requested=bool(cancel))
+
+    def progress(
+        self, job_id: str, owner: str, trials_done: int, best: dict[str, Any] | None
+    ) -> None:
+        with self.db.transaction() as session:
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.lease_owner == owner, Job.state == "running")
+                .values(trials_done=trials_done, best=best)
+            )
+
+    def finish(
+        self,
+        job_id: str,
+        owner: str,
+        state: JobState,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        registered_model: dict[str, Any] | None = None,
+    ) -> bool:
+        """Record the outcome if this runner still holds the job; False if it lost it."""
+        values: dict[str, Any] = {
+            "state": state,
+            "result": result,
+            "registered_model": registered_model,
+            "error": error,
+            "finished_at": now(),
+            "lease_owner": None,
+            "lease_expires_at": None,
+        }
+        if state not in ANSWERING_STATES:
+            values["active_key"] = None
+        with self.db.transaction() as session:
+            done = session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.lease_owner == owner, Job.state == "running")
+                .values(**values)
+            )
+            return done.rowcount == 1
+
+    def release(self, job_id: str, owner: str) -> None:
+        """Give a job back to the queue (its runner is shutting down); the next runner
+        resumes its study."""
+        with self.db.transaction() as session:
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.lease_owner == owner, Job.state == "running")
+                .values(state="queued", lease_owner=None, lease_expires_at=None)
+            )
+
+    def latest_outcome(self, watch_id: str) -> Job | None:
+        """The newest job of a watch that produced a tuned configuration."""
+        with self.db.transaction() as session:
+            query = (
+                select(Job)
+                .where(Job.watch_id == watch_id, Job.state == "succeeded")
+                .order_by(Job.created_at.desc())
+                .limit(1)
+            )
+            return session.scalar(query)
+
+
+def _claimable(at: float) -> Any:
+    expired = and_(Job.state == "running", Job.lease_expires_at < at)
+    return or_(Job.state == "queued", expired)
+
+
+def _fresh(session: Session, job_id: str) -> Job:
+    job = session.get(Job, job_id, populate_existing=True)
+    assert job is not None
+    return job

@@ -1,0 +1,204 @@
+"""The job runner: claim a queued job, run its study under a lease, record the outcome.
+
+While a job runs, a keeper thread renews the lease and watches for a cancel request; a
+cancel (or a lost lease) sets the coordinator's stop event, so the study stops asking for
+trials, lets the running ones finish, and stays resumable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError, Interrupted, NoFeasibleConfiguration
+from autotune.service.db import Database, Job
+from autotune.service.jobs import JobState, JobStore
+from autotune.service.settings import ServiceSettings
+
+log = logging.getLogger("autotune.runner")
+
+# The best-so-far summary is refreshed at most this often (it reads the whole study).
+PROGRESS_EVERY_S = 2.0
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews a job's lease every third of its length; stops the study on a cancel request
+    or when the lease was lost to another runner."""
+
+    def __init__(self, store: JobStore, job_id: str, owner: str, lease_s: float) -> None:
+        super().__init__(name=f"lease-{job_id[:8]}", daemon=True)
+        self.store = store
+        self.job_id = job_id
+        self.owner = owner
+        self.lease_s = lease_s
+        self.stop_study = threading.Event()
+        self.cancelled = False
+        self.lost = False
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.lease_s / 3):
+            try:
+                lease = self.store.renew(self.job_id, self.owner, self.lease_s)
+            except Exception:
+                log.exception("renewing the lease of job %s failed; trying again", self.job_id)
+                continue
+            if not lease.held:
+                self.lost = True
+                self.stop_study.set()
+                return
+            if lease.cancel_requested:
+                self.cancelled = True
+                self.stop_study.set()
+
+    def close(self) -> None:
+        self._done.set()
+        self.join()
+
+
+class JobRunner:
+    def __init__(self, db: Database, settings: ServiceSettings) -> None:
+        self.store = JobStore(db)
+        self.settings = settings
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.stopped = threading.Event()
+        self._keeper: LeaseKeeper | None = None
+
+    def shutdown(self) -> None:
+        """Stop after the running trials: the job goes back to the queue, resumable."""
+        self.stopped.set()
+        keeper = self._keeper
+        if keeper is not None:
+            keeper.stop_study.set()
+
+    def run_forever(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                ran = self.run_once()
+            except Exception:
+                log.exception("the job runner failed between jobs; trying again")
+                ran = None
+            if ran is None:
+                self.stopped.wait(self.settings.poll_s)
+
+    def run_once(self) -> str | None:
+        """Claim one job and run it to its end; its id, or None if nothing was queued."""
+        job = self.store.claim(self.owner, self.settings.lease_s)
+        if job is None:
+            return None
+        log.info("job %s: claimed (attempt %d)", job.id, job.attempts)
+        keeper = LeaseKeeper(self.store, job.id, self.owner, self.settings.lease_s)
+        self._keeper = keeper
+        keeper.start()
+        try:
+            state, outcome = self._execute(job, keeper)
+        finally:
+            keeper.close()
+            self._keeper = None
+        if keeper.lost:
+            log.warning("job %s: lease lost to another runner; its outcome is theirs", job.id)
+            return job.id
+        if state == "cancelled" and not keeper.cancelled:
+            self.store.release(job.id, self.owner)
+            self.stopped.set()
+            log.info("job %s: runner stopping; back in the queue", job.id)
+            return job.id
+        self.store.finish(job.id, self.owner, state, **outcome)
+        log.info("job %s: %s", job.id, state)
+        return job.id
+
+    def _execute(self, job: Job, keeper: LeaseKeeper) -> tuple[JobState, dict[str, Any]]:
+        try:
+            return "succeeded", self._tune(job, keeper.stop_study)
+        except NoFeasibleConfiguration as error:
+            return "infeasible", {"error": str(error)}
+        except Interrupted:
+            return "cancelled", {"error": "cancelled; the study stopped cleanly"}
+        except AutotuneError as error:
+            return "failed", {"error": str(error)}
+        except Exception as error:
+            log.exception("job %s failed", job.id)
+            return "failed", {"error": f"internal error: {type(error).__name__}: {error}"}
+
+    def _tune(self, job: Job, stop: threading.Event) -> dict[str, Any]:
+        from autotune.request import parse_request
+        from autotune.tuning import TuneOptions, tune_request
+
+        request = parse_request(job.request)
+        options = TuneOptions(
+            study=job.study_name,
+            executor=self.settings.executor,
+            workers=self.settings.workers,
+            ray_address=self.settings.ray_address,
+            out_dir=self.settings.job_dir(job.id),
+            stop=stop,
+            stale_after_s=self.settings.stale_after_s,
+        )
+        self._warm_start(job, options)
+        progress = self._progress(job, request)
+        outcome, _ = tune_request(request, Path(job.base_dir), options, progress)
+        assert outcome.tuned is not None
+        tuned = outcome.tuned.model_dump(mode="json")
+        return {"result": tuned, "registered_model": self._register(job, request.name, tuned)}
+
+    def _warm_start(self, job: Job, options: Any) -> None:
+        """A re-tune starts from the front and the measurements of the previous job."""
+        if job.warm_start_from is None:
+            return
+        from autotune.warm_start import load_warm_start
+
+        previous = self.store.get_any(job.warm_start_from)
+        if previous is None or previous.state != "succeeded":
+            return
+        options.warm_start = load_warm_start(previous.study_name, self.settings.storage)
+        options.previous_tuned = previous.result
+
+    def _register(self, job: Job, name: str, tuned: dict[str, Any]) -> dict[str, Any]:
+        """The tuned artifact becomes a version of the registered model, under the alias."""
+        from autotune.sources import register_tuned
+
+        alias = self.settings.registered_alias
+        version = register_tuned(
+            self.settings.tracking_uri,
+            name,
+            Path(tuned["artifact"]).parent,
+            tuned["mlflow"]["run_id"],
+            {"autotune.job": job.id, "autotune.study": job.study_name},
+            alias=alias,
+        )
+        return {"name": name, "version": version, "alias": alias, "uri": f"models:/{name}@{alias}"}
+
+    def _progress(self, job: Job, request: Any) -> Callable[[int | None], Any]:
+        """Progress for the job's status: trials done, and the best feasible so far."""
+        from autotune.pareto import select
+        from autotune.tuning import study_front
+
+        store, owner, storage = self.store, self.owner, self.settings.storage
+        last: dict[str, Any] = {"at": 0.0, "best": None}
+
+        def update(done: int, result: Any) -> None:
+            if time.monotonic() - last["at"] >= PROGRESS_EVERY_S:
+                last["at"] = time.monotonic()
+                front = study_front(job.study_name, storage)
+                if front:
+                    chosen = select(front, request.selection)
+                    last["best"] = {
+                        "trial": chosen.trial_number,
+                        "config": chosen.config,
+                        "metrics": chosen.metrics,
+                    }
+            store.progress(job.id, owner, done, last["best"])
+
+        @contextmanager
+        def factory(total: int | None) -> Iterator[Callable[[int, Any], None]]:
+            yield update
+
+        return factory

@@ -1,0 +1,90 @@
+"""Bearer tokens: created by a CLI command, stored only as hashes, revocable.
+
+A token is 32 random bytes, so a plain SHA-256 of it is a safe verifier (no salt or slow
+hash is needed for secrets that cannot be guessed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from autotune.errors import RequestError, Unauthorized
+from autotune.service.db import Database, Token, now
+
+TOKEN_PREFIX = "at_"
+NAME_RULE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a token's id, name and team. A job is visible to its token and,
+    when the token has a team, to every token of that team."""
+
+    token_id: int
+    name: str
+    team: str | None
+
+    def can_see(self, token_id: int, team: str | None) -> bool:
+        return token_id == self.token_id or (team is not None and team == self.team)
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(db: Database, name: str, team: str | None = None) -> str:
+    """A new token for `name`; the secret is returned once and never stored."""
+    import re
+
+    for field, value in (("name", name), ("team", team)):
+        if value is not None and not re.match(NAME_RULE, value):
+            raise RequestError(field, f"must match {NAME_RULE}", value)
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with db.transaction() as session:
+        if session.scalar(select(Token).where(Token.name == name)) is not None:
+            raise RequestError("name", "must not name an existing token", name)
+        session.add(Token(name=name, team=team, token_hash=_hash(secret), created_at=now()))
+    return secret
+
+
+def revoke_token(db: Database, name: str) -> None:
+    with db.transaction() as session:
+        token = session.scalar(select(Token).where(Token.name == name))
+        if token is None:
+            raise RequestError("name", "must name an existing token", name)
+        if token.revoked_at is None:
+            token.revoked_at = now()
+
+
+def list_tokens(db: Database) -> list[dict[str, object]]:
+    with db.transaction() as session:
+        tokens = session.scalars(select(Token).order_by(Token.id)).all()
+        return [
+            {
+                "name": t.name,
+                "team": t.team,
+                "created_at": t.created_at,
+                "revoked": t.revoked_at is not None,
+            }
+            for t in tokens
+        ]
+
+
+def authenticate(db: Database, authorization: str | None) -> Principal:
+    """The principal of an `Authorization: Bearer <token>` header value."""
+    scheme, _, secret = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise Unauthorized("an 'Authorization: Bearer <token>' header is required")
+    digest = _hash(secret.strip())
+    with db.transaction() as session:
+        token = session.scalar(select(Token).where(Token.token_hash == digest))
+    if token is None or not hmac.compare_digest(token.token_hash, digest):
+        raise Unauthorized("the token is not known")
+    if token.revoked_at is not None:
+        raise Unauthorized("the token was revoked")
+    return Principal(token_id=token.id, name=token.name, team=token.team)

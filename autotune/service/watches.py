@@ -1,0 +1,236 @@
+"""Scheduled re-tuning: a watch names a model source and a request, and re-tunes when the
+model or the hardware changed.
+
+The schedule lives in the service database (each watch's next run time), so it survives
+restarts and several scheduler processes never fire the same watch twice: a tick claims
+due watches with `SELECT ... FOR UPDATE SKIP LOCKED` on PostgreSQL. Cron expressions are
+computed by APScheduler's `CronTrigger`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from autotune.contract import ModelRef
+from autotune.errors import AutotuneError, NotFound, RequestError
+from autotune.service.db import Database, Token, Watch, now
+from autotune.service.jobs import JobStore
+from autotune.service.settings import ServiceSettings
+from autotune.service.submission import base_dir, prepare_job
+from autotune.service.tokens import Principal
+from autotune.tuning import study_front
+
+log = logging.getLogger("autotune.watches")
+
+_EVERY = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MIN_EVERY_S = 1.0
+# A re-tune measures at least this many new configurations beyond the previous front.
+RETUNE_EXPLORATION = 4
+
+
+def parse_every(text: str) -> float:
+    """'30m' -> 1800.0; units s, m, h, d."""
+    match = _EVERY.match(text.strip())
+    if match is None:
+        raise RequestError("every", "must look like '90s', '30m', '6h' or '1d'", text)
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if seconds < MIN_EVERY_S:
+        raise RequestError("every", f"must be at least {MIN_EVERY_S:g}s", text)
+    return seconds
+
+
+def next_run(every_s: float | None, cron: str | None, after: float) -> float:
+    if every_s is not None:
+        return after + every_s
+    assert cron is not None
+    # The first fire time strictly after `after` (cron fires on whole seconds).
+    start = datetime.fromtimestamp(math.floor(after) + 1, tz=UTC)
+    fire = _cron_trigger(cron).get_next_fire_time(None, start)
+    if fire is None:
+        raise RequestError("cron", "must fire again", cron)
+    return fire.timestamp()
+
+
+def _cron_trigger(cron: str) -> Any:
+    from apscheduler.triggers.cron import CronTrigger
+
+    try:
+        return CronTrigger.from_crontab(cron, timezone=UTC)
+    except ValueError as error:
+        raise RequestError(
+            "cron", f"must be a 5-field crontab expression ({error})", cron
+        ) from None
+
+
+class WatchStore:
+    def __init__(self, db: Database, settings: ServiceSettings) -> None:
+        self.db = db
+        self.settings = settings
+
+    def create(
+        self,
+        principal: Principal,
+        request: dict[str, Any],
+        every: str | None = None,
+        cron: str | None = None,
+        retune_trials: int | None = None,
+    ) -> Watch:
+        """A new watch; its first tick (due at once) submits the first tuning."""
+        if (every is None) == (cron is None):
+            raise RequestError("schedule", "give exactly one of 'every' or 'cron'", None)
+        every_s = parse_every(every) if every is not None else None
+        if cron is not None:
+            next_run(None, cron, now())  # validates the expression
+        if retune_trials is not None and retune_trials < 1:
+            raise RequestError("retune_trials", "must be >= 1", retune_trials)
+        if isinstance(request, dict) and "model" in request:
+            model = request["model"]
+            if not isinstance(model, dict) or not ({"onnx", "registered", "weights"} & set(model)):
+                raise RequestError(
+                    "model", "a watch needs a model file or registered model to watch", model
+                )
+        prepare_job(request, principal, self.settings)  # the request must be valid now
+        watch = Watch(
+            id=uuid.uuid4().hex,
+            token_id=principal.token_id,
+            team=principal.team,
+            request=request,
+            base_dir=str(base_dir(self.settings)),
+            every_s=every_s,
+            cron=cron,
+            next_run_at=now(),
+            retune_trials=retune_trials,
+            created_at=now(),
+        )
+        with self.db.transaction() as session:
+            session.add(watch)
+        return watch
+
+    def list(self, principal: Principal) -> list[Watch]:
+        with self.db.transaction() as session:
+            watches = session.scalars(select(Watch).order_by(Watch.created_at)).all()
+        return [w for w in watches if principal.can_see(w.token_id, w.team)]
+
+    def get(self, principal: Principal, watch_id: str) -> Watch:
+        with self.db.transaction() as session:
+            watch = session.get(Watch, watch_id)
+        if watch is None or not principal.can_see(watch.token_id, watch.team):
+            raise NotFound(f"no watch {watch_id!r}")
+        return watch
+
+    def delete(self, principal: Principal, watch_id: str) -> None:
+        self.get(principal, watch_id)
+        with self.db.transaction() as session:
+            watch = session.get(Watch, watch_id)
+            if watch is not None:
+                session.delete(watch)
+
+
+class Scheduler:
+    """Ticks due watches: fingerprint the model and the hardware, submit a re-tune when
+    either changed, and move the watch's next run time."""
+
+    def __init__(self, db: Database, settings: ServiceSettings) -> None:
+        self.db = db
+        self.settings = settings
+        self.jobs = JobStore(db)
+        self.stopped = threading.Event()
+
+    def run_forever(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("scheduler tick failed; trying again")
+            self.stopped.wait(self.settings.poll_s)
+
+    def tick(self) -> list[str]:
+        """Check every due watch once; return the ids of the jobs submitted."""
+        submitted = []
+        while True:
+            with self.db.transaction() as session:
+                watch = self._claim_due(session)
+                if watch is None:
+                    return submitted
+                job_id = self._check(session, watch)
+                if job_id is not None:
+                    submitted.append(job_id)
+
+    def _claim_due(self, session: Session) -> Watch | None:
+        query = select(Watch).where(Watch.next_run_at <= now()).order_by(Watch.next_run_at)
+        if self.db.is_postgres:
+            query = query.with_for_update(skip_locked=True)
+        return session.scalars(query.limit(1)).first()
+
+    def _check(self, session: Session, watch: Watch) -> str | None:
+        checked = now()
+        watch.next_run_at = next_run(watch.every_s, watch.cron, checked)
+        watch.last_checked_at = checked
+        token = session.get(Token, watch.token_id)
+        if token is None or token.revoked_at is not None:
+            return None
+        try:
+            model = self._model_fingerprint(watch)
+            hardware = self._hardware_fingerprint()
+        except AutotuneError as error:
+            log.warning("watch %s: cannot read its model: %s", watch.id, error)
+            return None
+        if (model, hardware) == (watch.last_model_fingerprint, watch.last_hardware_fingerprint):
+            return None
+        principal = Principal(token_id=token.id, name=token.name, team=token.team)
+        job_id = self._submit(watch, principal)
+        watch.last_model_fingerprint = model
+        watch.last_hardware_fingerprint = hardware
+        watch.last_job_id = job_id
+        return job_id
+
+    def _submit(self, watch: Watch, principal: Principal) -> str:
+        previous = self.jobs.latest_outcome(watch.id)
+        request = dict(watch.request)
+        if previous is not None:
+            request["budget"] = {**request.get("budget", {}), "trials": self._retune_trials(watch)}
+        draft = prepare_job(
+            request,
+            principal,
+            self.settings,
+            watch_id=watch.id,
+            warm_start_from=previous.id if previous is not None else None,
+        )
+        job, _ = self.jobs.submit(draft)
+        log.info("watch %s: model or hardware changed; submitted job %s", watch.id, job.id)
+        return job.id
+
+    def _retune_trials(self, watch: Watch) -> int:
+        """A warm-started re-tune re-measures the previous front and explores a little."""
+        if watch.retune_trials is not None:
+            return watch.retune_trials
+        trials = int(watch.request.get("budget", {}).get("trials") or 30)
+        previous = self.jobs.latest_outcome(watch.id)
+        front = study_front(previous.study_name, self.settings.storage) if previous else []
+        return min(trials, max(math.ceil(trials / 3), front + 1 + RETUNE_EXPLORATION))
+
+    def _model_fingerprint(self, watch: Watch) -> str:
+        from autotune.sources import source_fingerprint
+
+        model = dict(watch.request.get("model", {}))
+        return source_fingerprint(
+            ModelRef(**model),
+            base_dir(self.settings),
+            self.settings.models_root,
+            self.settings.tracking_uri,
+        )
+
+    def _hardware_fingerprint(self) -> str:
+        from autotune.hardware import probe
+
+        return probe().fingerprint
