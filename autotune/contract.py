@@ -25,23 +25,54 @@ def _check_entry_point(value: str) -> str:
 
 EntryPoint = Annotated[str, AfterValidator(_check_entry_point)]
 
+REGISTERED_URI = re.compile(
+    r"^models:/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)"
+    r"(?:/(?P<version>[1-9][0-9]*)|@(?P<alias>[A-Za-z0-9_-]+))$"
+)
+
+
+REGISTERED_URI_RULE = (
+    "must look like 'models:/NAME/VERSION' or 'models:/NAME@ALIAS' (NAME of letters, digits, "
+    "'_', '.', '-'; VERSION a number; ALIAS of letters, digits, '_', '-')"
+)
+
+
+def _check_registered_uri(value: str) -> str:
+    if not REGISTERED_URI.match(value):
+        raise ValueError(REGISTERED_URI_RULE)
+    return value
+
+
+RegisteredUri = Annotated[str, AfterValidator(_check_registered_uri)]
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ModelRef(Strict):
-    """Where the model comes from: an ONNX file, or trusted local Python code."""
+    """Where the model comes from: an ONNX file, trusted local Python code (optionally with
+    safetensors weights loaded into the module it returns), or an MLflow registered model
+    whose artifact holds an ONNX model."""
 
     onnx: str | None = None
     entry_point: EntryPoint | None = Field(
         default=None, description="'package.module:function' returning a torch.nn.Module"
     )
+    weights: str | None = Field(
+        default=None,
+        description="a safetensors file loaded strictly into the module 'entry_point' returns",
+    )
+    registered: RegisteredUri | None = Field(
+        default=None, description="'models:/NAME/VERSION' or 'models:/NAME@ALIAS'"
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelRef:
-        if (self.onnx is None) == (self.entry_point is None):
-            raise ValueError("give exactly one of 'onnx' or 'entry_point'")
+        if sum(s is not None for s in (self.onnx, self.entry_point, self.registered)) != 1:
+            raise ValueError("give exactly one of 'onnx', 'entry_point' or 'registered'")
+        if self.weights is not None and self.entry_point is None:
+            raise ValueError("'weights' is allowed only together with 'entry_point'")
         return self
 
 

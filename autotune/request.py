@@ -110,10 +110,21 @@ class TuningRequest(Strict):
         return self
 
     def workload(self, base_dir: Path) -> Workload:
-        """The workload with file paths resolved against the request file's directory."""
+        """The workload with file paths resolved against the request file's directory.
+        A registered model must have been resolved to a file before (`autotune.sources`)."""
         model = self.model
+        if model.registered is not None:
+            raise RequestError(
+                "model.registered",
+                "must be resolved to a file before the workload is built",
+                model.registered,
+            )
         if model.onnx is not None:
             model = ModelRef(onnx=str(_resolve(base_dir, model.onnx)))
+        if model.weights is not None:
+            model = ModelRef(
+                entry_point=model.entry_point, weights=str(_resolve(base_dir, model.weights))
+            )
         data = self.data
         if data.npz is not None:
             data = DataRef(npz=str(_resolve(base_dir, data.npz)))

@@ -2,7 +2,8 @@
 
 ONNX models are data, never code: they are read with `onnx`, their external-data paths must
 stay inside the model file's directory, and nothing is unpickled (`np.load` runs with
-`allow_pickle=False`). Python entry points are trusted local code.
+`allow_pickle=False`; weights for an entry point's module are read with safetensors, never
+`torch.load`). Python entry points are trusted local code.
 """
 
 from __future__ import annotations
@@ -92,13 +93,21 @@ def call_entry_point(entry_point: str, python_path: list[str], field: str) -> An
 
 
 def load_model(ref: ModelRef, python_path: list[str]) -> LoadedModel:
+    if ref.registered is not None:
+        raise RequestError(
+            "model.registered",
+            "must be resolved to a local ONNX file before it reaches a worker",
+            ref.registered,
+        )
     if ref.onnx is not None:
         return load_onnx(ref.onnx, "model.onnx")
     assert ref.entry_point is not None  # the contract guarantees exactly one source
-    return load_torch(ref.entry_point, python_path)
+    return load_torch(ref.entry_point, python_path, ref.weights)
 
 
-def load_torch(entry_point: str, python_path: list[str]) -> TorchModel:
+def load_torch(entry_point: str, python_path: list[str], weights: str | None = None) -> TorchModel:
+    """The module the entry point returns, with `weights` (safetensors) loaded into it strictly;
+    hashed after the weights are in, so other weights give another sha256."""
     import torch
 
     module = call_entry_point(entry_point, python_path, "model.entry_point")
@@ -106,7 +115,30 @@ def load_torch(entry_point: str, python_path: list[str]) -> TorchModel:
         raise RequestError(
             "model.entry_point", "must return a torch.nn.Module", type(module).__name__
         )
+    if weights is not None:
+        load_weights(module, weights)
     return TorchModel(module=module.eval(), entry_point=entry_point, sha256=torch_sha256(module))
+
+
+def load_weights(module: torch.nn.Module, path: str) -> None:
+    """Load a safetensors file into `module`; every name and shape must match its state dict."""
+    from safetensors.torch import load_file
+
+    if not Path(path).is_file():
+        raise RequestError("model.weights", "file must exist", path)
+    try:
+        state = load_file(path)
+    except Exception as error:
+        raise RequestError(
+            "model.weights", f"must be a safetensors file ({error})", path
+        ) from error
+    try:
+        module.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        mismatch = " ".join(str(error).split())
+        raise RequestError(
+            "model.weights", f"tensor names and shapes must match the module's ({mismatch})", path
+        ) from error
 
 
 def torch_sha256(module: torch.nn.Module) -> str:
@@ -133,7 +165,7 @@ def load_onnx(path: str, field: str) -> OnnxModel:
         model = onnx.load_model(str(file), load_external_data=False)
     except Exception as error:
         raise RequestError(field, f"must be an ONNX model ({error})", path) from error
-    external_files = _confined_external_files(model, file, field)
+    external = external_data_files(model, file, field)
     _load_external_data(model, file, field)
     try:
         onnx.checker.check_model(model)
@@ -142,15 +174,17 @@ def load_onnx(path: str, field: str) -> OnnxModel:
     return OnnxModel(
         model_bytes=model.SerializeToString(),
         path=str(file),
-        sha256=_files_sha256([file, *external_files]),
+        sha256=onnx_sha256(file, external),
     )
 
 
-def _confined_external_files(model: onnx.ModelProto, file: Path, field: str) -> list[Path]:
+def external_data_files(model: onnx.ModelProto, file: Path, field: str) -> dict[str, Path]:
+    """Each external-data location the model names, mapped to the file it resolves to (links
+    followed); a location outside the model file's directory, or a missing file, is refused."""
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
     base = file.parent.resolve()
-    locations: set[Path] = set()
+    locations: dict[str, Path] = {}
     for tensor in _all_tensors(model.graph):
         if not uses_external_data(tensor):
             continue
@@ -162,8 +196,8 @@ def _confined_external_files(model: onnx.ModelProto, file: Path, field: str) -> 
             )
         if not resolved.is_file():
             raise RequestError(field, "external data file must exist", location)
-        locations.add(resolved)
-    return sorted(locations)
+        locations[location] = resolved
+    return locations
 
 
 def _all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
@@ -194,7 +228,12 @@ def _load_external_data(model: onnx.ModelProto, file: Path, field: str) -> None:
         raise RequestError(field, f"external data must load ({error})", str(file)) from error
 
 
-def _files_sha256(files: list[Path]) -> str:
+def onnx_sha256(file: Path, external: dict[str, Path]) -> str:
+    """The identity of an ONNX model: its file, then each external-data file once, in order."""
+    return files_sha256([file, *sorted(set(external.values()))])
+
+
+def files_sha256(files: list[Path]) -> str:
     digest = hashlib.sha256()
     for file in files:
         with open(file, "rb") as handle:

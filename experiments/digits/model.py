@@ -4,10 +4,19 @@
 Training is deterministic; the trained weights are cached as safetensors next to this file
 under `.cache/`, keyed by a hash of the architecture and training code, so every process
 (and every Ray worker on this machine) tunes the very same weights.
+
+`architecture()` is the entry point for requests that send their own weights: an untrained
+CNN that the weights file is loaded into. Such a file is written by
+
+    python -m experiments.digits.model export-weights OUT.safetensors [--seed N] [--epochs N]
+
+which trains with that seed (the defaults give the cached weights); another seed gives other
+weights, that is another model to tune.
 """
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import hashlib
 import inspect
@@ -66,16 +75,17 @@ def eval_data() -> tuple[np.ndarray, np.ndarray]:
     return test_x, test_y
 
 
-def train() -> DigitsCNN:
-    """Train from scratch with fixed seed, epochs and data order (Adam, cross-entropy)."""
+def train(seed: int = SEED, epochs: int = EPOCHS) -> DigitsCNN:
+    """Train from scratch; the seed fixes the initial weights and the data order (Adam,
+    cross-entropy)."""
     train_x, _, train_y, _ = _split()
-    torch.manual_seed(SEED)
+    torch.manual_seed(seed)
     model = DigitsCNN()
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
-    order = torch.Generator().manual_seed(SEED)
+    order = torch.Generator().manual_seed(seed)
     inputs, labels = torch.from_numpy(train_x), torch.from_numpy(train_y)
     model.train()
-    for _ in range(EPOCHS):
+    for _ in range(epochs):
         for batch in torch.randperm(len(inputs), generator=order).split(BATCH_SIZE):
             optimizer.zero_grad()
             loss = nn.functional.cross_entropy(model(inputs[batch]), labels[batch])
@@ -117,3 +127,33 @@ def build_model() -> nn.Module:
     model = DigitsCNN()
     model.load_state_dict(load_file(path))
     return model.eval()
+
+
+def architecture() -> nn.Module:
+    """The untrained CNN: the entry point of a request that sends its weights."""
+    return DigitsCNN()
+
+
+def export_weights(path: Path, seed: int = SEED, epochs: int = EPOCHS) -> None:
+    """Write trained weights as safetensors; the default seed and epochs give the cached ones."""
+    from safetensors.torch import save_file
+
+    model = build_model() if (seed, epochs) == (SEED, EPOCHS) else train(seed, epochs)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m experiments.digits.model")
+    commands = parser.add_subparsers(dest="command", required=True)
+    export = commands.add_parser(
+        "export-weights", help="train and write the weights as a safetensors file"
+    )
+    export.add_argument("out", type=Path, help="the .safetensors file to write")
+    export.add_argument("--seed", type=int, default=SEED, help=f"default {SEED}")
+    export.add_argument("--epochs", type=int, default=EPOCHS, help=f"default {EPOCHS}")
+    args = parser.parse_args(argv)
+    export_weights(args.out, args.seed, args.epochs)
+
+
+if __name__ == "__main__":
+    main()

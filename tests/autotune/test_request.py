@@ -31,6 +31,11 @@ def test_defaults_fill_a_minimal_request() -> None:
         ({"objectives": []}, "objectives", "at least 1"),
         ({"model": {"entry_point": "not an entry point"}}, "model.entry_point", "package.module"),
         ({"model": {}}, "model", "exactly one"),
+        ({"model": {"onnx": "m.onnx", "registered": "models:/m/1"}}, "model", "exactly one"),
+        ({"model": {"onnx": "m.onnx", "weights": "w.safetensors"}}, "model", "'entry_point'"),
+        ({"model": {"registered": "models:/m"}}, "model.registered", "models:/NAME/VERSION"),
+        ({"model": {"registered": "models:/m/v1"}}, "model.registered", "models:/NAME@ALIAS"),
+        ({"model": {"registered": "runs:/abc/m"}}, "model.registered", "models:/NAME/VERSION"),
         ({"budget": {"trials": 0}}, "budget.trials", "greater"),
         ({"selection": {"strategy": "weighted"}}, "selection", "weights"),
         ({"metric": {"kind": "custom"}}, "metric", "entry_point"),
@@ -54,6 +59,20 @@ def test_load_request_takes_name_from_file_and_applies_overrides(tmp_path: Path)
     workload = request.workload(tmp_path)
     assert workload.model.onnx == str(tmp_path / "m.onnx")
     assert workload.data.npz == str(tmp_path / "d.npz")
+
+
+def test_workload_resolves_weights_and_refuses_an_unresolved_registered_model(
+    tmp_path: Path,
+) -> None:
+    model = {"entry_point": "experiments.digits.model:architecture", "weights": "w.safetensors"}
+    workload = parse_request({**VALID, "model": model}).workload(tmp_path)
+    assert workload.model.weights == str(tmp_path / "w.safetensors")
+    assert workload.model.entry_point == model["entry_point"]
+    for uri in ("models:/digits/3", "models:/digits@tuned"):
+        request = parse_request({**VALID, "model": {"registered": uri}})
+        with pytest.raises(RequestError) as info:
+            request.workload(tmp_path)
+        assert (info.value.field, info.value.value) == ("model.registered", uri)
 
 
 @pytest.mark.parametrize(
