@@ -1,0 +1,137 @@
+"""What the service tests share: fresh PostgreSQL databases, settings under tmp_path, a
+small digits request, and runner processes that are always cleaned up."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy
+
+from autotune.service.db import Database
+from autotune.service.jobs import JobStore
+from autotune.service.server import run_runner
+from autotune.service.settings import ServiceSettings
+from autotune.service.tokens import Principal, authenticate, create_token
+
+ADMIN_URL = os.environ.get(
+    "AUTOTUNE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+FAST = {
+    "warmup_iters": 2,
+    "min_iters": 10,
+    "max_iters": 50,
+    "min_seconds": 0.0,
+    "max_seconds": 0.3,
+    "settle_tolerance": None,
+    "energy_window_s": 0.05,
+}
+
+
+def service_request(name: str = "digits-svc", trials: int = 3, **overrides: Any) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "name": name,
+        "model": {"entry_point": "experiments.digits.model:build_model"},
+        "data": {"entry_point": "experiments.digits.model:eval_data"},
+        "constraints": {"max_accuracy_drop": 0.02},
+        "search_space": "cpu.yaml",
+        "budget": {"trials": trials},
+        "measurement": FAST,
+        "validation": {"neighbours": 0, "factor": 1},
+    }
+    request.update(overrides)
+    return request
+
+
+def settings_for(
+    tmp_path: Path, db: str, storage: str, tracking: str, **kw: Any
+) -> ServiceSettings:
+    models = tmp_path / "models"
+    models.mkdir(exist_ok=True)
+    defaults: dict[str, Any] = {
+        "db": db,
+        "storage": storage,
+        "tracking_uri": tracking,
+        "data_dir": tmp_path / "data",
+        "models_root": models,
+        "trusted_modules": ("experiments.digits",),
+        "executor": "inprocess",
+        "lease_s": 3.0,
+        "poll_s": 0.2,
+        "stale_after_s": 10.0,
+    }
+    defaults.update(kw)
+    return ServiceSettings(**defaults)
+
+
+def sqlite_settings(tmp_path: Path, **kw: Any) -> ServiceSettings:
+    return settings_for(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'service.db'}",
+        f"sqlite:///{tmp_path / 'studies.db'}",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        **kw,
+    )
+
+
+@contextmanager
+def postgres_databases(count: int) -> Iterator[list[str]]:
+    """Fresh PostgreSQL databases (the job store, Optuna and MLflow each need their own)."""
+    engine = sqlalchemy.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    names = [f"autotune_svc_{uuid.uuid4().hex[:10]}" for _ in range(count)]
+    try:
+        with engine.connect() as connection:
+            for name in names:
+                connection.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    except sqlalchemy.exc.OperationalError as exc:
+        pytest.fail(f"PostgreSQL at {ADMIN_URL} is needed for this test: {exc}")
+    base = ADMIN_URL.rsplit("/", 1)[0]
+    try:
+        yield [f"{base}/{name}" for name in names]
+    finally:
+        with engine.connect() as connection:
+            for name in names:
+                connection.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        engine.dispose()
+
+
+def principal(db: Database, name: str = "alice", team: str | None = None) -> Principal:
+    return authenticate(db, "Bearer " + create_token(db, name, team))
+
+
+@contextmanager
+def runner_processes(settings: ServiceSettings, count: int) -> Iterator[list[Any]]:
+    """Job runner processes, as `autotune serve` starts them; killed at the end."""
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=run_runner, args=(settings,)) for _ in range(count)]
+    for process in processes:
+        process.start()
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+            process.join(30)
+
+
+def wait_for(condition: Callable[[], Any], deadline_s: float, what: str) -> Any:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {deadline_s:.0f}s waiting for {what}")
+
+
+def job_states(store: JobStore, ids: list[str]) -> dict[str, str]:
+    return {job_id: store.get_any(job_id).state for job_id in ids}  # type: ignore[union-attr]
