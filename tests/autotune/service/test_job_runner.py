@@ -1,0 +1,144 @@
+"""Job runners end to end: a job tuned to a registered model, a cancel that stops the
+study cleanly, twenty jobs on two runner processes each run exactly once (PostgreSQL),
+and a runner killed mid-job whose job another runner finishes after the lease expires."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from autotune.service.db import Database
+from autotune.service.jobs import JobStore
+from autotune.service.runner import JobRunner
+from autotune.service.submission import prepare_job
+from tests.autotune.service.support import (
+    job_states,
+    postgres_databases,
+    principal,
+    runner_processes,
+    service_request,
+    settings_for,
+    sqlite_settings,
+    wait_for,
+)
+
+
+def test_a_job_is_tuned_and_its_artifact_registered(tmp_path: Path) -> None:
+    settings = sqlite_settings(tmp_path)
+    db = Database(settings.db)
+    store, alice = JobStore(db), principal(db)
+    job, _ = store.submit(prepare_job(service_request(trials=3), alice, settings))
+
+    assert JobRunner(db, settings).run_once() == job.id
+
+    done = store.get(alice, job.id)
+    assert done.state == "succeeded", done.error
+    assert done.attempts == 1 and done.trials_done == 3 and done.lease_owner is None
+    assert done.result is not None and done.result["study"]["name"] == job.study_name
+    assert set(done.result["config"]) and "latency_p95_ms" in done.result["metrics"]
+    registered = done.registered_model
+    assert registered is not None and registered["uri"] == "models:/digits-svc@tuned"
+    version = MlflowClient(settings.tracking_uri).get_model_version_by_alias("digits-svc", "tuned")
+    assert str(version.version) == registered["version"]
+    assert version.tags["autotune.job"] == job.id
+    assert JobRunner(db, settings).run_once() is None  # nothing left to claim
+
+
+def test_cancel_stops_the_study_cleanly(tmp_path: Path) -> None:
+    settings = sqlite_settings(tmp_path, lease_s=0.6)
+    db = Database(settings.db)
+    store, alice = JobStore(db), principal(db)
+    job, _ = store.submit(prepare_job(service_request(trials=40), alice, settings))
+    runner = JobRunner(db, settings)
+    thread = threading.Thread(target=runner.run_once)
+    thread.start()
+    wait_for(lambda: store.get(alice, job.id).trials_done >= 2, 120, "two trials")
+    store.cancel(alice, job.id)
+    thread.join(120)
+
+    cancelled = store.get(alice, job.id)
+    assert cancelled.state == "cancelled" and cancelled.finished_at is not None
+    study = optuna.load_study(study_name=job.study_name, storage=settings.storage)
+    states = [t.state for t in study.trials]
+    assert TrialState.RUNNING not in states  # the running trials finished and were told
+    assert 2 <= len(states) < 40
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_twenty_jobs_on_two_runners_each_run_exactly_once(tmp_path: Path) -> None:
+    with postgres_databases(3) as (jobs_db, studies_db, mlflow_db):
+        settings = settings_for(tmp_path, jobs_db, studies_db, mlflow_db, lease_s=10.0)
+        db = Database(settings.db)
+        store, alice = JobStore(db), principal(db)
+        ids: list[str] = []
+        lock = threading.Lock()
+
+        def submit(index: int) -> None:
+            draft = prepare_job(service_request(name=f"digits-{index}", trials=2), alice, settings)
+            job, created = store.submit(draft)
+            assert created
+            with lock:
+                ids.append(job.id)
+
+        threads = [threading.Thread(target=submit, args=(i,)) for i in range(20)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(set(ids)) == 20
+
+        with runner_processes(settings, 2):
+            wait_for(
+                lambda: all(s == "succeeded" for s in job_states(store, ids).values()),
+                600,
+                "twenty jobs to succeed",
+            )
+
+        jobs = [store.get(alice, job_id) for job_id in ids]
+        assert all(job.attempts == 1 for job in jobs)  # nobody claimed a job twice
+        client = MlflowClient(settings.tracking_uri)
+        for job in jobs:
+            study = optuna.load_study(study_name=job.study_name, storage=settings.storage)
+            assert len(study.trials) == 2, job.study_name  # measured once, not twice
+            (version,) = client.search_model_versions(f"name = '{job.request['name']}'")
+            assert version.tags["autotune.job"] == job.id
+        db.close()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_killed_runners_job_completes_after_the_lease_expires(tmp_path: Path) -> None:
+    with postgres_databases(3) as (jobs_db, studies_db, mlflow_db):
+        settings = settings_for(tmp_path, jobs_db, studies_db, mlflow_db, lease_s=3.0)
+        db = Database(settings.db)
+        store, alice = JobStore(db), principal(db)
+        job, _ = store.submit(prepare_job(service_request(trials=8), alice, settings))
+
+        with runner_processes(settings, 1) as (first,):
+            wait_for(lambda: store.get(alice, job.id).trials_done >= 3, 300, "three trials")
+            os.kill(first.pid, signal.SIGKILL)
+            first.join(30)
+        before = store.get(alice, job.id)
+        assert before.state == "running" and before.attempts == 1
+        done_before = optuna.load_study(study_name=job.study_name, storage=settings.storage)
+        kept = {t.number for t in done_before.trials if t.state == TrialState.COMPLETE}
+
+        with runner_processes(settings, 1):
+            wait_for(lambda: store.get(alice, job.id).state == "succeeded", 300, "the job")
+
+        after = store.get(alice, job.id)
+        assert after.attempts == 2 and after.result is not None
+        study = optuna.load_study(study_name=job.study_name, storage=settings.storage)
+        complete = {t.number for t in study.trials if t.state == TrialState.COMPLETE}
+        assert kept <= complete  # resumed: the first runner's trials were kept
+        counted = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        assert len(counted) == 8  # the budget, not the budget twice
+        db.close()
