@@ -1,4 +1,4 @@
-"""Files a workload names (an ONNX model, an .npz), carried to nodes that lack them.
+"""Files a workload names (an ONNX model, safetensors weights, an .npz), carried to nodes that lack them.
 
 The control plane puts each file into Ray's object store once; a worker on a node where the
 path does not exist writes the bytes once into a node-local cache, named by their sha256,
@@ -28,7 +28,8 @@ class Blob:
 
 
 def workload_files(workload: Workload) -> list[str]:
-    return [p for p in (workload.model.onnx, workload.data.npz) if p is not None]
+    model = workload.model
+    return [p for p in (model.onnx, model.weights, workload.data.npz) if p is not None]
 
 
 def localize(workload: Workload, blobs: dict[str, Blob] | None) -> Workload:
@@ -38,6 +39,9 @@ def localize(workload: Workload, blobs: dict[str, Blob] | None) -> Workload:
     model, data = workload.model, workload.data
     if model.onnx is not None and model.onnx in blobs and not Path(model.onnx).exists():
         model = ModelRef(onnx=materialize(blobs[model.onnx]))
+    weights = model.weights
+    if weights is not None and weights in blobs and not Path(weights).exists():
+        model = model.model_copy(update={"weights": materialize(blobs[weights])})
     if data.npz is not None and data.npz in blobs and not Path(data.npz).exists():
         data = DataRef(npz=materialize(blobs[data.npz]))
     return workload.model_copy(update={"model": model, "data": data})
