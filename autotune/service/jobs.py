@@ -138,7 +138,7 @@ class JobStore:
                 .where(Job.id == job_id, Job.state == "queued")
                 .values(state="cancelled", finished_at=now(), active_key=None)
             )
-            if queued.rowcount == 0:
+            if _rowcount(queued) == 0:
                 session.execute(
                     update(Job)
                     .where(Job.id == job_id, Job.state == "running")
@@ -172,7 +172,7 @@ class JobStore:
                     started_at=now(),
                 )
             )
-            if taken.rowcount != 1:
+            if _rowcount(taken) != 1:
                 return None  # another runner took it between the select and the update
             return _fresh(session, job_id)
 
@@ -183,7 +183,7 @@ class JobStore:
                 .where(Job.id == job_id, Job.lease_owner == owner, Job.state == "running")
                 .values(lease_expires_at=now() + lease_s)
             )
-            if renewed.rowcount != 1:
+            if _rowcount(renewed) != 1:
                 return Lease(held=False, cancel_requested=False)
             cancel = session.scalar(select(Job.cancel_requested).where(Job.id == job_id))
             return Lease(held=True, cancel_requested=bool(cancel))
@@ -225,7 +225,7 @@ class JobStore:
                 .where(Job.id == job_id, Job.lease_owner == owner, Job.state == "running")
                 .values(**values)
             )
-            return done.rowcount == 1
+            return _rowcount(done) == 1
 
     def release(self, job_id: str, owner: str) -> None:
         """Give a job back to the queue (its runner is shutting down); the next runner
@@ -247,6 +247,11 @@ class JobStore:
                 .limit(1)
             )
             return session.scalar(query)
+
+
+def _rowcount(result: Any) -> int:
+    """Rows an UPDATE changed (a CursorResult's count; the ORM types it as a plain Result)."""
+    return int(result.rowcount)
 
 
 def _claimable(at: float) -> Any:

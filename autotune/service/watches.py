@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from autotune.contract import ModelRef
 from autotune.errors import AutotuneError, NotFound, RequestError
-from autotune.service.db import Database, Token, Watch, now
+from autotune.service.db import Database, Job, Token, Watch, now
 from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
 from autotune.service.submission import base_dir, prepare_job
@@ -156,7 +156,7 @@ class Scheduler:
 
     def tick(self) -> list[str]:
         """Check every due watch once; return the ids of the jobs submitted."""
-        submitted = []
+        submitted: list[str] = []
         while True:
             with self.db.transaction() as session:
                 watch = self._claim_due(session)
@@ -195,10 +195,11 @@ class Scheduler:
         return job_id
 
     def _submit(self, watch: Watch, principal: Principal) -> str:
-        previous = self.jobs.latest_outcome(watch.id)
+        previous = self._previous(watch)
         request = dict(watch.request)
         if previous is not None:
-            request["budget"] = {**request.get("budget", {}), "trials": self._retune_trials(watch)}
+            trials = self._retune_trials(watch, previous)
+            request["budget"] = {**request.get("budget", {}), "trials": trials}
         draft = prepare_job(
             request,
             principal,
@@ -210,14 +211,21 @@ class Scheduler:
         log.info("watch %s: model or hardware changed; submitted job %s", watch.id, job.id)
         return job.id
 
-    def _retune_trials(self, watch: Watch) -> int:
+    def _previous(self, watch: Watch) -> Job | None:
+        """The tuning a re-tune starts from: the watch's last job (which may be an identical
+        submission made before the watch existed) or its newest successful one."""
+        last = self.jobs.get_any(watch.last_job_id) if watch.last_job_id else None
+        if last is not None and last.state == "succeeded":
+            return last
+        return self.jobs.latest_outcome(watch.id)
+
+    def _retune_trials(self, watch: Watch, previous: Job) -> int:
         """A warm-started re-tune re-measures the previous front and explores a little."""
         if watch.retune_trials is not None:
             return watch.retune_trials
         trials = int(watch.request.get("budget", {}).get("trials") or 30)
-        previous = self.jobs.latest_outcome(watch.id)
-        front = study_front(previous.study_name, self.settings.storage) if previous else []
-        return min(trials, max(math.ceil(trials / 3), front + 1 + RETUNE_EXPLORATION))
+        front = study_front(previous.study_name, self.settings.storage)
+        return min(trials, max(math.ceil(trials / 3), len(front) + 1 + RETUNE_EXPLORATION))
 
     def _model_fingerprint(self, watch: Watch) -> str:
         from autotune.sources import source_fingerprint

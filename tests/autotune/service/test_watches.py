@@ -1,0 +1,104 @@
+"""Scheduled re-tuning: schedules, a watch that fires on a changed model file and not on an
+unchanged one, and a re-tune warm-started from the previous job's front."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from autotune.errors import RequestError
+from autotune.service.db import Database
+from autotune.service.jobs import JobStore
+from autotune.service.runner import JobRunner
+from autotune.service.tokens import Principal
+from autotune.service.watches import Scheduler, WatchStore, next_run, parse_every
+from experiments.digits.model import export_weights
+from tests.autotune.service.support import (
+    principal,
+    service_request,
+    sqlite_settings,
+    wait_for,
+)
+
+
+def test_intervals_and_cron_schedules() -> None:
+    assert parse_every("90s") == 90 and parse_every("30m") == 1800 and parse_every("1d") == 86400
+    for bad in ("30", "m", "-5m", "0.1s"):
+        with pytest.raises(RequestError, match="every"):
+            parse_every(bad)
+    at = datetime(2026, 11, 30, 2, 59, 30, tzinfo=UTC).timestamp()
+    assert next_run(1800.0, None, at) == at + 1800
+    daily = datetime.fromtimestamp(next_run(None, "0 3 * * *", at), tz=UTC)
+    assert daily == datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+    after = datetime.fromtimestamp(next_run(None, "0 3 * * *", daily.timestamp()), tz=UTC)
+    assert after == datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+    with pytest.raises(RequestError, match="cron"):
+        next_run(None, "61 * * * *", at)
+
+
+def test_a_watch_needs_one_schedule_and_a_model_file(tmp_path: Path) -> None:
+    settings = sqlite_settings(tmp_path)
+    db = Database(settings.db)
+    watches, alice = WatchStore(db, settings), principal(db)
+    with pytest.raises(RequestError, match="schedule"):
+        watches.create(alice, service_request(), every="1m", cron="0 3 * * *")
+    with pytest.raises(RequestError, match="model"):
+        watches.create(alice, service_request(), every="1m")  # an entry point cannot change
+
+
+def test_a_changed_model_file_is_retuned_from_the_previous_front(tmp_path: Path) -> None:
+    settings = sqlite_settings(tmp_path)
+    weights = settings.models_root / "digits.safetensors"  # type: ignore[operator]
+    export_weights(weights, seed=0, epochs=3)
+    db = Database(settings.db)
+    jobs, watches, alice = JobStore(db), WatchStore(db, settings), principal(db)
+    model = {"entry_point": "experiments.digits.model:architecture", "weights": weights.name}
+    request = service_request(name="watched", trials=6, model=model)
+    watch = watches.create(alice, request, every="1s", retune_trials=4)
+    scheduler, runner = Scheduler(db, settings), JobRunner(db, settings)
+
+    (first,) = scheduler.tick()  # due at once: the first tuning
+    assert runner.run_once() == first
+    assert jobs.get(alice, first).state == "succeeded"
+
+    ticked = wait_for(lambda: _ticked(scheduler, watches, alice, watch.id), 30, "a tick")
+    assert ticked == ([],)
+    assert jobs.list(alice)[0].id == first  # unchanged model: nothing submitted
+
+    export_weights(weights, seed=1, epochs=3)
+    (retune,) = wait_for(lambda: scheduler.tick(), 30, "the re-tune")
+    job = jobs.get(alice, retune)
+    assert job.warm_start_from == first and job.watch_id == watch.id
+    assert (
+        job.request["budget"]["trials"] == 4
+        and job.model_sha256 != jobs.get(alice, first).model_sha256
+    )
+    assert runner.run_once() == retune
+    done = jobs.get(alice, retune)
+    assert done.state == "succeeded", done.error
+
+    previous_study = jobs.get(alice, first).study_name
+    study = optuna.load_study(study_name=done.study_name, storage=settings.storage)
+    warm = [t for t in study.trials if t.user_attrs.get("warm_start") == previous_study]
+    assert warm and min(t.number for t in warm) == 1  # right after the baseline
+    client = MlflowClient(settings.tracking_uri)
+    run_id = done.result["mlflow"]["run_id"]  # type: ignore[index]
+    path = client.download_artifacts(run_id, "comparison.json", str(tmp_path))
+    comparison = json.loads(Path(path).read_text())
+    assert "metric_changes" in comparison
+    assert client.get_model_version_by_alias("watched", "tuned").tags["autotune.job"] == retune
+
+
+def _ticked(
+    scheduler: Scheduler, watches: WatchStore, alice: Principal, watch_id: str
+) -> tuple[list[str]] | None:
+    """The jobs a tick submitted, once the watch was due and checked again."""
+    before = watches.get(alice, watch_id).last_checked_at
+    submitted = scheduler.tick()
+    after = watches.get(alice, watch_id).last_checked_at
+    return (submitted,) if after != before else None
