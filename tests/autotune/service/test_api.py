@@ -17,18 +17,14 @@ from sqlalchemy.exc import OperationalError
 from autotune.service import Database, JobRunner, ServiceSettings, create_app
 from autotune.service.api import MAX_DOCUMENT_BYTES
 from autotune.service.tokens import create_token, revoke_token
-from tests.autotune.service.conftest import (
-    bearer,
-    client_request,
-    service_settings,
-    tiny_onnx_bytes,
-)
+from tests.autotune.service.conftest import bearer, tiny_onnx_bytes
+from tests.autotune.service.support import service_request, sqlite_settings
 
 YAML_TYPES = ["application/yaml", "application/x-yaml", "text/yaml"]
 
 
 def submit(client: TestClient, headers: dict[str, str], **overrides: Any) -> dict[str, Any]:
-    response = client.post("/v1/jobs", json=client_request(**overrides), headers=headers)
+    response = client.post("/v1/jobs", json=service_request(**overrides), headers=headers)
     assert response.status_code == 202, response.text
     body: dict[str, Any] = response.json()
     return body
@@ -92,7 +88,7 @@ def test_every_route_needs_a_valid_token(
     client: TestClient, method: str, path: str, header: str | None
 ) -> None:
     headers = {} if header is None else {"Authorization": header}
-    response = client.request(method, path, headers=headers, json=client_request())
+    response = client.request(method, path, headers=headers, json=service_request())
     assert response.status_code == 401
     assert response.headers["www-authenticate"] == "Bearer"
 
@@ -124,7 +120,7 @@ def test_a_json_submission_is_queued_and_an_identical_one_answers_with_it(
 def test_a_yaml_submission_is_queued(
     client: TestClient, alice: dict[str, str], media_type: str
 ) -> None:
-    body = yaml.safe_dump(client_request(name=f"yaml-{media_type.replace('/', '-')}"))
+    body = yaml.safe_dump(service_request(name=f"yaml-{media_type.replace('/', '-')}"))
     headers = {**alice, "Content-Type": f"{media_type}; charset=utf-8"}
     first = client.post("/v1/jobs", content=body, headers=headers)
     assert first.status_code == 202 and first.json()["created"] is True
@@ -136,7 +132,7 @@ def test_the_same_request_in_json_and_yaml_is_one_job(
     client: TestClient, alice: dict[str, str]
 ) -> None:
     first = submit(client, alice)
-    body = yaml.safe_dump(client_request())
+    body = yaml.safe_dump(service_request())
     again = client.post(
         "/v1/jobs", content=body, headers={**alice, "Content-Type": "application/yaml"}
     )
@@ -146,7 +142,7 @@ def test_the_same_request_in_json_and_yaml_is_one_job(
 def test_a_multipart_submission_without_a_model_is_queued(
     client: TestClient, alice: dict[str, str]
 ) -> None:
-    files = {"request": (None, yaml.safe_dump(client_request()))}
+    files = {"request": (None, yaml.safe_dump(service_request()))}
     response = client.post("/v1/jobs", files=files, headers=alice)
     assert response.status_code == 202 and response.json()["created"] is True
 
@@ -156,7 +152,7 @@ def test_an_uploaded_onnx_model_is_stored_by_content(
 ) -> None:
     data = tiny_onnx_bytes()
     sha256 = hashlib.sha256(data).hexdigest()
-    request = client_request()
+    request = service_request()
     del request["model"]
     files = {
         "request": (None, json.dumps(request)),
@@ -175,7 +171,7 @@ def test_an_uploaded_onnx_model_is_stored_by_content(
 
 
 def test_a_pickle_upload_is_refused(client: TestClient, alice: dict[str, str]) -> None:
-    request = client_request()
+    request = service_request()
     del request["model"]
     files = {
         "request": (None, json.dumps(request)),
@@ -191,7 +187,7 @@ def test_an_upload_over_the_cap_is_413(
 ) -> None:
     data = tiny_onnx_bytes()
     settings.max_upload_bytes = len(data) - 1
-    request = client_request()
+    request = service_request()
     del request["model"]
     files = {"request": (None, json.dumps(request)), "model": ("m", data)}
     with TestClient(create_app(settings, db)) as client:
@@ -202,7 +198,7 @@ def test_an_upload_over_the_cap_is_413(
 
 
 def test_a_request_document_over_its_cap_is_413(client: TestClient, alice: dict[str, str]) -> None:
-    body = json.dumps(client_request(name="x" * MAX_DOCUMENT_BYTES))
+    body = json.dumps(service_request(name="x" * MAX_DOCUMENT_BYTES))
     response = client.post(
         "/v1/jobs", content=body, headers={**alice, "Content-Type": "application/json"}
     )
@@ -216,7 +212,7 @@ def test_an_unknown_content_type_is_415(
     headers = dict(alice)
     if content_type is not None:
         headers["Content-Type"] = content_type
-    response = client.post("/v1/jobs", content=json.dumps(client_request()), headers=headers)
+    response = client.post("/v1/jobs", content=json.dumps(service_request()), headers=headers)
     assert problem(response, 415)["field"] == "content-type"
 
 
@@ -243,7 +239,7 @@ def test_a_bad_request_is_422_naming_field_rule_and_value(
     rule: str,
     value: Any,
 ) -> None:
-    response = client.post("/v1/jobs", json=client_request(**overrides), headers=alice)
+    response = client.post("/v1/jobs", json=service_request(**overrides), headers=alice)
     detail = problem(response)
     assert (detail["field"], detail["value"]) == (field, value)
     assert rule in detail["rule"]
@@ -326,7 +322,7 @@ def test_jobs_are_seen_by_their_team_only(
     assert client.get(f"/v1/jobs/{job_id}", headers=bob).json()["id"] == job_id
     assert [j["id"] for j in client.get("/v1/jobs", headers=bob).json()["jobs"]] == [job_id]
     summary = client.get("/v1/jobs", headers=alice).json()["jobs"][0]
-    assert summary["name"] == "digits-service" and summary["state"] == "queued"
+    assert summary["name"] == "digits-svc" and summary["state"] == "queued"
     assert client.get("/v1/jobs", headers=carol).json() == {"jobs": []}
     for method, path in [
         ("GET", f"/v1/jobs/{job_id}"),
@@ -368,7 +364,7 @@ def test_cancelling_a_queued_job_cancels_it_and_again_is_fine(
 def watched(settings: ServiceSettings) -> dict[str, Any]:
     assert settings.models_root is not None
     (settings.models_root / "tiny.onnx").write_bytes(tiny_onnx_bytes())
-    return client_request(model={"onnx": "tiny.onnx"})
+    return service_request(model={"onnx": "tiny.onnx"})
 
 
 def test_a_watch_is_created_listed_read_and_deleted(
@@ -434,7 +430,7 @@ def test_a_bad_watch_is_422(
         ({"every": "1h"}, "request"),
         ({"request": "name: x", "every": "1h"}, "request"),
         ({"request": {"name": "x", "storage": "s"}, "every": "1h"}, "storage"),
-        ({"request": client_request(), "every": "1h"}, "model"),
+        ({"request": service_request(), "every": "1h"}, "model"),
     ],
 )
 def test_a_watch_with_a_bad_request_is_422(
@@ -456,7 +452,7 @@ def test_a_watch_body_that_is_not_json_is_422(client: TestClient, alice: dict[st
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, Any, str]]:
     """One job of the digits example, run by a job runner to its end."""
-    settings = service_settings(tmp_path_factory.mktemp("finished"))
+    settings = sqlite_settings(tmp_path_factory.mktemp("finished"))
     db = Database(settings.db)
     headers = bearer(create_token(db, "runner-test", team="a"))
     with TestClient(create_app(settings, db)) as client:
@@ -474,7 +470,7 @@ def test_a_finished_job_reports_its_outcome(finished: tuple[TestClient, Any, str
     assert status["progress"]["trials_done"] >= 3
     assert status["started_at"] <= status["finished_at"]
     assert status["attempts"] == 1 and status["error"] is None
-    assert status["registered_model"]["uri"].startswith("models:/digits-service@")
+    assert status["registered_model"]["uri"].startswith("models:/digits-svc@")
     assert set(status["best"]) == {"trial", "config", "metrics"}
 
 
