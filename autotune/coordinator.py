@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from autotune.contract import (
     MeasurementSettings,
     ModelInfo,
+    Provenance,
+    TrialMetrics,
     TrialResult,
     TrialSpec,
     Workload,
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.executors import Executor
+    from autotune.warm_start import PreviousTrial, WarmStart
 
 # Constraint name -> (metric it bounds, True when the bound is an upper bound).
 CONSTRAINT_METRICS: dict[str, tuple[str, bool]] = {
@@ -159,6 +162,8 @@ class Coordinator:
         experiment: str,
         on_progress: ProgressCallback | None = None,
         stop: threading.Event | None = None,
+        warm_start: WarmStart | None = None,
+        previous_tuned: dict[str, Any] | None = None,
     ) -> None:
         self.request = request
         self.workload = workload
@@ -175,6 +180,11 @@ class Coordinator:
         self.stale_after_s = STALE_AFTER_S
         # Set from a signal handler or another thread: stop asking, let running trials end.
         self.stop = stop or threading.Event()
+        self.warm_start = warm_start
+        self.previous_tuned = previous_tuned
+        # Trials told from a previous study's measurement: trial number -> "<study>#<trial>".
+        self._reused_from: dict[int, str] = {}
+        self._baseline_software: dict[str, str] | None = None
 
     @property
     def stopping(self) -> bool:
@@ -185,6 +195,9 @@ class Coordinator:
         study = self._open_study(info)
         with study_lock(self.settings.storage, self.settings.study_name):
             tracker = Tracker(self.tracking_uri, self.experiment, self.settings.study_name)
+        tags = {"energy_source": "pending", "hardware_fingerprint": self.profile.fingerprint}
+        if self.warm_start is not None:
+            tags["autotune.warm_start"] = self.warm_start.source_study
         tracker.log_study_inputs(
             params=self._study_params(info),
             documents={
@@ -192,7 +205,7 @@ class Coordinator:
                 "hardware.json": self.profile.model_dump(mode="json"),
                 "space.json": self.space.model_dump(mode="json"),
             },
-            tags={"energy_source": "pending", "hardware_fingerprint": self.profile.fingerprint},
+            tags=tags,
         )
         try:
             with Heartbeat(study, self.owner), _stop_on_sigint(self):
@@ -266,7 +279,8 @@ class Coordinator:
 
         The baseline (trial 0 of a new study) runs first; results that arrive before its
         accuracy is known wait for it. Lost trials (worker died) are retried on another
-        slot; trials of dead coordinators are reaped and enqueued again.
+        slot; trials of dead coordinators are reaped and enqueued again. A trial that a
+        warm start's measurement can answer is not run: its result is told from that one.
         """
         baseline = _baseline_candidate(study)
         accuracy_cache = _accuracy_by_variant(study)
@@ -274,6 +288,7 @@ class Coordinator:
         started = time.monotonic()
         running: dict[int, tuple[optuna.Trial, TrialSpec]] = {}
         held: list[tuple[optuna.Trial, TrialSpec, TrialResult]] = []
+        reused: list[TrialResult] = []
         last_reap = -REAP_EVERY_S
         while True:
             if baseline is None:  # another coordinator may have measured it meanwhile
@@ -295,15 +310,21 @@ class Coordinator:
                     skipped = TrialResult.for_spec(spec, "skipped", too_big)
                     self._tell(study, trial, spec, skipped, None, tracker)
                     continue
-                self.executor.submit(spec)
+                spec, result = _retrying(self._from_warm_start, study, trial, spec, baseline)
                 running[trial.number] = (trial, spec)
+                if result is None:
+                    self.executor.submit(spec)
+                else:
+                    reused.append(result)
             if not running:
                 if baseline is not None:
                     return baseline
                 if self.stopping or not self._wait_for_others(study, tracker):
                     raise AutotuneError("the baseline (unmodified model) was never measured")
                 continue
-            for result in self.executor.wait():
+            finished = reused.copy() if reused else self.executor.wait()
+            reused.clear()
+            for result in finished:
                 trial, spec = running.pop(result.trial_number)
                 if result.status == "lost" and spec.attempt + 1 < MAX_ATTEMPTS:
                     retry = spec.model_copy(update={"attempt": spec.attempt + 1})
@@ -322,6 +343,43 @@ class Coordinator:
                 else:
                     self._tell_measured(study, trial, spec, result, baseline, tracker)
 
+    def _from_warm_start(
+        self, study: optuna.Study, trial: optuna.Trial, spec: TrialSpec, baseline: Candidate | None
+    ) -> tuple[TrialSpec, TrialResult | None]:
+        """The spec, and the result of the warm start's measurement of this very configuration
+        if that was made like a measurement now would be. Failing that, the spec learns the
+        accuracy of its model variant where the warm start measured it on the same model.
+        The baseline is always measured: it is this study's reference."""
+        if self.warm_start is None or trial.user_attrs.get("baseline"):
+            return spec, None
+        now = self._provenance_now(study, baseline)
+        previous = self.warm_start.measurement(spec.config, now)
+        if previous is not None:
+            self._reused_from[trial.number] = f"{self.warm_start.source_study}#{previous.number}"
+            return spec, _reused_result(spec, previous)
+        if spec.known_accuracy is None:
+            same_model = {k: v for k, v in now.items() if k in ("model_sha256", "software")}
+            accuracy = self.warm_start.accuracy(variant_key(spec.config), same_model)
+            spec = spec.model_copy(update={"known_accuracy": accuracy})
+        return spec, None
+
+    def _provenance_now(self, study: optuna.Study, baseline: Candidate | None) -> dict[str, Any]:
+        """What the provenance of a measurement made now says. The workers' software versions
+        are known from the baseline's result; a trial asked while the baseline still runs (on
+        another slot) is matched on model, hardware and measurement settings alone."""
+        now: dict[str, Any] = {
+            "model_sha256": self.model_info.sha256,
+            "hardware_fingerprint": self.profile.fingerprint,
+            "measurement": self.request.measurement.model_dump(mode="json"),
+        }
+        if baseline is not None and self._baseline_software is None:
+            trial = _baseline_trial(study)
+            assert trial is not None
+            self._baseline_software = trial.user_attrs["provenance"]["software"]
+        if self._baseline_software is not None:
+            now["software"] = self._baseline_software
+        return now
+
     def _tell_held(
         self,
         study: optuna.Study,
@@ -337,13 +395,19 @@ class Coordinator:
     def _ask(
         self, study: optuna.Study, started: float, mine_running: int, need_baseline: bool
     ) -> optuna.Trial | None:
-        """Under the study lock: enqueue the baseline if nobody has, check the budget
-        against every coordinator's trials, and claim a new trial."""
+        """Under the study lock: enqueue the baseline if nobody has (in a new study, a warm
+        start's front right after it), check the budget against every coordinator's trials,
+        and claim a new trial."""
         from optuna.trial import TrialState
 
         with study_lock(self.settings.storage, self.settings.study_name):
             if need_baseline and not _baseline_in_flight(study):
+                new_study = not study.get_trials(deepcopy=False)
                 study.enqueue_trial(self.space.baseline(), user_attrs={"baseline": True})
+                if new_study and self.warm_start is not None:
+                    source = {"warm_start": self.warm_start.source_study}
+                    for config in self.warm_start.configs_for(self.space):
+                        study.enqueue_trial(config, user_attrs=source)
             states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
             used = study._storage.get_n_trials(study._study_id, states)
             # A waiting baseline is asked whatever the budget: every other result waits on it.
@@ -450,11 +514,14 @@ class Coordinator:
         tags: dict[str, str] = {"status": result.status}
         if result.reason:
             tags["failure_reason"] = result.reason[:5000]
+        reused_from = self._reused_from.pop(trial.number, None)
+        if reused_from is not None:
+            tags.update(reused="true", reused_from=reused_from)
         violations = None
         if metrics is not None:
             violations = constraint_violations(self.request.constraints, metrics)
             tags["feasible"] = str(all(v <= 0 for v in violations.values())).lower()
-        _retrying(self._record, study, trial, spec, result, metrics, violations)
+        _retrying(self._record, study, trial, spec, result, metrics, violations, reused_from)
         tracker.log_trial(trial.number, spec.attempt, spec.config, metrics, tags)
         self.on_progress(_retrying(_counted_trials, study), self.settings.n_trials, result)
 
@@ -466,6 +533,7 @@ class Coordinator:
         result: TrialResult,
         metrics: dict[str, Any] | None,
         violations: dict[str, float] | None,
+        reused_from: str | None,
     ) -> None:
         """The outcome into the study; safe to repeat after a lost connection."""
         from optuna.trial import TrialState
@@ -480,6 +548,9 @@ class Coordinator:
             trial.set_user_attr("reason", result.reason)
         if result.provenance is not None:
             trial.set_user_attr("provenance", result.provenance.model_dump(mode="json"))
+        if reused_from is not None:
+            trial.set_user_attr("reused_from", reused_from)
+            trial.set_user_attr("measured", False)
         if metrics is None or violations is None:
             study.tell(trial, state=_failed_state(result))
             return
@@ -536,6 +607,8 @@ class Coordinator:
             str(Path(artifact.path).parent),
             tags,
         )
+        if self.previous_tuned is not None:
+            tracker.log_comparison(self.previous_tuned, outcome.tuned.model_dump(mode="json"))
         tracker.finish("FINISHED")
         return outcome
 
@@ -757,6 +830,26 @@ def completed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     ]
 
 
+def feasible_front(study: optuna.Study) -> list[Candidate]:
+    """The feasible Pareto front of a study, over the objectives it was run with."""
+    objectives = [OBJECTIVES[o] for o in study.user_attrs.get("objectives", [])]
+    candidates = [candidate_from_trial(t) for t in completed_trials(study)]
+    return pareto_front([c for c in candidates if c.feasible], objectives)
+
+
+def load_study(study_name: str, storage: str, field: str) -> optuna.Study:
+    """A stored study; a name the storage does not hold is a bad `field`."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        raise RequestError(
+            field, "must name an existing study in the storage", study_name
+        ) from None
+
+
 def _counted_trials(study: optuna.Study) -> int:
     """Trials that count toward the budget: measured, or ended by their candidate."""
     from optuna.trial import TrialState
@@ -816,6 +909,15 @@ def candidate_from_trial(trial: optuna.trial.FrozenTrial) -> Candidate:
         metrics=dict(trial.user_attrs["metrics"]),
         feasible=all(v <= 0 for v in violations.values()),
         violations=violations,
+    )
+
+
+def _reused_result(spec: TrialSpec, previous: PreviousTrial) -> TrialResult:
+    return TrialResult.for_spec(
+        spec,
+        "ok",
+        metrics=TrialMetrics.model_validate(previous.metrics),
+        provenance=Provenance.model_validate(previous.provenance),
     )
 
 

@@ -25,6 +25,7 @@ STUDY_TAG = "autotune.study"
 ROLE_TAG = "autotune.role"
 TRIAL_TAG = "autotune.trial_number"
 PARENT_TAG = "mlflow.parentRunId"
+PREVIOUS_RUN_TAG = "autotune.previous_run_id"
 
 
 class Tracker:
@@ -167,11 +168,62 @@ class Tracker:
             self.client.log_artifacts(self.parent_run_id, artifact_dir, "optimized_model")
         self.mark_pareto({c.trial_number for c in front})
 
+    def log_comparison(self, previous: dict[str, Any], current: dict[str, Any]) -> None:
+        """How this study's tuned config differs from a previous one (both tuned-config
+        documents): comparison.json, a `change.<metric>` relative change per numeric metric,
+        and a tag naming the previous parent run."""
+        from mlflow.entities import Metric as MlflowMetric
+
+        comparison = compare_tuned(previous, current)
+        changes = {
+            f"change.{name}": change["relative_change"]
+            for name, change in comparison["metric_changes"].items()
+            if change["relative_change"] is not None
+        }
+        self.client.log_batch(
+            self.parent_run_id,
+            metrics=[MlflowMetric(k, v, 0, 0) for k, v in changes.items()],
+        )
+        self.client.set_tag(self.parent_run_id, PREVIOUS_RUN_TAG, comparison["previous"]["run_id"])
+        self.client.log_text(self.parent_run_id, _as_text("c.json", comparison), "comparison.json")
+
     def finish(self, status: str) -> None:
         self.client.set_terminated(self.parent_run_id, status=status)
 
     def artifact_uri(self, path: str) -> str:
         return f"runs:/{self.parent_run_id}/{path}"
+
+
+def compare_tuned(previous: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """What changed between two tuned-config documents: configuration values (None for a key
+    on one side only) and the numeric metrics of both, with the change relative to the
+    previous value (None where that was 0)."""
+    before, after = previous["config"], current["config"]
+    config_changes = {
+        key: {"before": before.get(key), "after": after.get(key)}
+        for key in sorted(before.keys() | after.keys())
+        if before.get(key) != after.get(key)
+    }
+    metric_changes = {
+        name: _change(value, current["metrics"][name])
+        for name, value in previous["metrics"].items()
+        if is_number(value) and is_number(current["metrics"].get(name))
+    }
+    return {
+        "previous": {"study": previous["study"]["name"], "run_id": previous["mlflow"]["run_id"]},
+        "current": {"study": current["study"]["name"], "run_id": current["mlflow"]["run_id"]},
+        "config_changes": config_changes,
+        "metric_changes": metric_changes,
+    }
+
+
+def _change(before: float, after: float) -> dict[str, float | None]:
+    return {
+        "before": before,
+        "after": after,
+        "change": after - before,
+        "relative_change": (after - before) / before if before != 0 else None,
+    }
 
 
 def pareto_csv(candidates: Sequence[Candidate]) -> str:

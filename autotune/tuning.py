@@ -9,20 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.coordinator import (
-    Coordinator,
-    TuneOutcome,
-    TuneSettings,
-    candidate_from_trial,
-    completed_trials,
-)
+from autotune.coordinator import Coordinator, TuneOutcome, TuneSettings, feasible_front, load_study
 from autotune.errors import RequestError
 from autotune.executors import Executor, InProcessExecutor, RayExecutor
 from autotune.hardware import probe
-from autotune.metrics import OBJECTIVES
-from autotune.pareto import Candidate, pareto_front
+from autotune.pareto import Candidate
 from autotune.request import TuningRequest, load_request
 from autotune.space import effective_space, load_space, resolve_space_path
+from autotune.warm_start import WarmStart
 
 ProgressFactory = Callable[[int | None], AbstractContextManager[Callable[[int, Any], None]]]
 
@@ -43,6 +37,10 @@ class TuneOptions:
     out_dir: Path | None = None
     stop: threading.Event | None = None
     stale_after_s: float | None = None
+    # A previous study to start from (`autotune.warm_start.load_warm_start`), and the tuned
+    # config it gave, to compare the new one with in MLflow.
+    warm_start: WarmStart | None = None
+    previous_tuned: dict[str, Any] | None = None
 
     def overrides(self) -> dict[str, Any]:
         pairs = {
@@ -126,6 +124,8 @@ def tune_request(
                 experiment=request.tracking.experiment,
                 on_progress=lambda done, total, result: update(done, result),
                 stop=options.stop,
+                warm_start=options.warm_start,
+                previous_tuned=options.previous_tuned,
             )
             if options.stale_after_s is not None:
                 coordinator.stale_after_s = options.stale_after_s
@@ -140,15 +140,4 @@ def tune_request(
 
 def study_front(study_name: str, storage: str) -> list[Candidate]:
     """The feasible Pareto front of a stored study, over the objectives it was run with."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-    except KeyError:
-        raise RequestError(
-            "study", "must name an existing study in the storage", study_name
-        ) from None
-    objectives = [OBJECTIVES[o] for o in study.user_attrs.get("objectives", [])]
-    candidates = [candidate_from_trial(t) for t in completed_trials(study)]
-    return pareto_front([c for c in candidates if c.feasible], objectives)
+    return feasible_front(load_study(study_name, storage, "study"))

@@ -1,0 +1,343 @@
+"""Warm-started re-tuning on the real digits workload, in-process: a cold study, then re-tunes
+of the same model, of changed weights and on (recorded as) other hardware."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from autotune import tuning
+from autotune.contract import TrialSpec, variant_key
+from autotune.coordinator import REVALIDATION_ATTEMPT, TuneOutcome
+from autotune.errors import RequestError
+from autotune.executors import InProcessExecutor
+from autotune.hardware import probe
+from autotune.metrics import OBJECTIVES, Direction, Metric
+from autotune.pareto import Candidate, dominates
+from autotune.space import effective_space, load_space, resolve_space_path
+from autotune.tracking import PARENT_TAG, TRIAL_TAG, Tracker, compare_tuned
+from autotune.tuning import TuneOptions, run_tune
+from autotune.warm_start import WarmStart, load_warm_start
+from tests.conftest import REPO, digits_request
+
+COLD = "digits-cold"
+RETUNE = "digits-retune"
+
+
+@dataclass(frozen=True)
+class ColdStudy:
+    database: Path
+    outcome: TuneOutcome
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory: pytest.TempPathFactory) -> ColdStudy:
+    """One cold study, copied by every test that re-tunes from it."""
+    root = tmp_path_factory.mktemp("cold")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        patch.syspath_prepend(str(REPO))
+        path = root / "request.yaml"
+        path.write_text(yaml.safe_dump(digits_request(root, name=COLD, budget={"trials": 8})))
+        outcome, _ = run_tune(path, TuneOptions(executor="inprocess", seed=0))
+    return ColdStudy(root / "study.db", outcome)
+
+
+@pytest.fixture
+def storage(cold: ColdStudy, tmp_path: Path) -> str:
+    """This test's copy of the cold study's database; re-tunes add their studies to it."""
+    shutil.copy(cold.database, tmp_path / "study.db")
+    return f"sqlite:///{tmp_path / 'study.db'}"
+
+
+@pytest.fixture
+def submitted(monkeypatch: pytest.MonkeyPatch) -> list[TrialSpec]:
+    """Every spec the in-process executor is handed, in order."""
+    specs: list[TrialSpec] = []
+
+    class Recording(InProcessExecutor):
+        def submit(self, spec: TrialSpec) -> None:
+            specs.append(spec)
+            super().submit(spec)
+
+    monkeypatch.setattr(tuning, "InProcessExecutor", Recording)
+    return specs
+
+
+def retune(write_request: Any, warm: WarmStart, trials: int, **request: Any) -> TuneOutcome:
+    path = write_request(name=RETUNE, budget={"trials": trials}, **request)
+    options = TuneOptions(executor="inprocess", seed=1, warm_start=warm)
+    outcome, _ = run_tune(path, options)
+    return outcome
+
+
+def searched(specs: list[TrialSpec]) -> list[TrialSpec]:
+    """The search's submissions, without the re-measurements of the finalists."""
+    return [s for s in specs if s.attempt != REVALIDATION_ATTEMPT]
+
+
+def expected_queue(warm: WarmStart, storage: str) -> list[dict[str, Any]]:
+    """The front's configurations in order, without the baseline and repeats."""
+    baseline = optuna.load_study(study_name=COLD, storage=storage).trials[0].user_attrs["config"]
+    queue: list[dict[str, Any]] = []
+    for config in warm.front:
+        if config != baseline and config not in queue:
+            queue.append(config)
+    return queue
+
+
+def finished_trials(storage: str) -> list[optuna.trial.FrozenTrial]:
+    study = optuna.load_study(study_name=RETUNE, storage=storage)
+    return [t for t in study.trials if t.state.is_finished()]
+
+
+def test_same_model_and_hardware_reuses_the_previous_front(
+    cold: ColdStudy, storage: str, write_request: Any, submitted: list[TrialSpec]
+) -> None:
+    warm = load_warm_start(COLD, storage)
+    assert warm.front[0] == cold.outcome.tuned.config  # the previous choice comes first
+    queue = expected_queue(warm, storage)
+    assert queue
+    path = write_request(name=RETUNE, budget={"trials": len(queue) + 2})
+    previous_tuned = cold.outcome.tuned.model_dump(mode="json")
+    options = TuneOptions(
+        executor="inprocess", seed=1, warm_start=warm, previous_tuned=previous_tuned
+    )
+    outcome, _ = run_tune(path, options)
+
+    trials = finished_trials(storage)
+    assert trials[0].user_attrs["baseline"] is True
+    assert "reused_from" not in trials[0].user_attrs
+    assert [t.user_attrs["config"] for t in trials[1 : len(queue) + 1]] == queue
+    cold_study = optuna.load_study(study_name=COLD, storage=storage)
+    for trial in trials[1 : len(queue) + 1]:
+        assert trial.user_attrs["warm_start"] == COLD
+        assert trial.user_attrs["measured"] is False
+        source = cold_study.trials[int(trial.user_attrs["reused_from"].removeprefix(f"{COLD}#"))]
+        assert source.user_attrs["config"] == trial.user_attrs["config"]
+        assert (
+            trial.user_attrs["metrics"]["latency_p95_ms"]
+            == (source.user_attrs["metrics"]["latency_p95_ms"])
+        )
+    reused = {t.number for t in trials if "reused_from" in t.user_attrs}
+    assert reused >= set(range(1, len(queue) + 1))
+    measured = {s.trial_number for s in searched(submitted)}
+    assert measured == {t.number for t in trials} - reused
+    assert len(searched(submitted)) == len(measured)  # each measured once
+
+    client = MlflowClient(outcome.tuned.mlflow["tracking_uri"])
+    runs = client.search_runs(
+        [outcome.tuned.mlflow["experiment_id"]],
+        filter_string=f"tags.`{PARENT_TAG}` = '{outcome.tuned.mlflow['run_id']}'",
+    )
+    reused_runs = {int(r.data.tags[TRIAL_TAG]) for r in runs if r.data.tags.get("reused")}
+    assert reused_runs == reused
+
+    chosen = _candidate(cold.outcome, cold.outcome.tuned.study["trial_number"])
+    objectives = [OBJECTIVES[o] for o in cold_study.user_attrs["objectives"]]
+    assert any(
+        c.config == chosen.config or _dominates(c, chosen, objectives) for c in outcome.front
+    ), "the re-tune's front lost the previous choice without beating it"
+
+    parent = client.get_run(outcome.tuned.mlflow["run_id"])
+    assert parent.data.tags["autotune.previous_run_id"] == cold.outcome.tuned.mlflow["run_id"]
+    assert parent.data.tags["autotune.warm_start"] == COLD
+    local = client.download_artifacts(parent.info.run_id, "comparison.json")
+    comparison = json.loads(Path(local).read_text())
+    assert comparison["previous"]["study"] == COLD
+    assert comparison["current"]["study"] == RETUNE
+
+
+def test_changed_model_starts_from_the_front_but_measures_everything(
+    storage: str, write_request: Any, submitted: list[TrialSpec]
+) -> None:
+    warm = load_warm_start(COLD, storage)
+    queue = expected_queue(warm, storage)
+    model = {"entry_point": "tests.autotune.perturbed_digits:build_model"}
+    retune(write_request, warm, len(queue) + 1, model=model)
+
+    trials = finished_trials(storage)
+    retuned = optuna.load_study(study_name=RETUNE, storage=storage)
+    cold_study = optuna.load_study(study_name=COLD, storage=storage)
+    assert retuned.user_attrs["model_sha256"] != cold_study.user_attrs["model_sha256"]
+    assert [t.user_attrs["config"] for t in trials[1 : len(queue) + 1]] == queue
+    assert all(t.user_attrs["warm_start"] == COLD for t in trials[1 : len(queue) + 1])
+    assert not [t for t in trials if "reused_from" in t.user_attrs]
+    assert [s.trial_number for s in searched(submitted)] == [t.number for t in trials]
+    # Accuracy may come only from this study's own evaluation of the same variant.
+    evaluated: set[str] = set()
+    for spec in searched(submitted):
+        if spec.known_accuracy is not None:
+            assert variant_key(spec.config) in evaluated
+        evaluated.add(variant_key(spec.config))
+
+
+def test_changed_hardware_reuses_accuracy_and_measures_latency(
+    storage: str, write_request: Any, submitted: list[TrialSpec]
+) -> None:
+    source = "digits-other-machine"
+    _copy_study(storage, COLD, source, hardware_fingerprint="another-machine")
+    warm = load_warm_start(source, storage)
+    queue = expected_queue(warm, storage)
+    retune(write_request, warm, len(queue) + 1)
+
+    trials = finished_trials(storage)
+    assert not [t for t in trials if "reused_from" in t.user_attrs]
+    specs = {s.trial_number: s for s in searched(submitted)}
+    assert sorted(specs) == [t.number for t in trials]
+    assert specs[0].known_accuracy is None  # the baseline evaluates its own accuracy
+    accuracy = {variant_key(t.config): float(t.metrics["accuracy"]) for t in warm.trials}
+    for trial in trials[1 : len(queue) + 1]:
+        assert trial.user_attrs["warm_start"] == source
+        spec = specs[trial.number]
+        assert spec.known_accuracy == accuracy[variant_key(spec.config)]
+        assert trial.user_attrs["metrics"]["accuracy"] == spec.known_accuracy
+        assert trial.user_attrs["provenance"]["hardware_fingerprint"] == probe().fingerprint
+
+
+def test_resumed_retune_does_not_enqueue_the_front_again(
+    storage: str, write_request: Any, submitted: list[TrialSpec]
+) -> None:
+    warm = load_warm_start(COLD, storage)
+    queue = expected_queue(warm, storage)
+    assert len(queue) >= 2, "the cold study's front is too small to leave work for a resume"
+    retune(write_request, warm, 2)
+    retune(write_request, warm, len(queue) + 2)
+
+    study = optuna.load_study(study_name=RETUNE, storage=storage)
+    from_front = [t.user_attrs["config"] for t in study.trials if "warm_start" in t.user_attrs]
+    assert from_front == queue
+    assert sum(bool(t.user_attrs.get("baseline")) for t in study.trials) == 1
+    assert all(t.state.is_finished() for t in study.trials)
+
+
+def test_front_outside_the_current_space_is_not_enqueued() -> None:
+    path = resolve_space_path("cpu.yaml")
+    space = effective_space(load_space(path), probe(), str(path))
+    baseline = space.baseline()
+    other = {**baseline, "batch.size": 8}
+    warm = WarmStart(
+        COLD,
+        front=[
+            baseline,
+            other,
+            {**baseline, "batch.size": 3},  # not a choice
+            {**baseline, "precision.mode": "fp8"},  # not on this hardware
+            {**baseline, "runtime.compile_mode": "default"},  # inactive for this engine
+            {k: v for k, v in baseline.items() if k != "batch.size"},  # a dimension missing
+            {**baseline, "prune.method": "magnitude", "prune.ratio": 0.65},  # out of range
+            other,
+        ],
+        trials=[],
+    )
+    assert warm.configs_for(space) == [other]
+
+
+def test_unknown_warm_start_study_is_a_request_error(tmp_path: Path) -> None:
+    with pytest.raises(RequestError) as info:
+        load_warm_start("no-such-study", f"sqlite:///{tmp_path / 'study.db'}")
+    assert info.value.field == "warm_start"
+
+
+def tuned_document(study: str, run_id: str, config: dict[str, Any], **metrics: Any) -> dict:
+    return {
+        "config": config,
+        "metrics": metrics,
+        "study": {"name": study},
+        "mlflow": {"run_id": run_id},
+    }
+
+
+PREVIOUS = tuned_document(
+    "before",
+    "run-before",
+    {"precision.mode": "fp32", "batch.size": 8, "runtime.threads": 2},
+    latency_p95_ms=4.0,
+    accuracy=0.98,
+    energy_source="estimate",
+)
+CURRENT = tuned_document(
+    "after",
+    "run-after",
+    {"precision.mode": "int8_dynamic", "batch.size": 8, "prune.method": "none"},
+    latency_p95_ms=2.0,
+    accuracy=0.98,
+    energy_source="estimate",
+)
+
+
+def test_compare_tuned_names_what_changed() -> None:
+    comparison = compare_tuned(PREVIOUS, CURRENT)
+    assert comparison["previous"] == {"study": "before", "run_id": "run-before"}
+    assert comparison["config_changes"] == {
+        "precision.mode": {"before": "fp32", "after": "int8_dynamic"},
+        "prune.method": {"before": None, "after": "none"},
+        "runtime.threads": {"before": 2, "after": None},
+    }
+    assert comparison["metric_changes"]["latency_p95_ms"] == {
+        "before": 4.0,
+        "after": 2.0,
+        "change": -2.0,
+        "relative_change": -0.5,
+    }
+    assert comparison["metric_changes"]["accuracy"]["relative_change"] == 0.0
+    assert "energy_source" not in comparison["metric_changes"]
+
+
+def test_log_comparison_writes_the_document_and_metrics(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, "tests", "after")
+    tracker.log_comparison(PREVIOUS, CURRENT)
+
+    client = MlflowClient(uri)
+    run = client.get_run(tracker.parent_run_id)
+    assert run.data.metrics["change.latency_p95_ms"] == -0.5
+    assert run.data.metrics["change.accuracy"] == 0.0
+    assert run.data.tags["autotune.previous_run_id"] == "run-before"
+    local = client.download_artifacts(run.info.run_id, "comparison.json", str(tmp_path))
+    assert json.loads(Path(local).read_text()) == compare_tuned(PREVIOUS, CURRENT)
+
+
+def _candidate(outcome: TuneOutcome, trial_number: int) -> Candidate:
+    return next(c for c in outcome.candidates if c.trial_number == trial_number)
+
+
+def _dominates(a: Candidate, b: Candidate, objectives: list[Metric]) -> bool:
+    def oriented(c: Candidate) -> tuple[float, ...]:
+        return tuple(
+            -c.metrics[m.name] if m.direction is Direction.MAXIMIZE else c.metrics[m.name]
+            for m in objectives
+        )
+
+    return dominates(oriented(a), oriented(b))
+
+
+def _copy_study(storage: str, source: str, target: str, **provenance: Any) -> None:
+    """A copy of a study whose trials' provenance says `provenance` instead."""
+    original = optuna.load_study(study_name=source, storage=storage)
+    copy = optuna.create_study(study_name=target, storage=storage, directions=original.directions)
+    for key, value in original.user_attrs.items():
+        copy.set_user_attr(key, value)
+    for trial in original.trials:
+        attrs = dict(trial.user_attrs)
+        if "provenance" in attrs:
+            attrs["provenance"] = {**attrs["provenance"], **provenance}
+        copy.add_trial(
+            optuna.trial.create_trial(
+                state=trial.state,
+                values=trial.values,
+                params=trial.params,
+                distributions=trial.distributions,
+                user_attrs=attrs,
+                system_attrs=trial.system_attrs,
+            )
+        )
