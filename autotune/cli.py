@@ -6,13 +6,19 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from autotune.errors import AutotuneError, Interrupted, NoFeasibleConfiguration, RequestError
+from autotune.errors import (
+    AutotuneError,
+    Interrupted,
+    NoFeasibleConfiguration,
+    RequestError,
+    Unauthorized,
+)
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -33,6 +39,9 @@ def _exit_codes() -> Iterator[None]:
         yield
     except RequestError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except Unauthorized as exc:
+        err.print(f"[red]unauthorized:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except Interrupted as exc:
         err.print(f"[yellow]interrupted:[/yellow] {exc}", highlight=False)
@@ -267,3 +276,405 @@ def report(
         err.print("no feasible completed trials in this study")
         raise typer.Exit(EXIT_INFEASIBLE)
     _print_front(front, None)
+
+
+# -- the service ---------------------------------------------------------------------------
+
+token_app = typer.Typer(
+    help="Manage the service's API tokens (run where the service database is reachable).",
+    no_args_is_help=True,
+)
+app.add_typer(token_app, name="token")
+
+Server = Annotated[
+    str,
+    typer.Option(
+        "--server", envvar="AUTOTUNE_SERVER", help="URL of the autotune server (http://host:8000)"
+    ),
+]
+Token = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="AUTOTUNE_TOKEN",
+        show_default=False,
+        help="API token (default: the file $XDG_CONFIG_HOME/autotune/token, "
+        "~/.config/autotune/token)",
+    ),
+]
+ServiceDb = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="AUTOTUNE_DB",
+        show_default=False,
+        help="SQLAlchemy URL of the service database (default: autotune-service.db here)",
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="print as JSON")]
+PollSeconds = Annotated[float, typer.Option(min=0.01, help="seconds between checks with --wait")]
+WAIT_HELP = "follow the job to its end; exit 0 succeeded, 3 infeasible, 1 failed or cancelled"
+REQUEST_HELP = (
+    "the request file; it is read here and sent to the server, where relative paths in it "
+    "name files under the server's models root, entry points must be in modules the server "
+    "trusts, and storage and tracking are the server's"
+)
+
+
+@app.command(name="serve")
+def serve_command(
+    host: Annotated[str, typer.Option(help="address the API listens on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="port the API listens on")] = 8000,
+    db: ServiceDb = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(envvar="AUTOTUNE_STORAGE", help="SQLAlchemy URL of the studies"),
+    ] = None,
+    tracking_uri: Annotated[
+        str | None, typer.Option(envvar="AUTOTUNE_TRACKING_URI", help="MLflow tracking URI")
+    ] = None,
+    experiment: Annotated[
+        str | None, typer.Option(envvar="AUTOTUNE_EXPERIMENT", help="MLflow experiment")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(envvar="AUTOTUNE_DATA_DIR", help="where uploads and job outputs are kept"),
+    ] = None,
+    models_root: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="AUTOTUNE_MODELS_ROOT",
+            help="requests may name model and data files under this directory "
+            "(without it: uploads, registered models and entry points only)",
+        ),
+    ] = None,
+    trust: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trust",
+            envvar="AUTOTUNE_TRUST",
+            help="a module prefix whose entry points requests may name; repeatable "
+            "(the variable is comma-separated)",
+        ),
+    ] = None,
+    max_upload_mb: Annotated[
+        int | None, typer.Option(min=1, help="largest model upload, MiB (default 1024)")
+    ] = None,
+    api: Annotated[bool, typer.Option("--api/--no-api", help="serve the REST API")] = True,
+    runners: Annotated[int, typer.Option(min=0, help="job runner processes (0: none here)")] = 1,
+    scheduler: Annotated[
+        bool, typer.Option("--scheduler/--no-scheduler", help="run the watch scheduler")
+    ] = True,
+    executor: Annotated[
+        str | None, typer.Option(help="where trials run: 'ray' (default) or 'inprocess'")
+    ] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(envvar="AUTOTUNE_RAY_ADDRESS", help="join this Ray cluster")
+    ] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="trial slots of each job")] = None,
+    lease_s: Annotated[
+        float | None, typer.Option(min=0.1, help="seconds a runner's claim on a job lasts")
+    ] = None,
+    poll_s: Annotated[
+        float | None, typer.Option(min=0.01, help="seconds between queue and schedule checks")
+    ] = None,
+) -> None:
+    """Run the service: REST API, job runners and watch scheduler (each can be left out)."""
+    from autotune.service.server import serve
+    from autotune.service.settings import ServiceSettings
+
+    given: dict[str, Any] = {
+        "db": db,
+        "storage": storage,
+        "tracking_uri": tracking_uri,
+        "experiment": experiment,
+        "data_dir": data_dir,
+        "models_root": models_root,
+        "executor": executor,
+        "ray_address": ray_address,
+        "workers": workers,
+        "lease_s": lease_s,
+        "poll_s": poll_s,
+        "max_upload_bytes": None if max_upload_mb is None else max_upload_mb << 20,
+    }
+    trusted = tuple(p.strip() for item in trust or [] for p in item.split(",") if p.strip())
+    with _exit_codes():
+        if executor not in (None, "ray", "inprocess"):
+            raise RequestError("executor", "must be 'ray' or 'inprocess'", executor)
+        if not (api or runners or scheduler):
+            raise RequestError("serve", "must run the API, a job runner or the scheduler", None)
+        settings = ServiceSettings(
+            **{k: v for k, v in given.items() if v is not None}, trusted_modules=trusted
+        )
+        serve(settings, host, port, api=api, runners=runners, scheduler=scheduler)
+
+
+@contextmanager
+def _service_database(url: str | None) -> Iterator[Any]:
+    from autotune.service.db import Database
+    from autotune.service.settings import ServiceSettings
+
+    database = Database(url or ServiceSettings().db)
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="who the token is for")],
+    team: Annotated[
+        str | None, typer.Option(help="tokens of one team see each other's jobs")
+    ] = None,
+    db: ServiceDb = None,
+) -> None:
+    """Create a token and print it; it is shown this once (only its hash is stored)."""
+    from autotune.service.tokens import create_token
+
+    with _exit_codes(), _service_database(db) as database:
+        secret = create_token(database, name, team)
+    print(secret)
+    err.print(
+        "Shown once. A client passes it with --token, the AUTOTUNE_TOKEN variable "
+        "(export AUTOTUNE_TOKEN=<token>) or the file ~/.config/autotune/token.",
+        highlight=False,
+    )
+
+
+@token_app.command("revoke")
+def token_revoke(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    db: ServiceDb = None,
+) -> None:
+    """Revoke a token: the server refuses it from now on."""
+    from autotune.service.tokens import revoke_token
+
+    with _exit_codes(), _service_database(db) as database:
+        revoke_token(database, name)
+    err.print(f"token {name!r} revoked", highlight=False)
+
+
+@token_app.command("list")
+def token_list(db: ServiceDb = None, as_json: AsJson = False) -> None:
+    """List the tokens (names, teams, whether revoked; never the secrets)."""
+    from autotune.service.tokens import list_tokens
+
+    with _exit_codes(), _service_database(db) as database:
+        tokens = list_tokens(database)
+    if as_json:
+        print(json.dumps(tokens, indent=2))
+        return
+    table = Table(title=f"{len(tokens)} tokens")
+    for column in ("name", "team", "created", "revoked"):
+        table.add_column(column)
+    for t in tokens:
+        created = _iso(cast(float, t["created_at"]))
+        table.add_row(str(t["name"]), str(t["team"] or ""), created, "yes" if t["revoked"] else "")
+    out.print(table)
+
+
+def _iso(epoch: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(epoch, tz=UTC).isoformat(timespec="seconds")
+
+
+@contextmanager
+def _service_client(server: str, token: str | None) -> Iterator[Any]:
+    from autotune.service.client import ServiceClient, resolve_token
+
+    with ServiceClient(server, resolve_token(token)) as client:
+        yield client
+
+
+@app.command()
+def submit(
+    request_file: Annotated[Path, typer.Argument(metavar="REQUEST.yaml", help=REQUEST_HELP)],
+    server: Server,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            help="upload this model: ONNX, a zip of an ONNX model with its external data, "
+            "or safetensors weights for the request's model.entry_point"
+        ),
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help=WAIT_HELP)] = False,
+    poll_s: PollSeconds = 2.0,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Submit a tuning job to a server; an identical submission answers with its job."""
+    with _exit_codes(), _service_client(server, token) as client:
+        submitted = client.submit(request_file, model)
+        if as_json and not wait:
+            print(json.dumps(submitted, indent=2))
+        elif not as_json:
+            note = "queued" if submitted["created"] else f"existing job ({submitted['state']})"
+            out.print(f"job {submitted['id']}: {note}", highlight=False)
+        if wait:
+            _follow(client, submitted["id"], poll_s, as_json)
+
+
+@app.command()
+def status(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID")],
+    server: Server,
+    wait: Annotated[bool, typer.Option("--wait", help=WAIT_HELP)] = False,
+    poll_s: PollSeconds = 2.0,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show a job: state, progress and the best feasible configuration so far.
+
+    With --wait --json the output is {"job": <status>, "result": <tuned config or null>}."""
+    with _exit_codes(), _service_client(server, token) as client:
+        if wait:
+            _follow(client, job_id, poll_s, as_json)
+            return
+        current = client.status(job_id)
+    if as_json:
+        print(json.dumps(current, indent=2))
+        return
+    _print_status(current)
+
+
+def _follow(client: Any, job_id: str, poll_s: float, as_json: bool) -> None:
+    """Wait for the job's end, print its outcome, exit with its code."""
+    try:
+        if as_json:
+            final = client.wait(job_id, poll_s)
+        else:
+            with _job_progress() as update:
+                final = client.wait(job_id, poll_s, update)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"stopped following; job {job_id} goes on (autotune status {job_id} --wait)"
+        ) from None
+    result = client.result(job_id) if final["state"] == "succeeded" else None
+    if as_json:
+        print(json.dumps({"job": final, "result": result}, indent=2))
+    elif result is not None:
+        _print_tuned(result, final)
+    code = {"succeeded": 0, "infeasible": EXIT_INFEASIBLE}.get(final["state"], 1)
+    if code:
+        if not as_json:
+            reason = final["error"] or "no reason recorded"
+            if final["state"] == "infeasible":
+                reason = f"no configuration met the constraints ({reason})"
+            err.print(f"[yellow]job {job_id} {final['state']}:[/yellow] {reason}", highlight=False)
+        raise typer.Exit(code)
+
+
+@contextmanager
+def _job_progress() -> Iterator[Callable[[dict[str, Any]], None]]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [
+        TextColumn("job"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    ]
+    with Progress(*columns, console=err, transient=False) as progress:
+        task = progress.add_task("", total=None)
+
+        def update(current: dict[str, Any]) -> None:
+            best = current["best"]
+            text = current["state"]
+            if best is not None:
+                text += f", best p95 {best['metrics']['latency_p95_ms']:.3f} ms"
+                text += f" (trial {best['trial']})"
+            done = current["progress"]
+            progress.update(
+                task, total=done["budget"], completed=done["trials_done"], description=text
+            )
+
+        yield update
+
+
+def _print_status(current: dict[str, Any]) -> None:
+    done = current["progress"]
+    budget = done["budget"] if done["budget"] is not None else "?"
+    out.print(f"job {current['id']}: {current['state']}", highlight=False)
+    out.print(f"  trials:  {done['trials_done']}/{budget}", highlight=False)
+    best = current["best"]
+    if best is not None:
+        metrics = best["metrics"]
+        out.print(
+            f"  best so far: trial {best['trial']}, p95 {metrics['latency_p95_ms']:.3f} ms, "
+            f"accuracy {metrics['accuracy']:.4f}",
+            highlight=False,
+        )
+        for key, value in best["config"].items():
+            out.print(f"    {key}: {_shown(value)}", highlight=False)
+    times = [(k, current[f"{k}_at"]) for k in ("created", "started", "finished")]
+    out.print("  " + ", ".join(f"{k} {v}" for k, v in times if v), highlight=False)
+    out.print(f"  study:   {current['study']}", highlight=False)
+    out.print(f"  model:   {current['model']['source']}", highlight=False)
+    if current["registered_model"]:
+        out.print(f"  registered: {current['registered_model']['uri']}", highlight=False)
+    if current["cancel_requested"] and current["state"] == "running":
+        out.print("  cancel requested: stops after the running trials", highlight=False)
+    if current["error"]:
+        out.print(f"  error:   {current['error']}", highlight=False)
+
+
+def _print_tuned(tuned: dict[str, Any], final: dict[str, Any]) -> None:
+    out.print(f"\n[bold]Chosen configuration[/bold] (trial {tuned['study']['trial_number']}):")
+    for key, value in tuned["config"].items():
+        out.print(f"  {key}: {_shown(value)}", highlight=False)
+    _print_comparison(tuned["baseline"], tuned["metrics"])
+    out.print(f"Optimized model: {tuned['artifact']}", highlight=False)
+    if final["registered_model"]:
+        out.print(f"Registered as:   {final['registered_model']['uri']}", highlight=False)
+
+
+@app.command()
+def watch(
+    request_file: Annotated[Path, typer.Argument(metavar="REQUEST.yaml", help=REQUEST_HELP)],
+    server: Server,
+    every: Annotated[
+        str | None, typer.Option(help="check this often: '90s', '30m', '6h' or '1d'")
+    ] = None,
+    cron: Annotated[
+        str | None, typer.Option(help="check on this crontab schedule (UTC): '0 3 * * *'")
+    ] = None,
+    retune_trials: Annotated[
+        int | None,
+        typer.Option(min=1, help="trials of a re-tune (default: the previous front and a few)"),
+    ] = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Re-tune on a schedule whenever the model or the hardware changed.
+
+    Give exactly one of --every and --cron. The request names a model file under the
+    server's models root or a registered model (models:/NAME@ALIAS); the first check, and
+    so the first tuning, is due at once."""
+    with _exit_codes(), _service_client(server, token) as client:
+        created = client.create_watch(request_file, every, cron, retune_trials)
+    if as_json:
+        print(json.dumps(created, indent=2))
+        return
+    schedule = f"cron '{created['cron']}'" if created["cron"] else f"every {every}"
+    out.print(f"watch {created['id']}: {schedule}, first check now", highlight=False)
+
+
+@app.command()
+def watches(server: Server, token: Token = None, as_json: AsJson = False) -> None:
+    """List the watches this token can see."""
+    with _exit_codes(), _service_client(server, token) as client:
+        listed = client.list_watches()
+    if as_json:
+        print(json.dumps(listed, indent=2))
+        return
+    table = Table(title=f"{len(listed)} watches")
+    for column in ("id", "request", "schedule", "next check", "last job"):
+        table.add_column(column)
+    for w in listed:
+        schedule = f"cron {w['cron']}" if w["cron"] else f"every {w['every_s']:g}s"
+        name = str(w["request"].get("name", ""))
+        table.add_row(w["id"], name, schedule, w["next_run_at"], w["last_job_id"] or "")
+    out.print(table)
