@@ -18,8 +18,7 @@ import httpx
 import pytest
 import uvicorn
 import yaml
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from autotune.cli import app
 from autotune.errors import Conflict, RequestError
@@ -84,10 +83,10 @@ def request_file(tmp_path: Path) -> Path:
     return path
 
 
-def submitted(result: Result) -> dict[str, Any]:
+def submitted(result: Result) -> Any:
+    """What a successful command printed as JSON."""
     assert result.exit_code == 0, result.output
-    body: dict[str, Any] = json.loads(result.stdout)
-    return body
+    return json.loads(result.stdout)
 
 
 # -- submit and status ---------------------------------------------------------------------
