@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, WithJsonSchema
 from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autotune.errors import Conflict, NotFound, RequestError, Unauthorized
@@ -434,7 +435,7 @@ async def submit_job(request: Request, principal: Caller) -> Submitted:
 async def _form(request: Request) -> AsyncIterator[FormData]:
     try:
         form = await request.form(max_files=2, max_fields=2, max_part_size=MAX_DOCUMENT_BYTES)
-    except HTTPException as error:  # what Starlette makes of a malformed body
+    except StarletteHTTPException as error:  # what Starlette makes of a malformed body
         rule = f"must be well-formed multipart/form-data ({error.detail})"
         raise RequestError("body", rule, None) from None
     try:

@@ -292,6 +292,21 @@ def test_a_malformed_multipart_submission_is_422(
     assert problem(response)["field"] == field
 
 
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b'--x\r\nContent-Disposition: form-data; name="request"\r\n\rname: x', "boundary=x"),
+        (b"anything", ""),
+    ],
+)
+def test_a_broken_multipart_body_is_422(
+    client: TestClient, alice: dict[str, str], body: bytes, content_type: str
+) -> None:
+    headers = {**alice, "Content-Type": f"multipart/form-data; {content_type}".rstrip("; ")}
+    response = client.post("/v1/jobs", content=body, headers=headers)
+    assert problem(response)["field"] == "body"
+
+
 # -- reading and cancelling ----------------------------------------------------------------
 
 
