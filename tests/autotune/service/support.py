@@ -123,14 +123,20 @@ def runner_processes(settings: ServiceSettings, count: int) -> Iterator[list[Any
             process.join(30)
 
 
-def wait_for(condition: Callable[[], Any], deadline_s: float, what: str) -> Any:
+def wait_for(
+    condition: Callable[[], Any],
+    deadline_s: float,
+    what: str,
+    describe: Callable[[], Any] | None = None,
+) -> Any:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         value = condition()
         if value:
             return value
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {deadline_s:.0f}s waiting for {what}")
+    seen = f"; last seen: {describe()}" if describe is not None else ""
+    raise AssertionError(f"timed out after {deadline_s:.0f}s waiting for {what}{seen}")
 
 
 def job_states(store: JobStore, ids: list[str]) -> dict[str, str]:

@@ -98,8 +98,9 @@ def test_twenty_jobs_on_two_runners_each_run_exactly_once(tmp_path: Path) -> Non
         with runner_processes(settings, 2):
             wait_for(
                 lambda: all(s == "succeeded" for s in job_states(store, ids).values()),
-                600,
+                1200,
                 "twenty jobs to succeed",
+                lambda: sorted(job_states(store, ids).values()),
             )
 
         jobs = [store.get(alice, job_id) for job_id in ids]
