@@ -14,7 +14,7 @@ import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
-from autotune.service import Database, JobRunner, ServiceSettings, create_app
+from autotune.service import Database, JobRunner, JobStore, ServiceSettings, create_app
 from autotune.service.api import MAX_DOCUMENT_BYTES
 from autotune.service.tokens import create_token, revoke_token
 from tests.autotune.service.conftest import bearer, tiny_onnx_bytes
@@ -370,6 +370,37 @@ def test_cancelling_a_queued_job_cancels_it_and_again_is_fine(
     assert result.status_code == 409 and "cancelled" in result.json()["detail"]
     resubmitted = submit(client, alice)
     assert resubmitted["id"] != job_id and resubmitted["created"] is True
+
+
+def test_cancelling_a_running_job_asks_its_runner_to_stop(
+    client: TestClient, db: Database, alice: dict[str, str]
+) -> None:
+    job_id = submit(client, alice)["id"]
+    claimed = JobStore(db).claim("test-runner", 60)
+    assert claimed is not None and claimed.id == job_id
+    response = client.delete(f"/v1/jobs/{job_id}", headers=alice)
+    assert response.status_code == 202
+    status = response.json()
+    assert (status["state"], status["cancel_requested"], status["attempts"]) == (
+        "running",
+        True,
+        1,
+    )
+    assert status["started_at"] is not None
+
+
+def test_the_result_of_an_infeasible_job_says_why_there_is_none(
+    client: TestClient, db: Database, alice: dict[str, str]
+) -> None:
+    job_id = submit(client, alice)["id"]
+    store = JobStore(db)
+    assert store.claim("test-runner", 60) is not None
+    store.finish(job_id, "test-runner", "infeasible", error="p95 above 0.001 ms everywhere")
+    response = client.get(f"/v1/jobs/{job_id}/result", headers=alice)
+    assert response.status_code == 409
+    assert "no configuration met the constraints" in response.json()["detail"]
+    assert "p95 above 0.001 ms everywhere" in response.json()["detail"]
+    assert client.delete(f"/v1/jobs/{job_id}", headers=alice).status_code == 409
 
 
 # -- watches -------------------------------------------------------------------------------
