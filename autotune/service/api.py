@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +22,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, WithJsonSchema
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -243,7 +245,7 @@ async def _unauthorized(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=401, headers=headers)
 
 
-def _message(status: int) -> Any:
+def _message(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
     async def handler(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=status)
 
@@ -362,9 +364,6 @@ router = APIRouter(
 @public.get("/healthz", responses={503: {"model": Health}})
 def healthz(request: Request, response: Response) -> Health:
     """The service is up and its database answers."""
-    from sqlalchemy import text
-    from sqlalchemy.exc import SQLAlchemyError
-
     try:
         with _service(request).db.transaction() as session:
             session.execute(text("SELECT 1"))
