@@ -147,6 +147,10 @@ class JobRunner:
         outcome, _ = tune_request(request, Path(job.base_dir), options, progress)
         assert outcome.tuned is not None
         tuned = outcome.tuned.model_dump(mode="json")
+        best = {"trial": tuned["study"]["trial_number"], "config": tuned["config"]}
+        self.store.progress(
+            job.id, self.owner, outcome.n_trials, {**best, "metrics": tuned["metrics"]}
+        )
         return {"result": tuned, "registered_model": self._register(job, request.name, tuned)}
 
     def _warm_start(self, job: Job, options: Any) -> None:

@@ -78,6 +78,7 @@ def _start_scheduler(db: Database, settings: ServiceSettings) -> Any:
 
 def _serve_api(db: Database, settings: ServiceSettings, host: str, port: int) -> None:
     import uvicorn
+
     from autotune.service.api import create_app
 
     uvicorn.run(create_app(settings, db), host=host, port=port, log_level="info")

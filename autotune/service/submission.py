@@ -75,7 +75,7 @@ def _resolve_model(
     model: Any, upload: StoredModel | None, settings: ServiceSettings
 ) -> tuple[dict[str, Any], dict[str, Any], str]:
     """The server-side model reference, how it was given, and its content hash."""
-    model = dict(model or {})
+    model = _mapping(model, "model")
     if upload is not None:
         return _uploaded(model, upload, settings)
     if not model:
@@ -121,12 +121,20 @@ def _registered(uri: str, settings: ServiceSettings) -> tuple[dict[str, Any], di
 
 
 def _resolve_data(data: Any, settings: ServiceSettings) -> dict[str, Any]:
-    data = dict(data or {})
+    data = _mapping(data, "data")
     if "npz" in data:
         data["npz"] = str(_under_root(data["npz"], settings, "data.npz"))
     if "entry_point" in data:
         _check_trusted(data["entry_point"], settings, "data.entry_point")
     return data
+
+
+def _mapping(value: Any, field: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RequestError(field, "must be a mapping", value)
+    return dict(value)
 
 
 def _check_metric(metric: Any, settings: ServiceSettings) -> None:

@@ -227,6 +227,8 @@ BAD_REQUESTS = [
     ({"data": {"npz": "../../data.npz"}}, "data.npz", "inside", "../../data.npz"),
     ({"search_space": "../default.yaml"}, "search_space", "no path", "../default.yaml"),
     ({"budget": {"trials": 2.5}}, "budget.trials", "integer", 2.5),
+    ({"model": [1, 2]}, "model", "mapping", [1, 2]),
+    ({"data": "x"}, "data", "mapping", "x"),
 ]
 
 
