@@ -395,19 +395,13 @@ class Coordinator:
     def _ask(
         self, study: optuna.Study, started: float, mine_running: int, need_baseline: bool
     ) -> optuna.Trial | None:
-        """Under the study lock: enqueue the baseline if nobody has (in a new study, a warm
-        start's front right after it), check the budget against every coordinator's trials,
-        and claim a new trial."""
+        """Under the study lock: enqueue the baseline if nobody has, check the budget
+        against every coordinator's trials, and claim a new trial."""
         from optuna.trial import TrialState
 
         with study_lock(self.settings.storage, self.settings.study_name):
             if need_baseline and not _baseline_in_flight(study):
-                new_study = not study.get_trials(deepcopy=False)
-                study.enqueue_trial(self.space.baseline(), user_attrs={"baseline": True})
-                if new_study and self.warm_start is not None:
-                    source = {"warm_start": self.warm_start.source_study}
-                    for config in self.warm_start.configs_for(self.space):
-                        study.enqueue_trial(config, user_attrs=source)
+                self._enqueue_baseline(study)
             states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
             used = study._storage.get_n_trials(study._study_id, states)
             # A waiting baseline is asked whatever the budget: every other result waits on it.
@@ -417,6 +411,15 @@ class Coordinator:
             trial = _retrying(study.ask)
             claim(study, trial, self.owner)
             return trial
+
+    def _enqueue_baseline(self, study: optuna.Study) -> None:
+        """The baseline, and in a new study a warm start's front right after it."""
+        warm = self.warm_start
+        new_study = warm is not None and not study.get_trials(deepcopy=False)
+        study.enqueue_trial(self.space.baseline(), user_attrs={"baseline": True})
+        if warm is not None and new_study:
+            for config in warm.configs_for(self.space):
+                study.enqueue_trial(config, user_attrs={"warm_start": warm.source_study})
 
     def _wait_for_others(self, study: optuna.Study, tracker: Tracker) -> bool:
         """Nothing of ours is running but the baseline is not known: wait while another
