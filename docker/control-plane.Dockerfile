@@ -27,10 +27,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN pip install --index-url "${TORCH_CPU_INDEX}" "torch==${TORCH_VERSION}+cpu"
 
 WORKDIR /app
-COPY . /app
-# The project with its CPU extra, and MLflow's `auth` extra for the basic-auth server.
+# The dependencies first, from the project's metadata alone (a layer that source changes
+# leave cached): the project with its CPU extra, and MLflow's `auth` extra for the
+# basic-auth server. Then the project itself.
+COPY pyproject.toml README.md /app/
+COPY docker/constraints.txt /app/docker/constraints.txt
 RUN pip install -c docker/constraints.txt ".[cpu]" "torch==${TORCH_VERSION}+cpu" "mlflow[auth]" \
     && python -c "import torch; assert not torch.version.cuda, torch.version.cuda"
+COPY . /app
+RUN pip install --no-deps --force-reinstall . && autotune --help > /dev/null
 
 # An unprivileged user owns only what the services write: the data volumes and the digits
 # example's cache of trained weights. `experiments` (trusted entry points) is importable

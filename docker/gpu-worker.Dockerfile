@@ -46,12 +46,16 @@ RUN ldconfig \
 RUN pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION}"
 
 WORKDIR /app
-COPY . /app
-# The project with its `gpu` extra: onnxruntime-gpu (never next to the CPU onnxruntime,
-# both install the same module), nvidia-ml-py for NVML energy, torchao for fp8.
+# The dependencies first, from the project's metadata alone (a layer that source changes
+# leave cached): the `gpu` extra brings onnxruntime-gpu (never next to the CPU onnxruntime,
+# both install the same module), nvidia-ml-py for NVML energy and torchao for fp8.
+COPY pyproject.toml README.md /app/
+COPY docker/constraints.txt /app/docker/constraints.txt
 RUN pip install -c docker/constraints.txt ".[gpu]" "torch==${TORCH_VERSION}" \
     && python -c "import torch; assert torch.version.cuda, 'torch has no CUDA'" \
     && python -c "import onnxruntime; assert onnxruntime.get_device() == 'GPU'"
+COPY . /app
+RUN pip install --no-deps --force-reinstall . && python -c "import workers.actor"
 
 # The same unprivileged user (and uid) as the control-plane image: the autotune-data volume,
 # where trials write the optimized models, is shared with the runner and the API.
