@@ -37,4 +37,4 @@ mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db
 
 clean:
-	rm -rf autotune-out mlflow.db mlruns autotune.db autotune.db.lock
+	rm -rf autotune-out mlflow.db mlruns autotune.db autotune.db.lock autotune-service.db autotune-service.db.lock autotune-data
