@@ -173,9 +173,17 @@ class Scheduler:
         return session.scalars(query.limit(1)).first()
 
     def _check(self, session: Session, watch: Watch) -> str | None:
+        """Submit a re-tune if the model or hardware changed; the watch's own changes are
+        written last, with the tick's commit (on SQLite, an earlier write would hold the
+        one write lock while the job is inserted)."""
         checked = now()
+        with session.no_autoflush:
+            job_id = self._submit_if_changed(session, watch)
         watch.next_run_at = next_run(watch.every_s, watch.cron, checked)
         watch.last_checked_at = checked
+        return job_id
+
+    def _submit_if_changed(self, session: Session, watch: Watch) -> str | None:
         token = session.get(Token, watch.token_id)
         if token is None or token.revoked_at is not None:
             return None
