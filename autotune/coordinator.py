@@ -728,7 +728,8 @@ class Coordinator:
             for name, bound in bounds.items()
         }
         provenance = study.trials[chosen.trial_number].user_attrs.get("provenance", {})
-        model_source = self.request.model.onnx or self.request.model.entry_point or ""
+        model = self.request.model or self.workload.model  # a replay's request may have none
+        model_source = model.onnx or model.entry_point or ""
         return TunedConfig(
             config=chosen.config,
             metrics=reported(chosen.metrics, self.request.cost),

@@ -6,12 +6,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from autotune.contract import DataRef, MeasurementSettings, MetricRef, ModelRef, Strict, Workload
 from autotune.errors import RequestError
 
 Objective = Literal["accuracy", "latency", "energy"]
+
+REQUIRED_UNLESS_REPLAY = "is required (except with --replay)"
 
 
 class Constraints(Strict):
@@ -86,8 +88,12 @@ class Tracking(Strict):
 
 class TuningRequest(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
-    model: ModelRef
-    data: DataRef
+    model: ModelRef | None = Field(
+        default=None, validate_default=True, description="required, except with --replay"
+    )
+    data: DataRef | None = Field(
+        default=None, validate_default=True, description="required, except with --replay"
+    )
     metric: MetricRef = MetricRef()
     objectives: list[Objective] = Field(default=["accuracy", "latency", "energy"], min_length=1)
     constraints: Constraints = Constraints()
@@ -103,6 +109,14 @@ class TuningRequest(Strict):
     tracking: Tracking = Tracking()
     storage: str = "sqlite:///autotune.db"
 
+    @field_validator("model", "data")
+    @classmethod
+    def _required_unless_replay(cls, value: Any, info: ValidationInfo) -> Any:
+        """A replay answers trials from a recorded table, so it needs no model or data."""
+        if value is None and not (info.context or {}).get("replay"):
+            raise ValueError(REQUIRED_UNLESS_REPLAY)
+        return value
+
     @model_validator(mode="after")
     def _objectives_unique(self) -> TuningRequest:
         if len(set(self.objectives)) != len(self.objectives):
@@ -112,7 +126,11 @@ class TuningRequest(Strict):
     def workload(self, base_dir: Path) -> Workload:
         """The workload with file paths resolved against the request file's directory.
         A registered model must have been resolved to a file before (`autotune.sources`)."""
-        model = self.model
+        model, data = self.model, self.data
+        if model is None:
+            raise RequestError("model", REQUIRED_UNLESS_REPLAY, None)
+        if data is None:
+            raise RequestError("data", REQUIRED_UNLESS_REPLAY, None)
         if model.registered is not None:
             raise RequestError(
                 "model.registered",
@@ -125,7 +143,6 @@ class TuningRequest(Strict):
             model = ModelRef(
                 entry_point=model.entry_point, weights=str(_resolve(base_dir, model.weights))
             )
-        data = self.data
         if data.npz is not None:
             data = DataRef(npz=str(_resolve(base_dir, data.npz)))
         python_path = list(dict.fromkeys([str(Path.cwd().resolve()), str(base_dir.resolve())]))
@@ -137,8 +154,11 @@ def _resolve(base_dir: Path, path: str) -> Path:
     return candidate if candidate.is_absolute() else (base_dir / candidate).resolve()
 
 
-def load_request(path: str | Path, overrides: dict[str, Any] | None = None) -> TuningRequest:
-    """Read and validate a request file; every problem becomes a RequestError."""
+def load_request(
+    path: str | Path, overrides: dict[str, Any] | None = None, replay: bool = False
+) -> TuningRequest:
+    """Read and validate a request file; every problem becomes a RequestError. For a
+    replay (`replay=True`) the model and data may be left out."""
     path = Path(path)
     if not path.is_file():
         raise RequestError("request", "must be an existing YAML file", str(path))
@@ -151,12 +171,12 @@ def load_request(path: str | Path, overrides: dict[str, Any] | None = None) -> T
     raw.setdefault("name", path.stem)
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
-    return parse_request(raw)
+    return parse_request(raw, replay)
 
 
-def parse_request(raw: dict[str, Any]) -> TuningRequest:
+def parse_request(raw: dict[str, Any], replay: bool = False) -> TuningRequest:
     try:
-        return TuningRequest.model_validate(raw)
+        return TuningRequest.model_validate(raw, context={"replay": replay})
     except ValidationError as exc:
         raise request_error_from(exc) from None
 
