@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 import typer
 from rich.console import Console
@@ -69,10 +69,25 @@ def tune(
         str, typer.Option(help="'ray' (default) or 'inprocess' (no Ray; debugging)")
     ] = "ray",
     seed: Annotated[int | None, typer.Option(help="sampler seed")] = None,
+    sampler: Annotated[
+        Literal["tpe", "random", "nsga2", "gp"], typer.Option(help="Optuna sampler of the search")
+    ] = "tpe",
+    space_file: Annotated[
+        str | None, typer.Option("--space", help="space file in place of the request's")
+    ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="TABLE.csv",
+            help="answer trials from recorded measurements (no model, data or device needed)",
+        ),
+    ] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="tuned-config file")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the tuned config as JSON")] = False,
 ) -> None:
-    """Tune a model: search, measure, and write the tuned configuration."""
+    """Tune a model: search, measure, and write the tuned configuration. With --replay,
+    the same search runs against a recorded table, each slot of --workers on a simulated
+    clock."""
     from autotune.tuning import TuneOptions, run_tune
 
     options = TuneOptions(
@@ -87,6 +102,9 @@ def tune(
         executor=executor,
         seed=seed,
         out=out_file,
+        replay=replay,
+        space=space_file,
+        sampler=sampler,
     )
     with _exit_codes():
         outcome, written = run_tune(request_file, options, progress=_progress_bar)

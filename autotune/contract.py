@@ -272,7 +272,9 @@ class ModelInfo(Strict):
 
 class ArtifactInfo(Strict):
     path: str
-    format: Literal["onnx", "safetensors"]
+    format: Literal["onnx", "safetensors", "json"] = Field(
+        description="json: a replay's record of the chosen configuration (no model to export)"
+    )
     sha256: str
 
 

@@ -9,13 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.contract import ModelInfo, Workload
 from autotune.coordinator import Coordinator, TuneOutcome, TuneSettings, feasible_front, load_study
 from autotune.errors import RequestError
 from autotune.executors import Executor, InProcessExecutor, RayExecutor
-from autotune.hardware import probe
+from autotune.hardware import HardwareProfile, probe
 from autotune.pareto import Candidate
+from autotune.replay import ReplayExecutor, ReplayTable
 from autotune.request import TuningRequest, load_request
-from autotune.space import effective_space, load_space, resolve_space_path
+from autotune.space import EffectiveSpace, effective_space, load_space, resolve_space_path
 from autotune.warm_start import WarmStart
 
 ProgressFactory = Callable[[int | None], AbstractContextManager[Callable[[int, Any], None]]]
@@ -41,6 +43,10 @@ class TuneOptions:
     # config it gave, to compare the new one with in MLflow.
     warm_start: WarmStart | None = None
     previous_tuned: dict[str, Any] | None = None
+    # Trials answered from this recorded table (`autotune.replay`) instead of measured.
+    replay: Path | None = None
+    space: str | None = None  # a space file in place of the request's search_space
+    sampler: str = "tpe"
 
     def overrides(self) -> dict[str, Any]:
         pairs = {
@@ -75,12 +81,49 @@ def run_tune(
     request_file: Path, options: TuneOptions, progress: ProgressFactory | None = None
 ) -> tuple[TuneOutcome, Path]:
     """Validate everything, tune, write the tuned-config file; return it and its path."""
-    request = load_request(request_file, options.overrides())
+    request = load_request(request_file, options.overrides(), replay=options.replay is not None)
     if options.timeout_s is not None and options.trials is None:
         # A time budget alone on the command line replaces the request's trial count.
         budget = request.budget.model_copy(update={"trials": None})
         request = request.model_copy(update={"budget": budget})
     return tune_request(request, request_file.parent, options, progress)
+
+
+@dataclass
+class _Plan:
+    """Where the trials run, on what, and how the space is found once the model is known."""
+
+    profile: HardwareProfile
+    workload: Workload
+    executor: Executor
+    space: Callable[[ModelInfo], EffectiveSpace]
+
+
+def _measured_plan(request: TuningRequest, base_dir: Path, options: TuneOptions) -> _Plan:
+    profile = probe()
+    space_path = resolve_space_path(options.space or request.search_space)
+    space_file = load_space(space_path)
+    workload = request.workload(base_dir)
+    slots = _local_slots(options)
+    return _Plan(
+        profile,
+        workload,
+        make_executor(options),
+        lambda info: effective_space(space_file, profile, str(space_path), info, slots=slots),
+    )
+
+
+def _replay_plan(replay: Path, options: TuneOptions) -> _Plan:
+    """Trials answered from a recorded table on simulated slots: nothing is probed, loaded
+    or measured, and the space is the table's unless a space file is given."""
+    table = ReplayTable.load(replay)
+    if options.space is None:
+        space = table.space(replay.name)
+    else:
+        space_path = resolve_space_path(options.space)
+        space = table.space_from(load_space(space_path), str(space_path))
+    executor = ReplayExecutor(table, options.workers)
+    return _Plan(table.profile(), table.workload(), executor, lambda info: space)
 
 
 def tune_request(
@@ -90,10 +133,10 @@ def tune_request(
     progress: ProgressFactory | None = None,
 ) -> tuple[TuneOutcome, Path]:
     """Tune a validated request whose relative paths are relative to `base_dir`."""
-    profile = probe()
-    space_path = resolve_space_path(request.search_space)
-    space_file = load_space(space_path)
-    workload = request.workload(base_dir)
+    if options.replay is None:
+        plan = _measured_plan(request, base_dir, options)
+    else:
+        plan = _replay_plan(options.replay, options)
     study_name = options.study or request.name
     out_dir = options.out_dir or Path("autotune-out") / study_name
     out_file = options.out or out_dir / "tuned.yaml"
@@ -104,20 +147,19 @@ def tune_request(
         n_trials=request.budget.trials,
         timeout_s=request.budget.timeout_s,
         seed=options.seed,
+        sampler=options.sampler,
     )
-    executor = make_executor(options)
+    executor = plan.executor
     try:
-        model_info = executor.inspect(workload)
-        space = effective_space(
-            space_file, profile, str(space_path), model_info, slots=_local_slots(options)
-        )
+        model_info = executor.inspect(plan.workload)
+        space = plan.space(model_info)
         with (progress or _no_progress)(settings.n_trials) as update:
             coordinator = Coordinator(
                 request=request,
-                workload=workload,
+                workload=plan.workload,
                 model_info=model_info,
                 space=space,
-                profile=profile,
+                profile=plan.profile,
                 executor=executor,
                 settings=settings,
                 tracking_uri=request.tracking.uri,
@@ -132,10 +174,20 @@ def tune_request(
             outcome = coordinator.run()
     finally:
         executor.close()
+    if isinstance(executor, ReplayExecutor):
+        outcome.notes.append(_replay_note(executor))
     assert outcome.tuned is not None
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(outcome.tuned.to_yaml())
     return outcome, out_file
+
+
+def _replay_note(executor: ReplayExecutor) -> str:
+    return (
+        f"replayed from {executor.table.path}: {executor.measurements} measurements and "
+        f"{executor.remeasurements} re-measurements answered, "
+        f"{executor.simulated_seconds:g} s of simulated device time"
+    )
 
 
 def study_front(study_name: str, storage: str) -> list[Candidate]:
