@@ -161,9 +161,8 @@ class ReplayTable:
         for cells in reader:
             if any(c.strip() for c in cells):
                 rows.append(_parse_row(path.name, reader.line_num, header, cells, dimensions))
-        for dim in dimensions:
-            if not any(dim in row.config for row in rows):
-                raise RequestError(f"{path.name}, {dim}", "must have a value in some row", "")
+        # A column empty on every row is set by no configuration: it is not searched.
+        dimensions = [d for d in dimensions if any(d in row.config for row in rows)]
         return cls(path.resolve(), hashlib.sha256(payload).hexdigest(), dimensions, rows)
 
     def lookup(self, config: dict[str, ConfigValue]) -> ReplayRow | None:
