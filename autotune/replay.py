@@ -116,7 +116,9 @@ def _key(config: dict[str, ConfigValue]) -> frozenset[tuple[str, tuple[str, Conf
 
 
 def _distinct_sorted(values: list[ConfigValue]) -> list[ConfigValue]:
-    unique = {_norm(v): v for v in reversed(values)}
+    unique: dict[tuple[str, ConfigValue], ConfigValue] = {}
+    for value in values:
+        unique.setdefault(_norm(value), value)
     return [unique[k] for k in sorted(unique)]
 
 
@@ -422,6 +424,7 @@ class ReplayExecutor:
         return self._slots
 
     def inspect(self, workload: Workload) -> ModelInfo:
+        """The table stands in for the model: a study's identity follows the table."""
         return ModelInfo(
             kind="onnx",
             sha256=self.table.sha256,
