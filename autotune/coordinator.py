@@ -29,7 +29,7 @@ from autotune.contract import (
 )
 from autotune.errors import AutotuneError, Interrupted, NoFeasibleConfiguration, RequestError
 from autotune.hardware import HardwareProfile
-from autotune.leases import Heartbeat, Owner, claim, lost_trials, study_lock
+from autotune.leases import Heartbeat, Owner, claim, lost_trials, schema_lock, study_lock
 from autotune.metrics import OBJECTIVES, Metric
 from autotune.pareto import Candidate, pareto_front, select, selection_metric
 from autotune.request import Constraints, Cost, TuningRequest
@@ -192,9 +192,10 @@ class Coordinator:
 
     def run(self) -> TuneOutcome:
         info = self.model_info
-        study = self._open_study(info)
-        with study_lock(self.settings.storage, self.settings.study_name):
-            tracker = Tracker(self.tracking_uri, self.experiment, self.settings.study_name)
+        with schema_lock(self.settings.storage):
+            study = self._open_study(info)
+            with study_lock(self.settings.storage, self.settings.study_name):
+                tracker = Tracker(self.tracking_uri, self.experiment, self.settings.study_name)
         tags = {"energy_source": "pending", "hardware_fingerprint": self.profile.fingerprint}
         if self.warm_start is not None:
             tags["autotune.warm_start"] = self.warm_start.source_study

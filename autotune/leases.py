@@ -130,6 +130,18 @@ def study_lock(storage_url: str, study_name: str) -> Iterator[None]:
 
 
 @contextmanager
+def schema_lock(storage_url: str) -> Iterator[None]:
+    """Serialize the first use of new databases (Optuna's and MLflow's Alembic migrations
+    race otherwise) among coordinators sharing a PostgreSQL storage. On SQLite the study
+    lock already is one lock per database file."""
+    if storage_url.startswith("postgresql"):
+        with _advisory_lock(storage_url, "autotune-schemas"):
+            yield
+    else:
+        yield
+
+
+@contextmanager
 def _file_lock(storage_url: str) -> Iterator[None]:
     database = storage_url.split(":///", 1)[1] if ":///" in storage_url else ""
     if not database or database == ":memory:":
