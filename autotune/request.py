@@ -159,7 +159,14 @@ def load_request(
 ) -> TuningRequest:
     """Read and validate a request file; every problem becomes a RequestError. For a
     replay (`replay=True`) the model and data may be left out."""
-    path = Path(path)
+    raw = read_request_file(Path(path))
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    return parse_request(raw, replay)
+
+
+def read_request_file(path: Path) -> dict[str, Any]:
+    """A request file as a mapping, not yet validated; its name defaults to the file's stem."""
     if not path.is_file():
         raise RequestError("request", "must be an existing YAML file", str(path))
     try:
@@ -169,9 +176,7 @@ def load_request(
     if not isinstance(raw, dict):
         raise RequestError("request", "must be a YAML mapping", type(raw).__name__)
     raw.setdefault("name", path.stem)
-    for dotted, value in (overrides or {}).items():
-        _set_dotted(raw, dotted, value)
-    return parse_request(raw, replay)
+    return raw
 
 
 def parse_request(raw: dict[str, Any], replay: bool = False) -> TuningRequest:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +13,11 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+
+# The PostgreSQL server the integration tests make their databases on.
+ADMIN_URL = os.environ.get(
+    "AUTOTUNE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
 
 FAST_MEASUREMENT = {
     "warmup_iters": 2,
@@ -47,3 +56,27 @@ def write_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         return path
 
     return write
+
+
+@contextmanager
+def postgres_databases(count: int, prefix: str = "autotune_it") -> Iterator[list[str]]:
+    """Fresh PostgreSQL databases (the job store, Optuna and MLflow each need their own),
+    dropped afterwards."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    names = [f"{prefix}_{uuid.uuid4().hex[:10]}" for _ in range(count)]
+    try:
+        with engine.connect() as connection:
+            for name in names:
+                connection.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    except sqlalchemy.exc.OperationalError as exc:
+        pytest.fail(f"PostgreSQL at {ADMIN_URL} is needed for this test: {exc}")
+    base = ADMIN_URL.rsplit("/", 1)[0]
+    try:
+        yield [f"{base}/{name}" for name in names]
+    finally:
+        with engine.connect() as connection:
+            for name in names:
+                connection.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        engine.dispose()

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -28,11 +27,11 @@ from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy
 import yaml
 
-from tests.autotune.test_cluster import ADMIN_URL, _admin, _free_port
-from tests.conftest import REPO
+from tests.autotune.service.support import FAST
+from tests.autotune.test_cluster import _free_port
+from tests.conftest import REPO, postgres_databases
 from tests.test_compose import command, environment, load_compose, option_value, resolved
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -41,15 +40,6 @@ BIN = Path(sys.executable).parent
 COMMANDS = ("autotune", "ray", "mlflow")
 TERMINAL = {"succeeded", "infeasible", "failed", "cancelled"}
 JOB_DEADLINE_S = 900
-MEASUREMENT = {
-    "warmup_iters": 2,
-    "min_iters": 10,
-    "max_iters": 50,
-    "min_seconds": 0.0,
-    "max_seconds": 0.3,
-    "settle_tolerance": None,
-    "energy_window_s": 0.05,
-}
 STORES = ("jobs", "optuna", "mlflow", "mlflow_auth")
 # MLflow's basic-auth app needs Flask-WTF (`mlflow[auth]`, installed in the image).
 BASIC_AUTH = importlib.util.find_spec("flask_wtf") is not None
@@ -58,20 +48,8 @@ BASIC_AUTH = importlib.util.find_spec("flask_wtf") is not None
 @pytest.fixture
 def databases() -> Iterator[dict[str, str]]:
     """One fresh database per store, as docker/postgres/init-databases.sql makes them."""
-    names = {store: f"autotune_sp_{store}_{uuid.uuid4().hex[:8]}" for store in STORES}
-    engine = _admin()
-    try:
-        with engine.connect() as connection:
-            for name in names.values():
-                connection.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
-    except sqlalchemy.exc.OperationalError as exc:
-        pytest.fail(f"PostgreSQL at {ADMIN_URL} is needed for the integration tests: {exc}")
-    base = ADMIN_URL.rsplit("/", 1)[0]
-    yield {store: f"{base}/{name}" for store, name in names.items()}
-    with engine.connect() as connection:
-        for name in names.values():
-            connection.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-    engine.dispose()
+    with postgres_databases(len(STORES), "autotune_sp") as urls:
+        yield dict(zip(STORES, urls, strict=True))
 
 
 class Services:
@@ -269,7 +247,7 @@ def test_the_compose_services_tune_the_digits_example(
             # can be missed, and what is tested here is the service, not this CPU.
             constraints={**request["constraints"], "max_latency_p95_ms": 1000.0},
             budget={"trials": 4},
-            measurement=MEASUREMENT,
+            measurement=FAST,
             validation={"factor": 1, "neighbours": 0},
         )
         with httpx.Client(base_url=f"http://127.0.0.1:{api_port}", timeout=60) as client:

@@ -20,6 +20,7 @@ import httpx
 import yaml
 
 from autotune.errors import AutotuneError, Conflict, NotFound, RequestError, Unauthorized
+from autotune.request import read_request_file
 from autotune.sources import UploadTooLarge
 
 FINAL_STATES = ("succeeded", "infeasible", "failed", "cancelled")
@@ -41,20 +42,6 @@ def resolve_token(token: str | None) -> str:
         return path.read_text().strip()
     rule = f"is required: pass --token, set AUTOTUNE_TOKEN, or write it to {path}"
     raise RequestError("token", rule, None)
-
-
-def read_request(path: Path) -> dict[str, Any]:
-    """A request file as a mapping; its name defaults to the file's stem, as for `tune`."""
-    if not path.is_file():
-        raise RequestError("request", "must be an existing YAML file", str(path))
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise RequestError("request", f"must be valid YAML ({exc})", str(path)) from None
-    if not isinstance(raw, dict):
-        raise RequestError("request", "must be a YAML mapping", type(raw).__name__)
-    raw.setdefault("name", path.stem)
-    return raw
 
 
 class ServiceClient:
@@ -90,7 +77,7 @@ class ServiceClient:
     def submit(self, request_file: Path, model_file: Path | None = None) -> dict[str, Any]:
         """Queue a job: {id, state, created}; created is False when an identical submission
         answered with its job."""
-        document = yaml.safe_dump(read_request(request_file), sort_keys=False)
+        document = yaml.safe_dump(read_request_file(request_file), sort_keys=False)
         if model_file is None:
             headers = {"Content-Type": "application/yaml"}
             return self._call("POST", "/v1/jobs", content=document, headers=headers)
@@ -137,7 +124,7 @@ class ServiceClient:
         retune_trials: int | None = None,
     ) -> dict[str, Any]:
         body = {
-            "request": read_request(request_file),
+            "request": read_request_file(request_file),
             "every": every,
             "cron": cron,
             "retune_trials": retune_trials,

@@ -18,43 +18,22 @@ from pathlib import Path
 
 import optuna
 import pytest
-import sqlalchemy
 import yaml
 from mlflow.tracking import MlflowClient
 
 from autotune.executors import RayExecutor
 from autotune.tracking import PARENT_TAG, TRIAL_TAG
 from autotune.tuning import TuneOptions, run_tune
-from tests.conftest import REPO, digits_request
+from tests.conftest import REPO, digits_request, postgres_databases
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-ADMIN_URL = os.environ.get(
-    "AUTOTUNE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
-
-
-def _admin() -> sqlalchemy.Engine:
-    return sqlalchemy.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
 
 
 @pytest.fixture
 def databases() -> Iterator[tuple[str, str]]:
     """A fresh PostgreSQL database for the study and one for MLflow, dropped afterwards."""
-    names = [f"autotune_it_{uuid.uuid4().hex[:8]}", f"autotune_it_{uuid.uuid4().hex[:8]}"]
-    engine = _admin()
-    try:
-        with engine.connect() as connection:
-            for name in names:
-                connection.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
-    except sqlalchemy.exc.OperationalError as exc:
-        pytest.fail(f"PostgreSQL at {ADMIN_URL} is needed for the integration tests: {exc}")
-    base = ADMIN_URL.rsplit("/", 1)[0]
-    yield f"{base}/{names[0]}", f"{base}/{names[1]}"
-    with engine.connect() as connection:
-        for name in names:
-            connection.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-    engine.dispose()
+    with postgres_databases(2) as (study, mlflow):
+        yield study, mlflow
 
 
 def write_request(tmp_path: Path, storage: str, tracking: str, **overrides: object) -> Path:

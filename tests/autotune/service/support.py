@@ -4,26 +4,17 @@ small digits request, and runner processes that are always cleaned up."""
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import pytest
-import sqlalchemy
 
 from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.server import run_runner
 from autotune.service.settings import ServiceSettings
 from autotune.service.tokens import Principal, authenticate, create_token
-
-ADMIN_URL = os.environ.get(
-    "AUTOTUNE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
 
 FAST = {
     "warmup_iters": 2,
@@ -80,27 +71,6 @@ def sqlite_settings(tmp_path: Path, **kw: Any) -> ServiceSettings:
         f"sqlite:///{tmp_path / 'mlflow.db'}",
         **kw,
     )
-
-
-@contextmanager
-def postgres_databases(count: int) -> Iterator[list[str]]:
-    """Fresh PostgreSQL databases (the job store, Optuna and MLflow each need their own)."""
-    engine = sqlalchemy.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    names = [f"autotune_svc_{uuid.uuid4().hex[:10]}" for _ in range(count)]
-    try:
-        with engine.connect() as connection:
-            for name in names:
-                connection.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
-    except sqlalchemy.exc.OperationalError as exc:
-        pytest.fail(f"PostgreSQL at {ADMIN_URL} is needed for this test: {exc}")
-    base = ADMIN_URL.rsplit("/", 1)[0]
-    try:
-        yield [f"{base}/{name}" for name in names]
-    finally:
-        with engine.connect() as connection:
-            for name in names:
-                connection.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        engine.dispose()
 
 
 def principal(db: Database, name: str = "alice", team: str | None = None) -> Principal:

@@ -20,7 +20,6 @@ from autotune.service.runner import JobRunner
 from autotune.service.submission import prepare_job
 from tests.autotune.service.support import (
     job_states,
-    postgres_databases,
     principal,
     runner_processes,
     service_request,
@@ -28,6 +27,7 @@ from tests.autotune.service.support import (
     sqlite_settings,
     wait_for,
 )
+from tests.conftest import postgres_databases
 
 
 def test_a_job_is_tuned_and_its_artifact_registered(tmp_path: Path) -> None:

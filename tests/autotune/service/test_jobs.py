@@ -15,7 +15,8 @@ from autotune.errors import Conflict, NotFound
 from autotune.service.db import VERSION_TABLE, Base, Database
 from autotune.service.jobs import JobDraft, JobStore
 from autotune.service.tokens import Principal
-from tests.autotune.service.support import postgres_databases, principal
+from tests.autotune.service.support import principal
+from tests.conftest import postgres_databases
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
