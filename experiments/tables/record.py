@@ -26,8 +26,10 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from autotune.contract import (
     ConfigValue,
@@ -78,11 +80,11 @@ class Table:
         return TABLES_DIR / f"{self.name}.csv"
 
 
-def _entry_points(module: str, metric: str) -> Workload:
+def _entry_points(module: str, metric: Literal["accuracy", "fidelity"]) -> Workload:
     return Workload(
         model=ModelRef(entry_point=f"{module}:build_model"),
         data=DataRef(entry_point=f"{module}:eval_data"),
-        metric=MetricRef(kind=metric),  # type: ignore[arg-type]
+        metric=MetricRef(kind=metric),
         python_path=[str(REPO)],
     )
 
@@ -133,7 +135,7 @@ def header(space: EffectiveSpace) -> list[str]:
     return [*(d.name for d in space.dimensions), *STATUS_COLUMNS, *METRIC_COLUMNS, COST_COLUMN]
 
 
-def cells(config: Config, dimensions: list[str]) -> tuple[str, ...]:
+def cells(config: Mapping[str, ConfigValue], dimensions: list[str]) -> tuple[str, ...]:
     """A configuration as the CSV spells it: one cell per dimension, empty when inactive."""
     return tuple(str(config[name]) if name in config else "" for name in dimensions)
 
@@ -245,7 +247,7 @@ def _progress(recording: Recording, number: int, config: Config, result: TrialRe
     remaining = recording.total - recording.already - recording.measured
     left = elapsed / recording.measured * remaining
     shown = " ".join(f"{key.split('.', 1)[1]}={value}" for key, value in config.items())
-    outcome = result.status
+    outcome: str = result.status
     if result.metrics is not None:
         m = result.metrics
         outcome += f" acc {m.accuracy:.4f} p95 {m.latency_p95_ms:.3f} ms"
