@@ -43,11 +43,10 @@ def main() -> None:
     names = [
         f"autotune_demo_{part}_{uuid.uuid4().hex[:6]}" for part in ("jobs", "optuna", "mlflow")
     ]
-    urls = create_databases(args.postgres, names)
-    jobs_db, storage, tracking = urls
     models = work / "models"
     weights = models / "digits.safetensors"
     export_weights(weights, seed=0)
+    jobs_db, storage, tracking = create_databases(args.postgres, names)
     token = cli("token", "create", "demo", "--db", jobs_db).strip()
     server = f"http://127.0.0.1:{args.port}"
     env = {**os.environ, "AUTOTUNE_TOKEN": token, "AUTOTUNE_SERVER": server}

@@ -101,6 +101,9 @@ class Database:
         if url.startswith("sqlite"):
             # Runner threads and the API share one file: wait for its lock instead of failing.
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+        if self.is_postgres:
+            # Every statement here is short: a lock held longer is a bug, reported, not awaited.
+            kwargs["connect_args"] = {"options": "-c lock_timeout=60000"}
         self.engine: Engine = sqlalchemy.create_engine(url, **kwargs)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         migrate(url)

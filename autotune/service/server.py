@@ -19,6 +19,12 @@ from autotune.service.settings import ServiceSettings
 log = logging.getLogger("autotune.server")
 
 
+def _configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for chatty in ("alembic", "mlflow", "optuna"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+
+
 def serve(
     settings: ServiceSettings,
     host: str = "127.0.0.1",
@@ -27,7 +33,7 @@ def serve(
     runners: int = 1,
     scheduler: bool = True,
 ) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    _configure_logging()
     db = Database(settings.db)  # migrates before anything else starts
     processes = [_start_runner(settings, index) for index in range(runners)]
     ticker = _start_scheduler(db, settings) if scheduler else None
@@ -50,7 +56,7 @@ def run_runner(settings: ServiceSettings) -> None:
     """One runner, until SIGTERM or SIGINT; the job it holds goes back to the queue."""
     from autotune.service.runner import JobRunner
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    _configure_logging()
     runner = JobRunner(Database(settings.db), settings)
 
     def stop(signum: int, frame: Any) -> None:

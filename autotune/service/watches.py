@@ -169,7 +169,9 @@ class Scheduler:
     def _claim_due(self, session: Session) -> Watch | None:
         query = select(Watch).where(Watch.next_run_at <= now()).order_by(Watch.next_run_at)
         if self.db.is_postgres:
-            query = query.with_for_update(skip_locked=True)
+            # NO KEY UPDATE: the re-tune job inserted meanwhile references this row, and
+            # its foreign-key check must not wait for this transaction.
+            query = query.with_for_update(skip_locked=True, key_share=True)
         return session.scalars(query.limit(1)).first()
 
     def _check(self, session: Session, watch: Watch) -> str | None:

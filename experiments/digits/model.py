@@ -139,6 +139,7 @@ def export_weights(path: Path, seed: int = SEED, epochs: int = EPOCHS) -> None:
     from safetensors.torch import save_file
 
     model = build_model() if (seed, epochs) == (SEED, EPOCHS) else train(seed, epochs)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
 
 

@@ -4,6 +4,7 @@ unchanged one, and a re-tune warm-started from the previous job's front."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,15 +16,18 @@ from autotune.errors import RequestError
 from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
+from autotune.service.settings import ServiceSettings
 from autotune.service.tokens import Principal
 from autotune.service.watches import Scheduler, WatchStore, next_run, parse_every
 from experiments.digits.model import export_weights
 from tests.autotune.service.support import (
     principal,
     service_request,
+    settings_for,
     sqlite_settings,
     wait_for,
 )
+from tests.conftest import postgres_databases
 
 
 def test_intervals_and_cron_schedules() -> None:
@@ -51,8 +55,20 @@ def test_a_watch_needs_one_schedule_and_a_model_file(tmp_path: Path) -> None:
         watches.create(alice, service_request(), every="1m")  # an entry point cannot change
 
 
-def test_a_changed_model_file_is_retuned_from_the_previous_front(tmp_path: Path) -> None:
-    settings = sqlite_settings(tmp_path)
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServiceSettings]:
+    """Service settings on SQLite files, or on three fresh PostgreSQL databases."""
+    if request.param == "sqlite":
+        yield sqlite_settings(tmp_path)
+        return
+    with postgres_databases(3) as (jobs_db, studies_db, mlflow_db):
+        yield settings_for(tmp_path, jobs_db, studies_db, mlflow_db)
+
+
+def test_a_changed_model_file_is_retuned_from_the_previous_front(
+    stores: ServiceSettings, tmp_path: Path
+) -> None:
+    settings = stores
     weights = settings.models_root / "digits.safetensors"  # type: ignore[operator]
     export_weights(weights, seed=0, epochs=3)
     db = Database(settings.db)
@@ -92,6 +108,7 @@ def test_a_changed_model_file_is_retuned_from_the_previous_front(tmp_path: Path)
     comparison = json.loads(Path(path).read_text())
     assert "metric_changes" in comparison
     assert client.get_model_version_by_alias("watched", "tuned").tags["autotune.job"] == retune
+    db.close()
 
 
 def _ticked(
