@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -243,11 +242,14 @@ def _row(
 
 
 def write_results(record: dict[str, Any]) -> None:
-    cpu = platform.processor() or platform.machine()
+    from autotune.hardware import probe
+
+    profile = probe()
+    machine = f"{profile.cpu_model}, {profile.cpu_cores} cores, {profile.memory_mb // 1024} GiB"
     lines = [
         "# The service walk-through: tune over HTTP, watch, re-tune on a changed model",
         "",
-        f"Machine: {os.cpu_count()} cores ({cpu}), no GPU; PostgreSQL 15 on the same machine "
+        f"Machine: {machine}, no GPU; PostgreSQL on the same machine "
         "(job store, Optuna storage and MLflow backend in three databases); one runner with a "
         "private Ray; energy is estimated. Made by `python experiments/service_demo.py`.",
         "",
