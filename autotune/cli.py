@@ -70,8 +70,9 @@ def tune(
     ] = "ray",
     seed: Annotated[int | None, typer.Option(help="sampler seed")] = None,
     sampler: Annotated[
-        Literal["tpe", "random", "nsga2", "gp"], typer.Option(help="Optuna sampler of the search")
-    ] = "tpe",
+        Literal["autotune", "tpe", "random", "nsga2", "gp"],
+        typer.Option(help="autotune's search strategy, or one of Optuna's samplers as they come"),
+    ] = "autotune",
     space_file: Annotated[
         str | None, typer.Option("--space", help="space file in place of the request's")
     ] = None,

@@ -34,6 +34,15 @@ from autotune.metrics import OBJECTIVES, Metric
 from autotune.pareto import Candidate, pareto_front, select, selection_metric
 from autotune.request import Constraints, Cost, TuningRequest
 from autotune.space import EffectiveSpace
+from autotune.strategy import (
+    ACCURACY_VIOLATION,
+    Ledger,
+    config_key,
+    designed_configs,
+    make_strategy_sampler,
+    violates_accuracy,
+)
+from autotune.strategy import NAME as STRATEGY
 from autotune.tracking import Tracker, is_number
 from autotune.tuned import ConstraintOutcome, TunedConfig, reported
 from autotune.validation import (
@@ -89,14 +98,16 @@ class TuneSettings:
     n_trials: int | None
     timeout_s: float | None
     seed: int | None = None
-    sampler: str = "tpe"
+    sampler: str = STRATEGY
 
 
 def make_sampler(name: str, seed: int | None) -> Any:
-    """The Optuna samplers a study can use; constraints reach each through set_constraint."""
+    """autotune's strategy (`autotune.strategy`) or one of Optuna's samplers as they come;
+    constraints reach each through set_constraint."""
     import optuna
 
     samplers: dict[str, Callable[[], Any]] = {
+        STRATEGY: lambda: make_strategy_sampler(seed),
         "tpe": lambda: optuna.samplers.TPESampler(multivariate=True, seed=seed),
         "random": lambda: optuna.samplers.RandomSampler(seed=seed),
         "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed),
@@ -185,6 +196,7 @@ class Coordinator:
         # Trials told from a previous study's measurement: trial number -> "<study>#<trial>".
         self._reused_from: dict[int, str] = {}
         self._baseline_software: dict[str, str] | None = None
+        self._ledger: Ledger | None = None
 
     @property
     def stopping(self) -> bool:
@@ -285,6 +297,7 @@ class Coordinator:
         """
         baseline = _baseline_candidate(study)
         accuracy_cache = _accuracy_by_variant(study)
+        ledger = self._ledger = self._make_ledger(study)
         oom_batch = _smallest_oom_batch(study)
         started = time.monotonic()
         running: dict[int, tuple[optuna.Trial, TrialSpec]] = {}
@@ -310,6 +323,10 @@ class Coordinator:
                 if too_big is not None and baseline is not None:
                     skipped = TrialResult.for_spec(spec, "skipped", too_big)
                     self._tell(study, trial, spec, skipped, None, tracker)
+                    continue
+                if ledger is not None and self._answered(
+                    study, trial, spec, baseline, accuracy_cache, running, reused, ledger, tracker
+                ):
                     continue
                 spec, result = _retrying(self._from_warm_start, study, trial, spec, baseline)
                 running[trial.number] = (trial, spec)
@@ -343,6 +360,90 @@ class Coordinator:
                     held.append((trial, spec, result))
                 else:
                     self._tell_measured(study, trial, spec, result, baseline, tracker)
+                if ledger is not None:
+                    self._answer_repeats(
+                        study, trial, spec, result, ledger, running, reused, tracker
+                    )
+
+    def _make_ledger(self, study: optuna.Study) -> Ledger | None:
+        if self.settings.sampler != STRATEGY:
+            return None
+        ledger = Ledger(self.space, self.settings.seed, designed_configs(self.space))
+        ledger.load(study)
+        return ledger
+
+    def _answered(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        spec: TrialSpec,
+        baseline: Candidate | None,
+        accuracy: dict[str, float],
+        running: dict[int, tuple[optuna.Trial, TrialSpec]],
+        reused: list[TrialResult],
+        ledger: Ledger,
+        tracker: Tracker,
+    ) -> bool:
+        """Whether the strategy answers this trial without measuring it: its variant is known
+        to violate the accuracy bound, or its configuration was (or is being) measured."""
+        infeasible = self._infeasible_variants(accuracy, baseline)
+        if variant_key(spec.config) in infeasible:
+            skipped = TrialResult.for_spec(spec, "skipped", ACCURACY_VIOLATION)
+            self._tell(study, trial, spec, skipped, None, tracker)
+            return True
+        key = config_key(spec.config)
+        outcome = ledger.finished.get(key)
+        if outcome is None and key not in ledger.in_flight:
+            ledger.in_flight[key] = trial.number
+            return False
+        if outcome is not None:
+            self._reused_from[trial.number] = f"{study.study_name}#{outcome.trial_number}"
+            running[trial.number] = (trial, spec)
+            reused.append(outcome.result_for(spec))
+        else:
+            ledger.waiting.setdefault(ledger.in_flight[key], []).append((trial, spec))
+        ledger.explore_from(spec.config, infeasible)
+        return True
+
+    def _infeasible_variants(
+        self, accuracy: dict[str, float], baseline: Candidate | None
+    ) -> set[str]:
+        bound = self.request.constraints.max_accuracy_drop
+        if baseline is None:
+            return set()
+        reference = float(baseline.metrics["accuracy"])
+        return {v for v in accuracy if violates_accuracy(v, accuracy, reference, bound)}
+
+    def _answer_repeats(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        spec: TrialSpec,
+        result: TrialResult,
+        ledger: Ledger,
+        running: dict[int, tuple[optuna.Trial, TrialSpec]],
+        reused: list[TrialResult],
+        tracker: Tracker,
+    ) -> None:
+        """The repeats that waited for this trial, answered from its result. A measurement
+        lost for good loses its repeats too: they do not count toward the budget."""
+        for repeat, repeat_spec in ledger.settle(trial.number, spec, result):
+            if result.status == "lost":
+                lost = TrialResult.for_spec(repeat_spec, "lost", result.reason)
+                self._tell(study, repeat, repeat_spec, lost, None, tracker)
+                continue
+            self._reused_from[repeat.number] = f"{study.study_name}#{trial.number}"
+            running[repeat.number] = (repeat, repeat_spec)
+            reused.append(
+                TrialResult.for_spec(
+                    repeat_spec,
+                    result.status,
+                    result.reason,
+                    0.0,
+                    result.metrics,
+                    result.provenance,
+                )
+            )
 
     def _from_warm_start(
         self, study: optuna.Study, trial: optuna.Trial, spec: TrialSpec, baseline: Candidate | None
@@ -409,6 +510,7 @@ class Coordinator:
             waiting_baseline = need_baseline and _baseline_waiting(study)
             if not waiting_baseline and not self._budget_left(used, started):
                 return None
+            self._enqueue_proposal(study)
             trial = _retrying(study.ask)
             claim(study, trial, self.owner)
             return trial
@@ -416,11 +518,23 @@ class Coordinator:
     def _enqueue_baseline(self, study: optuna.Study) -> None:
         """The baseline, and in a new study a warm start's front right after it."""
         warm = self.warm_start
-        new_study = warm is not None and not study.get_trials(deepcopy=False)
+        new_study = not study.get_trials(deepcopy=False)
         study.enqueue_trial(self.space.baseline(), user_attrs={"baseline": True})
         if warm is not None and new_study:
             for config in warm.configs_for(self.space):
                 study.enqueue_trial(config, user_attrs={"warm_start": warm.source_study})
+
+    def _enqueue_proposal(self, study: optuna.Study) -> None:
+        """The strategy's next own proposal, enqueued only when nothing else waits, so that
+        none is left waiting when the budget runs out."""
+        from optuna.trial import TrialState
+
+        if self._ledger is None or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        proposal = self._ledger.next_proposal()
+        if proposal is not None:
+            config, why = proposal
+            study.enqueue_trial(config, user_attrs={"proposed": why})
 
     def _wait_for_others(self, study: optuna.Study, tracker: Tracker) -> bool:
         """Nothing of ours is running but the baseline is not known: wait while another
@@ -554,7 +668,8 @@ class Coordinator:
             trial.set_user_attr("provenance", result.provenance.model_dump(mode="json"))
         if reused_from is not None:
             trial.set_user_attr("reused_from", reused_from)
-            trial.set_user_attr("measured", False)
+        # Only what an executor ran costs device time.
+        trial.set_user_attr("measured", reused_from is None and result.status != "skipped")
         if metrics is None or violations is None:
             study.tell(trial, state=_failed_state(result))
             return

@@ -1,0 +1,162 @@
+"""autotune's search strategy on recorded tables: repeats are not measured again, known
+infeasible variants are not measured, the designed set comes first, slots finish out of order."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.replay import ReplayTable
+from autotune.request import load_request
+from autotune.strategy import ACCURACY_VIOLATION
+from autotune.tuning import TuneOptions, run_tune
+from tests.autotune.test_replay import (
+    BASELINE,
+    COLUMNS,
+    config_of,
+    recorded_rows,
+    write_request,
+    write_table,
+)
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "experiments" / "search_benchmark.py"
+
+
+def tune(directory: Path, budget: int, workers: int = 1, **request: Any) -> optuna.Study:
+    table = write_table(directory / "table.csv", recorded_rows())
+    storage = f"sqlite:///{directory / 'study.db'}"
+    options = TuneOptions(
+        trials=budget,
+        replay=table,
+        storage=storage,
+        study="s",
+        workers=workers,
+        seed=0,
+        out_dir=directory / "out",
+    )
+    run_tune(write_request(directory, **request), options)
+    return optuna.load_study(study_name="s", storage=storage)
+
+
+def measured_configs(study: optuna.Study) -> list[str]:
+    return [str(sorted(t.user_attrs["config"].items())) for t in study.trials if measured(t)]
+
+
+def measured(trial: optuna.trial.FrozenTrial) -> bool:
+    return bool(trial.user_attrs["measured"])
+
+
+def test_repeats_are_told_from_the_study_not_measured(tmp_path: Path) -> None:
+    study = tune(tmp_path, budget=40)
+    distinct = len(recorded_rows()) + 2  # onnxruntime at 0.6 is not in the table
+    configs = measured_configs(study)
+    assert len(study.trials) == 40
+    assert len(configs) == len(set(configs)) <= distinct
+    repeats = [t for t in study.trials if "reused_from" in t.user_attrs]
+    assert repeats, "a budget larger than the space must repeat proposals"
+    for trial in repeats:
+        assert trial.user_attrs["measured"] is False
+        study_name, number = trial.user_attrs["reused_from"].split("#")
+        original = study.trials[int(number)]
+        assert study_name == "s" and measured(original)
+        assert original.user_attrs["config"] == trial.user_attrs["config"]
+        assert trial.state == original.state
+        assert trial.values == original.values
+
+
+def test_known_infeasible_variant_is_not_measured(tmp_path: Path) -> None:
+    # Pruning at 0.6 costs 3 points of accuracy: beyond a 0.02 bound, once that is known.
+    study = tune(tmp_path, budget=40)
+    baseline = study.trials[0].user_attrs["metrics"]["accuracy"]
+    violating: set[str] = set()
+    for trial in sorted(study.trials, key=lambda t: t.datetime_complete):
+        variant = trial.user_attrs["variant_key"]
+        if variant in violating and "reused_from" not in trial.user_attrs:
+            assert not measured(trial)
+            assert trial.state == TrialState.PRUNED
+            assert trial.user_attrs["reason"] == ACCURACY_VIOLATION
+        metrics = trial.user_attrs.get("metrics")
+        if metrics is not None and baseline - metrics["accuracy"] > 0.02:
+            violating.add(variant)
+    assert violating
+
+
+def test_designed_set_follows_the_baseline(tmp_path: Path) -> None:
+    study = tune(tmp_path, budget=6)
+    configs = [t.user_attrs["config"] for t in study.trials]
+    assert configs[0] == BASELINE
+    # One engine besides the baseline's, at the middle batch size (of 1 and 8: 8), unpruned.
+    assert configs[1] == {**BASELINE, "runtime.engine": "onnxruntime", "batch.size": 8}
+    assert study.trials[1].user_attrs["proposed"] == "designed"
+
+
+def test_out_of_order_slots_tell_each_trial_once_and_measure_each_config_once(
+    tmp_path: Path,
+) -> None:
+    study = tune(tmp_path, budget=30, workers=3)
+    finished = (TrialState.COMPLETE, TrialState.PRUNED)
+    assert len(study.trials) == 30
+    assert all(t.state in finished for t in study.trials)
+    configs = measured_configs(study)
+    assert len(configs) == len(set(configs))
+    completed = sorted(study.trials, key=lambda t: t.datetime_complete)
+    assert [t.number for t in completed] != sorted(t.number for t in completed)
+
+
+def load_benchmark() -> Any:
+    spec = importlib.util.spec_from_file_location("search_benchmark", BENCHMARK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["search_benchmark"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_true_hypervolume_of_a_hand_made_table(tmp_path: Path) -> None:
+    bench = load_benchmark()
+    rows = [
+        {**BASELINE, "status": "ok", "accuracy": 0.9, "latency_p95_ms": 4.0,
+         "energy_per_sample_j": 1.0},
+        {**BASELINE, "batch.size": 8, "status": "ok", "accuracy": 0.9, "latency_p95_ms": 2.0,
+         "energy_per_sample_j": 2.0},
+        {**BASELINE, "runtime.engine": "onnxruntime", "status": "ok", "accuracy": 0.5,
+         "latency_p95_ms": 1.0, "energy_per_sample_j": 0.5},
+    ]  # fmt: skip
+    for row in rows:
+        row.setdefault("prune.ratio", "")
+    table = ReplayTable.load(write_table(tmp_path / "t.csv", rows, COLUMNS))
+    constraints = {"max_accuracy_drop": 0.02}
+    request = load_request(write_request(tmp_path, constraints=constraints), replay=True)
+    truth = bench.true_front(table, BASELINE, request)
+    # The third row loses 0.4 of accuracy: infeasible. The front is the first two rows:
+    # nadir (-0.9, 4, 2); the front's extent is 0 in accuracy, 2 in latency, 1 in energy.
+    assert truth.feasible == 2 and truth.front_size == 2 and truth.ok == 3
+    reference = np.array([-0.9 + 1e-9, 4.2, 2.1])
+    assert truth.reference == pytest.approx(reference)
+    # Two boxes: (4.2-4)*(2.1-1) + (4.2-2)*(2.1-2) - nothing shared beyond: union by hand.
+    union = 1e-9 * ((4.2 - 4.0) * (2.1 - 1.0) + (4.0 - 2.0) * (2.1 - 2.0))
+    assert truth.hypervolume == pytest.approx(union, rel=1e-6)
+    run = bench.Run("x", 0, [0.5, 0.96, 1.0], [1.0, 3.0, 4.0])
+    assert run.to_target(10) == (2, 3.0)
+    assert bench.Run("x", 0, [0.5], [1.0]).to_target(10) == (11, None)
+
+
+def test_benchmark_curve_counts_only_measurements(tmp_path: Path) -> None:
+    bench = load_benchmark()
+    study = tune(tmp_path, budget=30)
+    table = ReplayTable.load(tmp_path / "table.csv")
+    request = load_request(tmp_path / "request.yaml", replay=True)
+    truth = bench.true_front(table, BASELINE, request)
+    fractions, seconds = bench.curve(study, table, truth)
+    assert len(fractions) == len(measured_configs(study)) < 30
+    assert fractions == sorted(fractions) and fractions[-1] <= 1.0 + 1e-9
+    rows = {str(sorted(config_of(r).items())): r for r in recorded_rows()}
+    expected = sum(float(rows[c]["measure_seconds"]) for c in measured_configs(study) if c in rows)
+    assert seconds[-1] == pytest.approx(expected)
