@@ -98,7 +98,7 @@ class TuneSettings:
     n_trials: int | None
     timeout_s: float | None
     seed: int | None = None
-    sampler: str = STRATEGY
+    sampler: str = "tpe"
 
 
 def make_sampler(name: str, seed: int | None) -> Any:

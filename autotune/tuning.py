@@ -46,7 +46,7 @@ class TuneOptions:
     # Trials answered from this recorded table (`autotune.replay`) instead of measured.
     replay: Path | None = None
     space: str | None = None  # a space file in place of the request's search_space
-    sampler: str = "autotune"
+    sampler: str = "tpe"
 
     def overrides(self) -> dict[str, Any]:
         pairs = {

@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 from autotune.replay import ReplayTable
 from autotune.request import load_request
 from autotune.strategy import ACCURACY_VIOLATION
+from autotune.strategy import NAME as STRATEGY
 from autotune.tuning import TuneOptions, run_tune
 from tests.autotune.test_replay import (
     BASELINE,
@@ -39,6 +40,7 @@ def tune(directory: Path, budget: int, workers: int = 1, **request: Any) -> optu
         study="s",
         workers=workers,
         seed=0,
+        sampler=STRATEGY,
         out_dir=directory / "out",
     )
     run_tune(write_request(directory, **request), options)
