@@ -64,7 +64,7 @@ def postgres_databases(count: int, prefix: str = "autotune_it") -> Iterator[list
     dropped afterwards."""
     import sqlalchemy
 
-    engine = sqlalchemy.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    engine = sqlalchemy.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     names = [f"{prefix}_{uuid.uuid4().hex[:10]}" for _ in range(count)]
     try:
         with engine.connect() as connection:

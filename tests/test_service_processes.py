@@ -149,6 +149,9 @@ def service_env(
     return {**base, **env}
 
 
+# A Ray node joining on a saturated 2-core machine can miss Ray's own start-up deadline
+# (seen once, while another benchmark ran): one visible rerun.
+@pytest.mark.flaky(reruns=1)
 def test_the_compose_services_tune_the_digits_example(
     databases: dict[str, str], tmp_path: Path
 ) -> None:
