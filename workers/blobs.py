@@ -1,4 +1,5 @@
-"""Files a workload names (an ONNX model, safetensors weights, an .npz), carried to nodes that lack them.
+"""Files a workload names (an ONNX model, safetensors weights, an .npz), carried to nodes
+that lack them.
 
 The control plane puts each file into Ray's object store once; a worker on a node where the
 path does not exist writes the bytes once into a node-local cache, named by their sha256,
