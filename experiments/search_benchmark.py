@@ -16,6 +16,7 @@ the baseline alone score over 95%. A trial answered without running
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import tempfile
@@ -263,12 +264,13 @@ def report(
         f"Command: `python experiments/search_benchmark.py --seeds {args.seeds} --budget "
         f"{args.budget}` ({wall_s / 60:.1f} min wall time).",
         "",
-        f"Benchmark machine: {platform.processor() or platform.machine()}, "
+        f"Benchmark machine: {_cpu_model()}, {os.cpu_count()} cores, "
         f"{platform.platform()}, python {platform.python_version()}; replay only (no model is "
         "run: every trial is answered from the recorded table on a simulated clock).",
         "",
         "Every strategy runs through the same coordinator (`tune --replay`, one slot). "
-        "`autotune` is the default strategy (`autotune/strategy.py`); the others are Optuna's "
+        "`autotune` is autotune's strategy (`autotune/strategy.py`, `--sampler autotune`); the "
+        "others are Optuna's "
         "samplers with default settings (`tpe` multivariate). A measurement is a trial the "
         "executor ran (user attr `measured`); a run that never reaches 95% counts as "
         f"budget + 1 = {args.budget + 1} measurements. Seconds: the rows' recorded "
@@ -312,6 +314,12 @@ def table_section(result: dict[str, Any], budget: int) -> list[str]:
         )
     lines += ["", f"![{name}](search-efficiency-{name}.png)", ""]
     return lines
+
+
+def _cpu_model() -> str:
+    from autotune.hardware import probe
+
+    return probe().cpu_model or platform.machine()
 
 
 def main() -> None:
