@@ -18,7 +18,7 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from autotune.errors import Conflict, NotFound
+from autotune.errors import Conflict
 from autotune.service.db import Database, Job, now
 from autotune.service.tokens import Principal
 
@@ -110,22 +110,17 @@ class JobStore:
             return session.scalar(select(Job).where(Job.active_key == key))
 
     def get(self, principal: Principal, job_id: str) -> Job:
-        with self.db.transaction() as session:
-            job = session.get(Job, job_id)
-        if job is None or not principal.can_see(job.token_id, job.team):
-            raise NotFound(f"no job {job_id!r}")
-        return job
+        return principal.fetch(self.db, Job, job_id, "job")
 
     def get_any(self, job_id: str) -> Job | None:
         with self.db.transaction() as session:
             return session.get(Job, job_id)
 
     def list(self, principal: Principal, limit: int = 100) -> list[Job]:
-        visible = Job.token_id == principal.token_id
-        if principal.team is not None:
-            visible = or_(visible, Job.team == principal.team)
         with self.db.transaction() as session:
-            query = select(Job).where(visible).order_by(Job.created_at.desc()).limit(limit)
+            query = (
+                select(Job).where(principal.sees(Job)).order_by(Job.created_at.desc()).limit(limit)
+            )
             return list(session.scalars(query).all())
 
     def cancel(self, principal: Principal, job_id: str) -> Job:

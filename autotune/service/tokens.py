@@ -10,11 +10,14 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
-from autotune.errors import RequestError, Unauthorized
-from autotune.service.db import Database, Token, now
+from autotune.errors import NotFound, RequestError, Unauthorized
+from autotune.service.db import Database, Job, Token, Watch, now
+
+Owned = TypeVar("Owned", Job, Watch)
 
 TOKEN_PREFIX = "at_"
 NAME_RULE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
@@ -31,6 +34,19 @@ class Principal:
 
     def can_see(self, token_id: int, team: str | None) -> bool:
         return token_id == self.token_id or (team is not None and team == self.team)
+
+    def sees(self, model: type[Job] | type[Watch]) -> Any:
+        """The same rule as `can_see`, as a SQL condition on a job or watch table."""
+        visible = model.token_id == self.token_id
+        return or_(visible, model.team == self.team) if self.team is not None else visible
+
+    def fetch(self, db: Database, model: type[Owned], row_id: str, noun: str) -> Owned:
+        """The job or watch with this id; NotFound when it is missing or not this caller's."""
+        with db.transaction() as session:
+            row = session.get(model, row_id)
+        if row is None or not self.can_see(row.token_id, row.team):
+            raise NotFound(f"no {noun} {row_id!r}")
+        return row
 
 
 def _hash(token: str) -> str:

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from autotune.contract import ModelRef
-from autotune.errors import AutotuneError, NotFound, RequestError
+from autotune.errors import AutotuneError, RequestError
 from autotune.service.db import Database, Job, Token, Watch, now
 from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
@@ -118,15 +118,11 @@ class WatchStore:
 
     def list(self, principal: Principal) -> list[Watch]:
         with self.db.transaction() as session:
-            watches = session.scalars(select(Watch).order_by(Watch.created_at)).all()
-        return [w for w in watches if principal.can_see(w.token_id, w.team)]
+            query = select(Watch).where(principal.sees(Watch)).order_by(Watch.created_at)
+            return list(session.scalars(query).all())
 
     def get(self, principal: Principal, watch_id: str) -> Watch:
-        with self.db.transaction() as session:
-            watch = session.get(Watch, watch_id)
-        if watch is None or not principal.can_see(watch.token_id, watch.team):
-            raise NotFound(f"no watch {watch_id!r}")
-        return watch
+        return principal.fetch(self.db, Watch, watch_id, "watch")
 
     def delete(self, principal: Principal, watch_id: str) -> None:
         self.get(principal, watch_id)
@@ -155,14 +151,17 @@ class Scheduler:
             self.stopped.wait(self.settings.poll_s)
 
     def tick(self) -> list[str]:
-        """Check every due watch once; return the ids of the jobs submitted."""
+        """Check every due watch once; return the ids of the jobs submitted. The hardware is
+        probed once per tick, and only when a watch is due."""
         submitted: list[str] = []
+        hardware: str | None = None
         while True:
             with self.db.transaction() as session:
                 watch = self._claim_due(session)
                 if watch is None:
                     return submitted
-                job_id = self._check(session, watch)
+                hardware = hardware or self._hardware_fingerprint()
+                job_id = self._check(session, watch, hardware)
                 if job_id is not None:
                     submitted.append(job_id)
 
@@ -174,24 +173,23 @@ class Scheduler:
             query = query.with_for_update(skip_locked=True, key_share=True)
         return session.scalars(query.limit(1)).first()
 
-    def _check(self, session: Session, watch: Watch) -> str | None:
+    def _check(self, session: Session, watch: Watch, hardware: str) -> str | None:
         """Submit a re-tune if the model or hardware changed; the watch's own changes are
         written last, with the tick's commit (on SQLite, an earlier write would hold the
         one write lock while the job is inserted)."""
         checked = now()
         with session.no_autoflush:
-            job_id = self._submit_if_changed(session, watch)
+            job_id = self._submit_if_changed(session, watch, hardware)
         watch.next_run_at = next_run(watch.every_s, watch.cron, checked)
         watch.last_checked_at = checked
         return job_id
 
-    def _submit_if_changed(self, session: Session, watch: Watch) -> str | None:
+    def _submit_if_changed(self, session: Session, watch: Watch, hardware: str) -> str | None:
         token = session.get(Token, watch.token_id)
         if token is None or token.revoked_at is not None:
             return None
         try:
             model = self._model_fingerprint(watch)
-            hardware = self._hardware_fingerprint()
         except AutotuneError as error:
             log.warning("watch %s: cannot read its model: %s", watch.id, error)
             return None
