@@ -31,11 +31,12 @@ from autotune.errors import AutotuneError, Interrupted, NoFeasibleConfiguration,
 from autotune.hardware import HardwareProfile
 from autotune.leases import Heartbeat, Owner, claim, lost_trials, schema_lock, study_lock
 from autotune.metrics import OBJECTIVES, Metric
-from autotune.pareto import Candidate, pareto_front, select, selection_metric
+from autotune.pareto import Candidate, by_contribution, pareto_front, select, selection_metric
 from autotune.request import Constraints, Cost, TuningRequest
 from autotune.space import EffectiveSpace
 from autotune.strategy import (
     ACCURACY_VIOLATION,
+    UNSUPPORTED_LIKE,
     Ledger,
     config_key,
     designed_configs,
@@ -98,7 +99,7 @@ class TuneSettings:
     n_trials: int | None
     timeout_s: float | None
     seed: int | None = None
-    sampler: str = "tpe"
+    sampler: str = STRATEGY
 
 
 def make_sampler(name: str, seed: int | None) -> Any:
@@ -203,9 +204,16 @@ class Coordinator:
         return self.stop.is_set()
 
     def run(self) -> TuneOutcome:
+        rdb = _storage(self.settings.storage)
+        try:
+            return self._run(rdb)
+        finally:
+            rdb.engine.dispose()  # a runner process runs many jobs; each closes its own
+
+    def _run(self, rdb: Any) -> TuneOutcome:
         info = self.model_info
         with schema_lock(self.settings.storage):
-            study = self._open_study(info)
+            study = self._open_study(info, rdb)
             with study_lock(self.settings.storage, self.settings.study_name):
                 tracker = Tracker(self.tracking_uri, self.experiment, self.settings.study_name)
         tags = {"energy_source": "pending", "hardware_fingerprint": self.profile.fingerprint}
@@ -237,7 +245,7 @@ class Coordinator:
 
     # -- study -------------------------------------------------------------------------
 
-    def _open_study(self, info: ModelInfo) -> optuna.Study:
+    def _open_study(self, info: ModelInfo, rdb: Any) -> optuna.Study:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -246,7 +254,7 @@ class Coordinator:
         with study_lock(self.settings.storage, self.settings.study_name):
             study = optuna.create_study(
                 study_name=self.settings.study_name,
-                storage=_storage(self.settings.storage),
+                storage=rdb,
                 directions=[m.direction.value for m in self.objectives],
                 sampler=sampler,
                 load_if_exists=True,
@@ -368,7 +376,7 @@ class Coordinator:
     def _make_ledger(self, study: optuna.Study) -> Ledger | None:
         if self.settings.sampler != STRATEGY:
             return None
-        ledger = Ledger(self.space, self.settings.seed, designed_configs(self.space))
+        ledger = Ledger(self.space, designed_configs(self.space))
         ledger.load(study)
         return ledger
 
@@ -386,10 +394,16 @@ class Coordinator:
     ) -> bool:
         """Whether the strategy answers this trial without measuring it: its variant is known
         to violate the accuracy bound, or its configuration was (or is being) measured."""
-        infeasible = self._infeasible_variants(accuracy, baseline)
-        if variant_key(spec.config) in infeasible:
+        if variant_key(spec.config) in self._infeasible_variants(accuracy, baseline):
             skipped = TrialResult.for_spec(spec, "skipped", ACCURACY_VIOLATION)
             self._tell(study, trial, spec, skipped, None, tracker)
+            return True
+        unbuildable = ledger.unsupported_like(spec.config)
+        if unbuildable is not None:
+            reason = f"{UNSUPPORTED_LIKE} #{unbuildable.trial_number}: {unbuildable.reason}"
+            self._tell(
+                study, trial, spec, TrialResult.for_spec(spec, "skipped", reason), None, tracker
+            )
             return True
         key = config_key(spec.config)
         outcome = ledger.finished.get(key)
@@ -402,7 +416,6 @@ class Coordinator:
             reused.append(outcome.result_for(spec))
         else:
             ledger.waiting.setdefault(ledger.in_flight[key], []).append((trial, spec))
-        ledger.explore_from(spec.config, infeasible)
         return True
 
     def _infeasible_variants(
@@ -531,7 +544,12 @@ class Coordinator:
 
         if self._ledger is None or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return
-        proposal = self._ledger.next_proposal()
+        objectives = [OBJECTIVES[o] for o in study.user_attrs.get("objectives", [])]
+        front = [c.config for c in by_contribution(feasible_front(study), objectives)]
+        excluded = self._infeasible_variants(
+            _accuracy_by_variant(study), _baseline_candidate(study)
+        )
+        proposal = self._ledger.next_proposal(front, excluded)
         if proposal is not None:
             config, why = proposal
             study.enqueue_trial(config, user_attrs={"proposed": why})
@@ -871,12 +889,15 @@ class Coordinator:
 
 
 def _storage(url: str) -> Any:
+    """Optuna's storage at `url`; the caller disposes of its engine. Creating it creates
+    Optuna's tables in a new database, which coordinators starting together must not race."""
     import optuna
 
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if not url.startswith("sqlite"):
         engine_kwargs.update(pool_size=5, max_overflow=5)
-    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    with schema_lock(url):
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
 
 
 def _failed_state(result: TrialResult) -> Any:
@@ -957,17 +978,25 @@ def feasible_front(study: optuna.Study) -> list[Candidate]:
     return pareto_front([c for c in candidates if c.feasible], objectives)
 
 
-def load_study(study_name: str, storage: str, field: str) -> optuna.Study:
-    """A stored study; a name the storage does not hold is a bad `field`."""
+@contextmanager
+def opened_study(study_name: str, storage: str, field: str) -> Iterator[optuna.Study]:
+    """A stored study, its connections closed on exit (a long-lived service reads many
+    studies; an engine left to the garbage collector holds its connections until then).
+    A name the storage does not hold is a bad `field`."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rdb = _storage(storage)
     try:
-        return optuna.load_study(study_name=study_name, storage=storage)
-    except KeyError:
-        raise RequestError(
-            field, "must name an existing study in the storage", study_name
-        ) from None
+        try:
+            study = optuna.load_study(study_name=study_name, storage=rdb)
+        except KeyError:
+            raise RequestError(
+                field, "must name an existing study in the storage", study_name
+            ) from None
+        yield study
+    finally:
+        rdb.engine.dispose()
 
 
 def _counted_trials(study: optuna.Study) -> int:

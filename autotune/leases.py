@@ -166,7 +166,8 @@ def _advisory_lock(storage_url: str, study_name: str) -> Iterator[None]:
 
     engine = _ENGINES.get(storage_url)
     if engine is None:
-        engine = sqlalchemy.create_engine(storage_url, pool_pre_ping=True, pool_size=1)
+        # No pool: a lock's connection lives only while the lock is held.
+        engine = sqlalchemy.create_engine(storage_url, poolclass=sqlalchemy.pool.NullPool)
         _ENGINES[storage_url] = engine
     key = zlib.crc32(f"autotune:{study_name}".encode())
     with engine.connect() as connection:

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from autotune.contract import ModelInfo, Workload
-from autotune.coordinator import Coordinator, TuneOutcome, TuneSettings, feasible_front, load_study
+from autotune.coordinator import (
+    Coordinator,
+    TuneOutcome,
+    TuneSettings,
+    feasible_front,
+    opened_study,
+)
 from autotune.errors import RequestError
 from autotune.executors import Executor, InProcessExecutor, RayExecutor
 from autotune.hardware import HardwareProfile, probe
@@ -18,6 +24,7 @@ from autotune.pareto import Candidate
 from autotune.replay import ReplayExecutor, ReplayTable
 from autotune.request import TuningRequest, load_request
 from autotune.space import EffectiveSpace, effective_space, load_space, resolve_space_path
+from autotune.strategy import NAME as STRATEGY
 from autotune.warm_start import WarmStart
 
 ProgressFactory = Callable[[int | None], AbstractContextManager[Callable[[int, Any], None]]]
@@ -46,7 +53,7 @@ class TuneOptions:
     # Trials answered from this recorded table (`autotune.replay`) instead of measured.
     replay: Path | None = None
     space: str | None = None  # a space file in place of the request's search_space
-    sampler: str = "tpe"
+    sampler: str = STRATEGY
 
     def overrides(self) -> dict[str, Any]:
         pairs = {
@@ -192,4 +199,5 @@ def _replay_note(executor: ReplayExecutor) -> str:
 
 def study_front(study_name: str, storage: str) -> list[Candidate]:
     """The feasible Pareto front of a stored study, over the objectives it was run with."""
-    return feasible_front(load_study(study_name, storage, "study"))
+    with opened_study(study_name, storage, "study") as study:
+        return feasible_front(study)

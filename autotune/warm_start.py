@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from autotune.contract import variant_key
-from autotune.coordinator import completed_trials, feasible_front, load_study
+from autotune.coordinator import completed_trials, feasible_front, opened_study
 from autotune.space import EffectiveSpace
 
 
@@ -70,9 +70,11 @@ class WarmStart:
 def load_warm_start(study_name: str, storage: str) -> WarmStart:
     """The feasible front (its previously chosen configuration first, then by trial number)
     and every measured trial of a stored study."""
-    study = load_study(study_name, storage, "warm_start")
-    chosen = study.user_attrs.get("revalidation", {}).get("chosen")
-    front = sorted(feasible_front(study), key=lambda c: (c.trial_number != chosen, c.trial_number))
+    with opened_study(study_name, storage, "warm_start") as study:
+        chosen = study.user_attrs.get("revalidation", {}).get("chosen")
+        front = feasible_front(study)
+        measured = completed_trials(study)
+    front.sort(key=lambda c: (c.trial_number != chosen, c.trial_number))
     trials = [
         PreviousTrial(
             number=t.number,
@@ -80,7 +82,7 @@ def load_warm_start(study_name: str, storage: str) -> WarmStart:
             metrics={k: v for k, v in t.user_attrs["metrics"].items() if k != "accuracy_drop"},
             provenance=dict(t.user_attrs.get("provenance", {})),
         )
-        for t in completed_trials(study)
+        for t in measured
     ]
     return WarmStart(study_name, [c.config for c in front], trials)
 

@@ -80,3 +80,12 @@ def postgres_databases(count: int, prefix: str = "autotune_it") -> Iterator[list
             for name in names:
                 connection.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         engine.dispose()
+
+
+def stored_trials(storage: str, study: str) -> list[Any]:
+    """A stored study's trials, read with a connection that is closed afterwards (polling
+    loops that leave engines to the garbage collector exhaust PostgreSQL's clients)."""
+    from autotune.coordinator import opened_study
+
+    with opened_study(study, storage, "study") as loaded:
+        return loaded.trials

@@ -21,10 +21,11 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from autotune.errors import RequestError
 from autotune.executors import RayExecutor
 from autotune.tracking import PARENT_TAG, TRIAL_TAG
 from autotune.tuning import TuneOptions, run_tune
-from tests.conftest import REPO, digits_request, postgres_databases
+from tests.conftest import REPO, digits_request, postgres_databases, stored_trials
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,9 +47,8 @@ def write_request(tmp_path: Path, storage: str, tracking: str, **overrides: obje
 
 
 def trial_states(storage: str, study: str = "digits-test") -> dict[str, int]:
-    loaded = optuna.load_study(study_name=study, storage=storage)
     counts: dict[str, int] = {}
-    for trial in loaded.trials:
+    for trial in stored_trials(storage, study):
         counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
     return counts
 
@@ -57,7 +57,7 @@ def counted(storage: str) -> int:
     """Trials that count toward the budget; 0 before the study exists."""
     try:
         states = trial_states(storage)
-    except KeyError:
+    except RequestError:
         return 0
     return states.get("COMPLETE", 0) + states.get("PRUNED", 0)
 
@@ -114,8 +114,8 @@ def test_two_workers_on_postgres(databases: tuple[str, str], tmp_path: Path) -> 
     assert trial_states(storage) == {"COMPLETE": 8} or counted(storage) == 8
     assert "FAIL" not in trial_states(storage)
     assert child_run_numbers(tracking) == list(range(8))
-    study = optuna.load_study(study_name="digits-test", storage=storage)
-    pids = {t.user_attrs["provenance"]["pid"] for t in study.trials if "provenance" in t.user_attrs}
+    trials = stored_trials(storage, "digits-test")
+    pids = {t.user_attrs["provenance"]["pid"] for t in trials if "provenance" in t.user_attrs}
     assert len(pids) == 2  # both slots measured
 
 
@@ -158,8 +158,8 @@ def test_a_worker_killed_mid_trial_is_retried(
     assert killed, "the worker was never killed"
     states = trial_states(storage)
     assert counted(storage) == 8 and "FAIL" not in states
-    study = optuna.load_study(study_name="digits-test", storage=storage)
-    attempts = {t.number: t.user_attrs.get("attempt") for t in study.trials}
+    trials = stored_trials(storage, "digits-test")
+    attempts = {t.number: t.user_attrs.get("attempt") for t in trials}
     assert any(a is not None and a >= 1 for a in attempts.values()), attempts
     assert child_run_numbers(tracking) == list(range(8))
 
@@ -197,9 +197,9 @@ def test_two_coordinators_share_one_study(databases: tuple[str, str], tmp_path: 
     assert second.returncode == 0, outputs[1][-3000:]
     assert counted(storage) == 10
     assert "FAIL" not in trial_states(storage)
-    study = optuna.load_study(study_name="digits-test", storage=storage)
-    assert sum(bool(t.user_attrs.get("baseline")) for t in study.trials) == 1
-    owners = {t.system_attrs.get("autotune:owner") for t in study.trials}
+    trials = stored_trials(storage, "digits-test")
+    assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1
+    owners = {t.system_attrs.get("autotune:owner") for t in trials}
     assert len(owners) == 2  # both coordinators ran trials
     assert child_run_numbers(tracking) == list(range(10))
 

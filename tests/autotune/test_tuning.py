@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import optuna
@@ -13,6 +14,8 @@ from autotune.errors import NoFeasibleConfiguration, RequestError
 from autotune.request import load_request
 from autotune.tracking import PARENT_TAG, STUDY_TAG, TRIAL_TAG
 from autotune.tuning import TuneOptions, run_tune, study_front
+from autotune.warm_start import load_warm_start
+from tests.conftest import ADMIN_URL, postgres_databases
 
 INPROCESS = TuneOptions(executor="inprocess", seed=0)
 
@@ -159,3 +162,32 @@ def test_logged_model_reproduces_the_tuned_accuracy(write_request, tmp_path: Pat
     local = client.download_artifacts(tuned.mlflow["run_id"], "optimized_model", str(tmp_path))
     workload = load_request(path).workload(path.parent)
     assert evaluate_artifact(local, workload) == pytest.approx(tuned.metrics["accuracy"], abs=1e-12)
+
+
+@pytest.mark.integration
+def test_reading_stored_studies_leaves_no_connection_open() -> None:
+    """The service reads a study for every /pareto request and every re-tune; each read
+    must close its connections itself, not leave them to the garbage collector."""
+    with postgres_databases(1, "autotune_reads") as (storage,):
+        optuna.create_study(study_name="s", storage=storage)
+        gc.collect()
+        database = storage.rsplit("/", 1)[1]
+        before = connections_to(database)
+        gc.disable()
+        try:
+            for _ in range(4):
+                assert study_front("s", storage) == []
+                assert load_warm_start("s", storage).trials == []
+            after = connections_to(database)
+        finally:
+            gc.enable()
+    assert after == before
+
+
+def connections_to(database: str) -> int:
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(ADMIN_URL, poolclass=sqlalchemy.pool.NullPool)
+    with engine.connect() as connection:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE datname = :name"
+        return connection.execute(sqlalchemy.text(query), {"name": database}).scalar_one()

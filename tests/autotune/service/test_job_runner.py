@@ -9,7 +9,6 @@ import signal
 import threading
 from pathlib import Path
 
-import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
@@ -27,7 +26,7 @@ from tests.autotune.service.support import (
     sqlite_settings,
     wait_for,
 )
-from tests.conftest import postgres_databases
+from tests.conftest import postgres_databases, stored_trials
 
 
 def test_a_job_is_tuned_and_its_artifact_registered(tmp_path: Path) -> None:
@@ -65,8 +64,8 @@ def test_cancel_stops_the_study_cleanly(tmp_path: Path) -> None:
 
     cancelled = store.get(alice, job.id)
     assert cancelled.state == "cancelled" and cancelled.finished_at is not None
-    study = optuna.load_study(study_name=job.study_name, storage=settings.storage)
-    states = [t.state for t in study.trials]
+    trials = stored_trials(settings.storage, job.study_name)
+    states = [t.state for t in trials]
     assert TrialState.RUNNING not in states  # the running trials finished and were told
     assert 2 <= len(states) < 40
 
@@ -107,8 +106,8 @@ def test_twenty_jobs_on_two_runners_each_run_exactly_once(tmp_path: Path) -> Non
         assert all(job.attempts == 1 for job in jobs)  # nobody claimed a job twice
         client = MlflowClient(settings.tracking_uri)
         for job in jobs:
-            study = optuna.load_study(study_name=job.study_name, storage=settings.storage)
-            assert len(study.trials) == 2, job.study_name  # measured once, not twice
+            trials = stored_trials(settings.storage, job.study_name)
+            assert len(trials) == 2, job.study_name  # measured once, not twice
             (version,) = client.search_model_versions(f"name = '{job.request['name']}'")
             assert version.tags["autotune.job"] == job.id
         db.close()
@@ -129,17 +128,17 @@ def test_a_killed_runners_job_completes_after_the_lease_expires(tmp_path: Path) 
             first.join(30)
         before = store.get(alice, job.id)
         assert before.state == "running" and before.attempts == 1
-        done_before = optuna.load_study(study_name=job.study_name, storage=settings.storage)
-        kept = {t.number for t in done_before.trials if t.state == TrialState.COMPLETE}
+        done_before = stored_trials(settings.storage, job.study_name)
+        kept = {t.number for t in done_before if t.state == TrialState.COMPLETE}
 
         with runner_processes(settings, 1):
             wait_for(lambda: store.get(alice, job.id).state == "succeeded", 300, "the job")
 
         after = store.get(alice, job.id)
         assert after.attempts == 2 and after.result is not None
-        study = optuna.load_study(study_name=job.study_name, storage=settings.storage)
-        complete = {t.number for t in study.trials if t.state == TrialState.COMPLETE}
+        trials = stored_trials(settings.storage, job.study_name)
+        complete = {t.number for t in trials if t.state == TrialState.COMPLETE}
         assert kept <= complete  # resumed: the first runner's trials were kept
-        counted = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        counted = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
         assert len(counted) == 8  # the budget, not the budget twice
         db.close()

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -27,7 +26,7 @@ from tests.autotune.service.support import (
     sqlite_settings,
     wait_for,
 )
-from tests.conftest import postgres_databases
+from tests.conftest import postgres_databases, stored_trials
 
 
 def test_intervals_and_cron_schedules() -> None:
@@ -99,8 +98,8 @@ def test_a_changed_model_file_is_retuned_from_the_previous_front(
     assert done.state == "succeeded", done.error
 
     previous_study = jobs.get(alice, first).study_name
-    study = optuna.load_study(study_name=done.study_name, storage=settings.storage)
-    warm = [t for t in study.trials if t.user_attrs.get("warm_start") == previous_study]
+    trials = stored_trials(settings.storage, done.study_name)
+    warm = [t for t in trials if t.user_attrs.get("warm_start") == previous_study]
     assert warm and min(t.number for t in warm) == 1  # right after the baseline
     client = MlflowClient(settings.tracking_uri)
     run_id = done.result["mlflow"]["run_id"]  # type: ignore[index]
