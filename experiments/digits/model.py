@@ -77,20 +77,26 @@ def eval_data() -> tuple[np.ndarray, np.ndarray]:
 
 def train(seed: int = SEED, epochs: int = EPOCHS) -> DigitsCNN:
     """Train from scratch; the seed fixes the initial weights and the data order (Adam,
-    cross-entropy)."""
+    cross-entropy). One thread: the result would otherwise depend on the caller's thread
+    count (a Ray worker tuning at 1 thread and a process at 2 sum in different orders)."""
     train_x, _, train_y, _ = _split()
-    torch.manual_seed(seed)
-    model = DigitsCNN()
-    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
-    order = torch.Generator().manual_seed(seed)
-    inputs, labels = torch.from_numpy(train_x), torch.from_numpy(train_y)
-    model.train()
-    for _ in range(epochs):
-        for batch in torch.randperm(len(inputs), generator=order).split(BATCH_SIZE):
-            optimizer.zero_grad()
-            loss = nn.functional.cross_entropy(model(inputs[batch]), labels[batch])
-            loss.backward()
-            optimizer.step()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(seed)
+        model = DigitsCNN()
+        optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+        order = torch.Generator().manual_seed(seed)
+        inputs, labels = torch.from_numpy(train_x), torch.from_numpy(train_y)
+        model.train()
+        for _ in range(epochs):
+            for batch in torch.randperm(len(inputs), generator=order).split(BATCH_SIZE):
+                optimizer.zero_grad()
+                loss = nn.functional.cross_entropy(model(inputs[batch]), labels[batch])
+                loss.backward()
+                optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
     return model.eval()
 
 

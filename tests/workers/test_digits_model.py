@@ -50,6 +50,19 @@ def test_training_is_deterministic_and_cached(
         assert torch.equal(tensor, reference[name])
 
 
+def test_training_does_not_depend_on_the_callers_thread_count() -> None:
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = digits_model.train(epochs=2).state_dict()
+        torch.set_num_threads(2)
+        two = digits_model.train(epochs=2).state_dict()
+        assert torch.get_num_threads() == 2  # the caller's setting is given back
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(one[name], two[name]) for name in one)
+
+
 _TRAIN_ONCE = """
 import sys
 from pathlib import Path
