@@ -70,13 +70,13 @@ def tune(
     ] = "ray",
     seed: Annotated[int | None, typer.Option(help="sampler seed")] = None,
     sampler: Annotated[
-        Literal["tpe", "autotune", "random", "nsga2", "gp"],
+        Literal["autotune", "tpe", "random", "nsga2", "gp"],
         typer.Option(
-            help="Optuna's multivariate TPE (default), autotune's structure-aware strategy "
-            "(repeats and known-infeasible variants not measured; being benchmarked), or "
-            "another of Optuna's samplers as they come"
+            help="autotune's structure-aware strategy (default: a designed start, then a "
+            "local search around the front; repeats and known-infeasible variants are not "
+            "measured), or one of Optuna's samplers as they come (tpe is multivariate)"
         ),
-    ] = "tpe",
+    ] = "autotune",
     space_file: Annotated[
         str | None, typer.Option("--space", help="space file in place of the request's")
     ] = None,

@@ -45,6 +45,35 @@ def pareto_front(candidates: Sequence[Candidate], metrics: Sequence[Metric]) -> 
     ]
 
 
+def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -> float:
+    """The hypervolume that smaller-is-better `points` dominate up to `reference`; points not
+    strictly better than it in every objective add nothing."""
+    import numpy as np
+    from optuna._hypervolume import compute_hypervolume  # Optuna's own samplers use it
+
+    inside = [p for p in points if all(x < r for x, r in zip(p, reference, strict=True))]
+    if not inside:
+        return 0.0
+    return float(compute_hypervolume(np.array(inside, dtype=float), np.array(reference, float)))
+
+
+def by_contribution(front: Sequence[Candidate], metrics: Sequence[Metric]) -> list[Candidate]:
+    """The front, the point whose loss would cost the most hypervolume first. The reference
+    point lies a tenth of the front's extent beyond its worst value of each metric."""
+    points = [_oriented(c, metrics) for c in front]
+    if len(points) < 2:
+        return list(front)
+    worst = [max(column) for column in zip(*points, strict=True)]
+    best = [min(column) for column in zip(*points, strict=True)]
+    reference = [w + max(0.1 * (w - b), 1e-12) for w, b in zip(worst, best, strict=True)]
+    total = hypervolume(points, reference)
+    losses = [
+        total - hypervolume(points[:i] + points[i + 1 :], reference) for i in range(len(points))
+    ]
+    order = sorted(range(len(front)), key=lambda i: -losses[i])
+    return [front[i] for i in order]
+
+
 def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
     """Pick the one configuration to return from a non-empty feasible front."""
     if not front:

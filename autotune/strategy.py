@@ -1,25 +1,35 @@
 """autotune's own search strategy: what it knows about its space, spent on fewer measurements.
 
 - A designed initial set follows the baseline: each precision on each engine at a middle batch
-  size, everything else as the baseline runs. It tells the sampler early which model variants
-  keep their accuracy and which kernels are fast.
+  size, everything else as the baseline runs. It tells early which model variants keep their
+  accuracy and which kernels are fast.
+- Then a Pareto local search: the unmeasured neighbours (one dimension changed) of the
+  feasible front found so far, the point with the largest hypervolume contribution first;
+  throughput dimensions (batch size, threads) before the other kernel choices, and those
+  before the model variant. Every few proposals, and whenever the front has no unmeasured
+  neighbour left, the sampler proposes.
 - A proposal that repeats a finished configuration is told from that trial without being
   measured; one that repeats a configuration still being measured waits for that measurement.
 - A configuration whose model variant already violates `max_accuracy_drop` is not measured:
-  accuracy depends only on the variant.
-- A repeated proposal means the sampler has settled on a region: the next trial is an
-  unmeasured neighbour of the repeated configuration (one dimension changed).
-- The sampler is multivariate TPE for mixed categorical spaces, with the designed set as its
-  startup and a constant liar so that several slots do not propose the same point.
+  accuracy depends only on the variant. Nor is one that differs only in throughput dimensions
+  from a configuration that could not be built: batch size and threads do not decide that.
+- The sampler is multivariate TPE for mixed categorical spaces, with a constant liar so that
+  several slots do not propose the same point.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.contract import ConfigValue, Provenance, TrialMetrics, TrialResult, TrialSpec
+from autotune.contract import (
+    ConfigValue,
+    Provenance,
+    TrialMetrics,
+    TrialResult,
+    TrialSpec,
+    variant_key,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -29,7 +39,12 @@ if TYPE_CHECKING:
 NAME = "autotune"
 # The designed set is the sampler's startup; TPE models from this many trials on.
 STARTUP_TRIALS = 4
+# After the designed set, every this-many-th proposal is the sampler's, the rest are neighbours.
+SAMPLER_EVERY = 4
+# They change how fast a configuration runs, never whether it can be built.
+THROUGHPUT_DIMENSIONS = ("batch.size", "runtime.threads")
 ACCURACY_VIOLATION = "its variant violates the accuracy constraint"
+UNSUPPORTED_LIKE = "differs only in batch size or threads from unsupported trial"
 
 ConfigKey = tuple[tuple[str, Any], ...]
 
@@ -39,15 +54,20 @@ def config_key(config: dict[str, Any]) -> ConfigKey:
 
 
 def make_strategy_sampler(seed: int | None) -> Any:
+    import warnings
+
     import optuna
 
-    return optuna.samplers.TPESampler(
-        multivariate=True,
-        group=True,
-        constant_liar=True,
-        n_startup_trials=STARTUP_TRIALS,
-        seed=seed,
-    )
+    with warnings.catch_warnings():
+        # `group` is marked experimental; autotune's tests pin the behaviour it relies on.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+            n_startup_trials=STARTUP_TRIALS,
+            seed=seed,
+        )
 
 
 def designed_configs(space: EffectiveSpace) -> list[dict[str, ConfigValue]]:
@@ -100,16 +120,13 @@ class Ledger:
     the repeats waiting for that one."""
 
     space: EffectiveSpace
-    seed: int | None
     designed: list[dict[str, ConfigValue]]
     finished: dict[ConfigKey, Outcome] = field(default_factory=dict)
     in_flight: dict[ConfigKey, int] = field(default_factory=dict)
     waiting: dict[int, list[tuple[optuna.Trial, TrialSpec]]] = field(default_factory=dict)
     proposed: set[ConfigKey] = field(default_factory=set)
-    neighbours: list[dict[str, ConfigValue]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self._random = random.Random(self.seed)
+    unsupported: dict[ConfigKey, Outcome] = field(default_factory=dict)
+    _searched: int = 0
 
     def load(self, study: optuna.Study) -> None:
         """The outcomes a resumed study already holds."""
@@ -122,16 +139,16 @@ class Ledger:
                 continue
             metrics = attrs.get("metrics")
             provenance = attrs.get("provenance")
-            self.finished.setdefault(
-                config_key(attrs["config"]),
-                Outcome(
-                    trial.number,
-                    attrs["status"],
-                    attrs.get("reason"),
-                    None if metrics is None else TrialMetrics.model_validate(_measured(metrics)),
-                    None if provenance is None else Provenance.model_validate(provenance),
-                ),
+            outcome = Outcome(
+                trial.number,
+                attrs["status"],
+                attrs.get("reason"),
+                None if metrics is None else TrialMetrics.model_validate(_measured(metrics)),
+                None if provenance is None else Provenance.model_validate(provenance),
             )
+            self.finished.setdefault(config_key(attrs["config"]), outcome)
+            if outcome.status == "unsupported":
+                self.unsupported.setdefault(_build_key(attrs["config"]), outcome)
 
     def settle(self, number: int, spec: TrialSpec, result: TrialResult) -> list[Any]:
         """Record how trial `number` ended; return the repeats that waited for it."""
@@ -143,44 +160,80 @@ class Ledger:
                 number, result.status, result.reason, result.metrics, result.provenance
             )
             self.finished.setdefault(key, outcome)
+            if result.status == "unsupported":
+                self.unsupported.setdefault(_build_key(spec.config), outcome)
         return self.waiting.pop(number, [])
 
-    def next_proposal(self) -> tuple[dict[str, ConfigValue], str] | None:
-        """A neighbour of a repeat first, else the next designed configuration not yet known;
-        None when the sampler proposes."""
-        if self.neighbours:
-            return self.neighbours.pop(), "neighbour"
+    def next_proposal(
+        self, front: list[dict[str, ConfigValue]], excluded: set[str]
+    ) -> tuple[dict[str, ConfigValue], str] | None:
+        """The next designed configuration not yet known, else an unknown neighbour of the
+        `front` (in the order given) whose variant is not in `excluded`; None when the sampler
+        proposes."""
+        from autotune.warm_start import producible
+
         for config in self.designed:
             if not self._known(config_key(config)):
                 self.proposed.add(config_key(config))
                 return config, "designed"
+        self._searched += 1
+        if self._searched % SAMPLER_EVERY == 0:
+            return None
+        for point in front:
+            for option in self._neighbours(point):
+                key = config_key(option)
+                if self._known(key) or variant_key(option) in excluded:
+                    continue
+                if self.unsupported_like(option) is None and producible(self.space, option):
+                    self.proposed.add(key)
+                    return option, "neighbour"
         return None
 
-    def explore_from(self, config: dict[str, ConfigValue], excluded: set[str]) -> None:
-        """Queue an unknown configuration one dimension away from `config` whose variant is
-        not in `excluded`, if there is one."""
-        from autotune.contract import variant_key
-        from autotune.warm_start import producible
+    def unsupported_like(self, config: dict[str, ConfigValue]) -> Outcome | None:
+        """A finished trial that could not be built and differs from `config` only in
+        throughput dimensions."""
+        return self.unsupported.get(_build_key(config))
 
-        options = [
-            {**config, d.name: value}
-            for d in self.space.dimensions
-            if d.name in config and d.values is not None
-            for value in d.values
-            if value != config[d.name]
-        ]
-        self._random.shuffle(options)
-        for option in options:
-            key = config_key(option)
-            if self._known(key) or variant_key(option) in excluded:
+    def _neighbours(self, config: dict[str, ConfigValue]) -> list[dict[str, ConfigValue]]:
+        """Configurations one categorical dimension away, throughput dimensions first, then
+        the other kernel choices, then the model variant. A dimension that the change makes
+        active takes each of its values; one it makes inactive is dropped."""
+        dimensions = sorted(self.space.dimensions, key=lambda d: _neighbour_order(d.name))
+        options: list[dict[str, ConfigValue]] = []
+        for dim in dimensions:
+            if dim.name not in config or dim.values is None:
                 continue
-            if producible(self.space, option):
-                self.proposed.add(key)
-                self.neighbours.append(option)
-                return
+            for value in dim.values:
+                if value != config[dim.name]:
+                    options.extend(self._completed({**config, dim.name: value}))
+        return options
+
+    def _completed(self, changed: dict[str, ConfigValue]) -> list[dict[str, ConfigValue]]:
+        partial: list[dict[str, ConfigValue]] = [{}]
+        for dim in self.space.dimensions:
+            grown: list[dict[str, ConfigValue]] = []
+            for config in partial:
+                if not dim.active(config):
+                    grown.append(config)
+                elif dim.name in changed:
+                    grown.append({**config, dim.name: changed[dim.name]})
+                elif dim.values is not None:
+                    grown.extend({**config, dim.name: value} for value in dim.values)
+            partial = grown
+        return partial
 
     def _known(self, key: ConfigKey) -> bool:
         return key in self.finished or key in self.in_flight or key in self.proposed
+
+
+def _neighbour_order(name: str) -> int:
+    if name in THROUGHPUT_DIMENSIONS:
+        return 0
+    return 2 if variant_key({name: ""}) else 1
+
+
+def _build_key(config: dict[str, ConfigValue]) -> ConfigKey:
+    return config_key({k: v for k, v in config.items() if k not in THROUGHPUT_DIMENSIONS})
 
 
 def _measured(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,14 @@
 import pytest
 
 from autotune.metrics import OBJECTIVES
-from autotune.pareto import Candidate, dominates, pareto_front, select
+from autotune.pareto import (
+    Candidate,
+    by_contribution,
+    dominates,
+    hypervolume,
+    pareto_front,
+    select,
+)
 from autotune.request import Selection
 
 OBJ = [OBJECTIVES["accuracy"], OBJECTIVES["latency"], OBJECTIVES["energy"]]
@@ -55,3 +62,27 @@ def test_latency_ties_go_to_accuracy() -> None:
 def test_select_rejects_empty_front() -> None:
     with pytest.raises(ValueError):
         select([], Selection())
+
+
+def test_hypervolume_of_boxes_by_hand() -> None:
+    reference = [4.0, 4.0]
+    assert hypervolume([[1.0, 3.0]], reference) == pytest.approx(3.0)
+    # Two boxes, 3 + 6, sharing 2x1: 7; a point outside the reference adds nothing.
+    assert hypervolume([[1.0, 3.0], [2.0, 1.0], [5.0, 0.0]], reference) == pytest.approx(7.0)
+    assert hypervolume([[4.0, 1.0]], reference) == 0.0
+
+
+def test_front_by_hypervolume_contribution() -> None:
+    latency, energy = OBJECTIVES["latency"], OBJECTIVES["energy"]
+
+    def point(number: int, p95: float, joules: float) -> Candidate:
+        return Candidate(number, {}, {"latency_p95_ms": p95, "energy_per_sample_j": joules}, True)
+
+    # Extent 10 in each metric: the reference point is a tenth further, (11, 11).
+    front = [point(0, 0.0, 10.0), point(1, 5.0, 1.0), point(2, 10.0, 0.0)]
+    # Exclusive contributions with reference (11, 11): point 0 owns x in [0, 5) and y in
+    # [10, 11): 5; point 1 owns x in [5, 10), y in [1, 10): 45; point 2 owns x in [10, 11),
+    # y in [0, 1): 1.
+    ordered = by_contribution(front, [latency, energy])
+    assert [c.trial_number for c in ordered] == [1, 0, 2]
+    assert by_contribution(front[:1], [latency, energy]) == front[:1]

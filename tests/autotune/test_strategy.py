@@ -13,9 +13,17 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.contract import TrialResult, TrialSpec
 from autotune.replay import ReplayTable
 from autotune.request import load_request
-from autotune.strategy import ACCURACY_VIOLATION
+from autotune.space import EffectiveDimension, EffectiveSpace
+from autotune.strategy import (
+    ACCURACY_VIOLATION,
+    SAMPLER_EVERY,
+    UNSUPPORTED_LIKE,
+    Ledger,
+    config_key,
+)
 from autotune.strategy import NAME as STRATEGY
 from autotune.tuning import TuneOptions, run_tune
 from tests.autotune.test_replay import (
@@ -30,8 +38,14 @@ from tests.autotune.test_replay import (
 BENCHMARK = Path(__file__).resolve().parents[2] / "experiments" / "search_benchmark.py"
 
 
-def tune(directory: Path, budget: int, workers: int = 1, **request: Any) -> optuna.Study:
-    table = write_table(directory / "table.csv", recorded_rows())
+def tune(
+    directory: Path,
+    budget: int,
+    workers: int = 1,
+    rows: list[dict[str, Any]] | None = None,
+    **request: Any,
+) -> optuna.Study:
+    table = write_table(directory / "table.csv", recorded_rows() if rows is None else rows)
     storage = f"sqlite:///{directory / 'study.db'}"
     options = TuneOptions(
         trials=budget,
@@ -156,9 +170,87 @@ def test_benchmark_curve_counts_only_measurements(tmp_path: Path) -> None:
     table = ReplayTable.load(tmp_path / "table.csv")
     request = load_request(tmp_path / "request.yaml", replay=True)
     truth = bench.true_front(table, BASELINE, request)
-    fractions, seconds = bench.curve(study, table, truth)
+    fractions, seconds = bench.curve(study.trials, table, truth)
     assert len(fractions) == len(measured_configs(study)) < 30
     assert fractions == sorted(fractions) and fractions[-1] <= 1.0 + 1e-9
     rows = {str(sorted(config_of(r).items())): r for r in recorded_rows()}
     expected = sum(float(rows[c]["measure_seconds"]) for c in measured_configs(study) if c in rows)
     assert seconds[-1] == pytest.approx(expected)
+
+
+def small_space() -> EffectiveSpace:
+    dims = [
+        ("runtime.engine", ["torch_eager", "onnxruntime"], {}),
+        ("batch.size", [1, 8], {}),
+        ("prune.method", ["none", "magnitude"], {}),
+        ("prune.ratio", [0.3, 0.6], {"prune.method": ["magnitude"]}),
+    ]
+    return EffectiveSpace(
+        name="small",
+        source="test",
+        hardware_fingerprint="test",
+        excluded=[],
+        dimensions=[
+            EffectiveDimension(name=n, values=v, range=None, baseline=v[0], when=w)
+            for n, v, w in dims
+        ],
+    )
+
+
+def test_local_search_walks_the_fronts_neighbours_throughput_first() -> None:
+    ledger = Ledger(small_space(), designed=[])
+    front = [BASELINE, {**BASELINE, "runtime.engine": "onnxruntime"}]
+    ledger.proposed.update(config_key(c) for c in front)  # measured: not proposed again
+    excluded = {"prune.method=magnitude,prune.ratio=0.3,runtime.engine=torch_eager"}
+    proposals = [ledger.next_proposal(front, excluded) for _ in range(SAMPLER_EVERY + 2)]
+    assert proposals[:3] == [
+        ({**BASELINE, "batch.size": 8}, "neighbour"),  # batch size before the variant
+        # pruning becomes active: each ratio whose variant is not excluded
+        ({**BASELINE, "prune.method": "magnitude", "prune.ratio": 0.6}, "neighbour"),
+        # the first point's neighbours are all known: the second point's
+        ({**front[1], "batch.size": 8}, "neighbour"),
+    ]
+    assert proposals[SAMPLER_EVERY - 1] is None  # the sampler's turn
+    assert proposals[SAMPLER_EVERY] == (
+        {**front[1], "prune.method": "magnitude", "prune.ratio": 0.3},
+        "neighbour",
+    )
+
+
+def test_unbuildable_in_one_batch_size_is_not_proposed_in_another(tmp_path: Path) -> None:
+    table = ReplayTable.load(write_table(tmp_path / "t.csv", recorded_rows()))
+    ledger = Ledger(small_space(), designed=[])
+    unbuildable = {**BASELINE, "runtime.engine": "onnxruntime"}
+    trial = TrialSpec(study="s", trial_number=3, workload=table.workload(), config=unbuildable)
+    ledger.settle(3, trial, TrialResult.for_spec(trial, "unsupported", "no kernel"))
+    like = ledger.unsupported_like({**unbuildable, "batch.size": 8})
+    assert like is not None and like.trial_number == 3
+    assert ledger.unsupported_like({**unbuildable, "prune.method": "magnitude"}) is None
+    proposed = [ledger.next_proposal([unbuildable], set()) for _ in range(SAMPLER_EVERY - 1)]
+    assert ({**unbuildable, "batch.size": 8}, "neighbour") not in proposed
+
+
+def test_a_repeat_of_an_unbuildable_configuration_is_not_measured(tmp_path: Path) -> None:
+    # onnxruntime with pruning cannot be built, at either batch size.
+    rows = recorded_rows()
+    for row in rows:
+        if row["runtime.engine"] == "onnxruntime" and row["prune.method"] != "none":
+            row.update(status="unsupported", reason="no kernel for it")
+            for metric in ("accuracy", "latency_p95_ms", "energy_per_sample_j"):
+                row.pop(metric, None)
+    study = tune(tmp_path, budget=30, rows=rows, constraints={"max_accuracy_drop": 0.5})
+    by_ratio: dict[float, list[optuna.trial.FrozenTrial]] = {}
+    for trial in study.trials:
+        config = trial.user_attrs["config"]
+        if config["runtime.engine"] == "onnxruntime" and config["prune.method"] != "none":
+            by_ratio.setdefault(config["prune.ratio"], []).append(trial)
+    skipped = 0
+    for trials in by_ratio.values():
+        (first,) = [t for t in trials if measured(t)]  # one batch size measured, per ratio
+        for trial in trials:
+            if trial is not first and "reused_from" not in trial.user_attrs:
+                assert not measured(trial) and trial.state == TrialState.PRUNED
+                assert trial.user_attrs["reason"].startswith(UNSUPPORTED_LIKE)
+                assert f"#{first.number}:" in trial.user_attrs["reason"]
+                skipped += 1
+    assert skipped
