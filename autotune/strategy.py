@@ -5,6 +5,7 @@
   accuracy and which kernels are fast.
 - Then a Pareto local search: the unmeasured neighbours (one dimension changed) of the
   feasible front found so far, the point with the largest hypervolume contribution first;
+  nearest first (one step along a numeric dimension before two), and at each step
   throughput dimensions (batch size, threads) before the other kernel choices, and those
   before the model variant. Every few proposals, and whenever the front has no unmeasured
   neighbour left, the sampler proposes.
@@ -71,8 +72,9 @@ def make_strategy_sampler(seed: int | None) -> Any:
 
 
 def designed_configs(space: EffectiveSpace) -> list[dict[str, ConfigValue]]:
-    """Each precision on each engine at the middle batch size, the rest as the baseline runs;
-    only configurations the space can produce, without the baseline itself."""
+    """Each precision on each engine at the middle batch size, the rest as the baseline runs
+    (a dimension that only the change makes active at its own baseline); only configurations
+    the space can produce, without the baseline itself."""
     from autotune.warm_start import producible
 
     baseline = space.baseline()
@@ -84,10 +86,30 @@ def designed_configs(space: EffectiveSpace) -> list[dict[str, ConfigValue]]:
     designed: list[dict[str, ConfigValue]] = []
     for precision in _alternatives(choices, "precision.mode"):
         for engine in _alternatives(choices, "runtime.engine"):
-            config = {**baseline, **middle, **precision, **engine}
+            config = changed(space, baseline, {**middle, **precision, **engine})
             if config != baseline and config not in designed and producible(space, config):
                 designed.append(config)
     return designed
+
+
+def changed(
+    space: EffectiveSpace, config: dict[str, ConfigValue], changes: dict[str, ConfigValue]
+) -> dict[str, ConfigValue]:
+    """`config` with `changes`: a dimension they make active takes its baseline value (else
+    its first), one they make inactive is dropped."""
+    result: dict[str, ConfigValue] = {}
+    for dim in space.dimensions:
+        if not dim.active(result):
+            continue
+        if dim.name in changes:
+            result[dim.name] = changes[dim.name]
+        elif dim.name in config:
+            result[dim.name] = config[dim.name]
+        elif dim.baseline is not None:
+            result[dim.name] = dim.baseline
+        elif dim.values:
+            result[dim.name] = dim.values[0]
+    return result
 
 
 def _alternatives(choices: dict[str, list[ConfigValue]], name: str) -> list[dict[str, ConfigValue]]:
@@ -195,38 +217,28 @@ class Ledger:
         return self.unsupported.get(_build_key(config))
 
     def _neighbours(self, config: dict[str, ConfigValue]) -> list[dict[str, ConfigValue]]:
-        """Configurations one categorical dimension away, throughput dimensions first, then
-        the other kernel choices, then the model variant. A dimension that the change makes
-        active takes each of its values; one it makes inactive is dropped."""
-        dimensions = sorted(self.space.dimensions, key=lambda d: _neighbour_order(d.name))
-        options: list[dict[str, ConfigValue]] = []
-        for dim in dimensions:
-            if dim.name not in config or dim.values is None:
+        """Configurations one categorical dimension away (see `changed`), nearest first: a
+        numeric value one step along its dimension before two steps, and at each step
+        throughput dimensions, then other kernel choices, then the model variant."""
+        ranked: list[tuple[tuple[int, int, int], dict[str, ConfigValue]]] = []
+        for position, dim in enumerate(self.space.dimensions):
+            if dim.name not in config or dim.values is None or config[dim.name] not in dim.values:
                 continue
-            for value in dim.values:
-                if value != config[dim.name]:
-                    options.extend(self._completed({**config, dim.name: value}))
-        return options
-
-    def _completed(self, changed: dict[str, ConfigValue]) -> list[dict[str, ConfigValue]]:
-        partial: list[dict[str, ConfigValue]] = [{}]
-        for dim in self.space.dimensions:
-            grown: list[dict[str, ConfigValue]] = []
-            for config in partial:
-                if not dim.active(config):
-                    grown.append(config)
-                elif dim.name in changed:
-                    grown.append({**config, dim.name: changed[dim.name]})
-                elif dim.values is not None:
-                    grown.extend({**config, dim.name: value} for value in dim.values)
-            partial = grown
-        return partial
+            here = dim.values.index(config[dim.name])
+            numeric = all(isinstance(v, int | float) for v in dim.values)
+            for index, value in enumerate(dim.values):
+                if index != here:
+                    step = abs(index - here) if numeric else 1
+                    order = (step, _neighbour_class(dim.name), position)
+                    ranked.append((order, changed(self.space, config, {dim.name: value})))
+        ranked.sort(key=lambda pair: pair[0])
+        return [option for _, option in ranked]
 
     def _known(self, key: ConfigKey) -> bool:
         return key in self.finished or key in self.in_flight or key in self.proposed
 
 
-def _neighbour_order(name: str) -> int:
+def _neighbour_class(name: str) -> int:
     if name in THROUGHPUT_DIMENSIONS:
         return 0
     return 2 if variant_key({name: ""}) else 1

@@ -23,6 +23,7 @@ from autotune.strategy import (
     UNSUPPORTED_LIKE,
     Ledger,
     config_key,
+    designed_configs,
 )
 from autotune.strategy import NAME as STRATEGY
 from autotune.tuning import TuneOptions, run_tune
@@ -181,7 +182,9 @@ def test_benchmark_curve_counts_only_measurements(tmp_path: Path) -> None:
 def small_space() -> EffectiveSpace:
     dims = [
         ("runtime.engine", ["torch_eager", "onnxruntime"], {}),
-        ("batch.size", [1, 8], {}),
+        ("runtime.graph_opt", ["all", "basic"], {"runtime.engine": ["onnxruntime"]}),
+        ("batch.size", [1, 8, 64], {}),
+        ("precision.mode", ["fp32", "int8_static"], {}),
         ("prune.method", ["none", "magnitude"], {}),
         ("prune.ratio", [0.3, 0.6], {"prune.method": ["magnitude"]}),
     ]
@@ -197,30 +200,48 @@ def small_space() -> EffectiveSpace:
     )
 
 
-def test_local_search_walks_the_fronts_neighbours_throughput_first() -> None:
+SMALL_BASELINE = {**BASELINE, "precision.mode": "fp32"}
+ONNX = {**SMALL_BASELINE, "runtime.engine": "onnxruntime", "runtime.graph_opt": "all"}
+
+
+def test_designed_set_gives_dimensions_that_become_active_their_baseline() -> None:
+    designed = designed_configs(small_space())
+    middle = {"batch.size": 8}
+    assert designed == [
+        {**SMALL_BASELINE, **middle},
+        {**ONNX, **middle},  # graph_opt becomes active: at its baseline
+        {**SMALL_BASELINE, **middle, "precision.mode": "int8_static"},
+        {**ONNX, **middle, "precision.mode": "int8_static"},
+    ]
+
+
+def test_local_search_walks_the_fronts_neighbours_nearest_first() -> None:
     ledger = Ledger(small_space(), designed=[])
-    front = [BASELINE, {**BASELINE, "runtime.engine": "onnxruntime"}]
+    front = [SMALL_BASELINE, ONNX]
     ledger.proposed.update(config_key(c) for c in front)  # measured: not proposed again
-    excluded = {"prune.method=magnitude,prune.ratio=0.3,runtime.engine=torch_eager"}
-    proposals = [ledger.next_proposal(front, excluded) for _ in range(SAMPLER_EVERY + 2)]
-    assert proposals[:3] == [
-        ({**BASELINE, "batch.size": 8}, "neighbour"),  # batch size before the variant
-        # pruning becomes active: each ratio whose variant is not excluded
-        ({**BASELINE, "prune.method": "magnitude", "prune.ratio": 0.6}, "neighbour"),
-        # the first point's neighbours are all known: the second point's
-        ({**front[1], "batch.size": 8}, "neighbour"),
+    excluded = {
+        "precision.mode=int8_static,prune.method=none,runtime.engine=torch_eager",
+        "precision.mode=fp32,prune.method=magnitude,prune.ratio=0.3,runtime.engine=torch_eager",
+    }
+    proposals = [ledger.next_proposal(front, excluded) for _ in range(8)]
+    assert proposals[: SAMPLER_EVERY - 1] == [
+        ({**SMALL_BASELINE, "batch.size": 8}, "neighbour"),  # one step along batch size
+        ({**SMALL_BASELINE, "batch.size": 64}, "neighbour"),  # the rest is known or excluded
+        ({**ONNX, "batch.size": 8}, "neighbour"),  # the next front point's
     ]
     assert proposals[SAMPLER_EVERY - 1] is None  # the sampler's turn
-    assert proposals[SAMPLER_EVERY] == (
-        {**front[1], "prune.method": "magnitude", "prune.ratio": 0.3},
-        "neighbour",
-    )
+    assert proposals[SAMPLER_EVERY : SAMPLER_EVERY + 3] == [
+        ({**ONNX, "runtime.graph_opt": "basic"}, "neighbour"),  # kernel before variant
+        ({**ONNX, "precision.mode": "int8_static"}, "neighbour"),
+        # pruning becomes active: the ratio at its baseline
+        ({**ONNX, "prune.method": "magnitude", "prune.ratio": 0.3}, "neighbour"),
+    ]
 
 
 def test_unbuildable_in_one_batch_size_is_not_proposed_in_another(tmp_path: Path) -> None:
     table = ReplayTable.load(write_table(tmp_path / "t.csv", recorded_rows()))
     ledger = Ledger(small_space(), designed=[])
-    unbuildable = {**BASELINE, "runtime.engine": "onnxruntime"}
+    unbuildable = ONNX
     trial = TrialSpec(study="s", trial_number=3, workload=table.workload(), config=unbuildable)
     ledger.settle(3, trial, TrialResult.for_spec(trial, "unsupported", "no kernel"))
     like = ledger.unsupported_like({**unbuildable, "batch.size": 8})
