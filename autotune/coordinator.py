@@ -321,7 +321,8 @@ class Coordinator:
                 _retrying(self._reap, study, tracker, set(running))
                 last_reap = time.monotonic()
             while len(running) < self.executor.slots and not self.stopping:
-                trial = _retrying(self._ask, study, started, len(running), baseline is None)
+                excluded = self._infeasible_variants(accuracy_cache, baseline)
+                trial = _retrying(self._ask, study, started, baseline is None, excluded)
                 if trial is None:
                     break
                 config = _retrying(self.space.sample, trial)
@@ -333,7 +334,7 @@ class Coordinator:
                     self._tell(study, trial, spec, skipped, None, tracker)
                     continue
                 if ledger is not None and self._answered(
-                    study, trial, spec, baseline, accuracy_cache, running, reused, ledger, tracker
+                    study, trial, spec, excluded, running, reused, ledger, tracker
                 ):
                     continue
                 spec, result = _retrying(self._from_warm_start, study, trial, spec, baseline)
@@ -385,16 +386,16 @@ class Coordinator:
         study: optuna.Study,
         trial: optuna.Trial,
         spec: TrialSpec,
-        baseline: Candidate | None,
-        accuracy: dict[str, float],
+        excluded: set[str],
         running: dict[int, tuple[optuna.Trial, TrialSpec]],
         reused: list[TrialResult],
         ledger: Ledger,
         tracker: Tracker,
     ) -> bool:
         """Whether the strategy answers this trial without measuring it: its variant is known
-        to violate the accuracy bound, or its configuration was (or is being) measured."""
-        if variant_key(spec.config) in self._infeasible_variants(accuracy, baseline):
+        to violate the accuracy bound (is in `excluded`), it could not be built at another
+        batch size or thread count, or its configuration was (or is being) measured."""
+        if variant_key(spec.config) in excluded:
             skipped = TrialResult.for_spec(spec, "skipped", ACCURACY_VIOLATION)
             self._tell(study, trial, spec, skipped, None, tracker)
             return True
@@ -421,6 +422,7 @@ class Coordinator:
     def _infeasible_variants(
         self, accuracy: dict[str, float], baseline: Candidate | None
     ) -> set[str]:
+        """The variants known to violate the accuracy bound."""
         bound = self.request.constraints.max_accuracy_drop
         if baseline is None:
             return set()
@@ -508,7 +510,11 @@ class Coordinator:
         held.clear()
 
     def _ask(
-        self, study: optuna.Study, started: float, mine_running: int, need_baseline: bool
+        self,
+        study: optuna.Study,
+        started: float,
+        need_baseline: bool,
+        excluded: set[str],
     ) -> optuna.Trial | None:
         """Under the study lock: enqueue the baseline if nobody has, check the budget
         against every coordinator's trials, and claim a new trial."""
@@ -523,7 +529,7 @@ class Coordinator:
             waiting_baseline = need_baseline and _baseline_waiting(study)
             if not waiting_baseline and not self._budget_left(used, started):
                 return None
-            self._enqueue_proposal(study)
+            self._enqueue_proposal(study, excluded)
             trial = _retrying(study.ask)
             claim(study, trial, self.owner)
             return trial
@@ -537,18 +543,14 @@ class Coordinator:
             for config in warm.configs_for(self.space):
                 study.enqueue_trial(config, user_attrs={"warm_start": warm.source_study})
 
-    def _enqueue_proposal(self, study: optuna.Study) -> None:
-        """The strategy's next own proposal, enqueued only when nothing else waits, so that
-        none is left waiting when the budget runs out."""
+    def _enqueue_proposal(self, study: optuna.Study, excluded: set[str]) -> None:
+        """The strategy's next own proposal, none of whose variant is in `excluded`, enqueued
+        only when nothing else waits, so that none is left waiting when the budget runs out."""
         from optuna.trial import TrialState
 
         if self._ledger is None or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return
-        objectives = [OBJECTIVES[o] for o in study.user_attrs.get("objectives", [])]
-        front = [c.config for c in by_contribution(feasible_front(study), objectives)]
-        excluded = self._infeasible_variants(
-            _accuracy_by_variant(study), _baseline_candidate(study)
-        )
+        front = [c.config for c in by_contribution(feasible_front(study), self.objectives)]
         proposal = self._ledger.next_proposal(front, excluded)
         if proposal is not None:
             config, why = proposal
