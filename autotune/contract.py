@@ -116,7 +116,8 @@ class MeasurementSettings(Strict):
     cpu_watts_per_core: float = Field(
         default=10.0,
         gt=0.0,
-        description="power model of the energy estimate: watts drawn per fully busy core",
+        description="flat power model of the energy estimate: watts drawn per fully busy "
+        "core; set, it wins over the CPU's TDP per core (which is used where known)",
     )
     settle_tolerance: float | None = Field(
         default=0.02,
@@ -188,6 +189,12 @@ class TrialMetrics(Strict):
     throughput_per_s: float
     energy_per_sample_j: float
     energy_source: EnergySource
+    energy_model: str | None = Field(
+        default=None,
+        description="the power model of an estimate: 'tdp:codecarbon:<cpu>:<tdp> W/<cores> "
+        "cores' (the CPU's TDP per physical core) or 'flat:<w> W/core' "
+        "(cpu_watts_per_core); None for a measured source",
+    )
     energy_above_idle_per_sample_j: float | None = Field(
         default=None, description="the part above the device's idle draw (measured meters only)"
     )

@@ -1,5 +1,7 @@
 """Energy meters: NVML's total-energy counter on NVIDIA GPUs, RAPL package counters on CPUs
-where readable, otherwise an estimate from CPU time that says so (`source = "estimate"`).
+where readable, otherwise an estimate from CPU time that says so (`source = "estimate"`). The
+estimate charges each CPU-second a busy core's share of the CPU's TDP, from codecarbon's CPU
+table where the CPU is in it, else a flat `cpu_watts_per_core`; `model` names which.
 
 A meter is started right before the workload and stopped right after it. Counter meters
 (`NvmlEnergyMeter`, `RaplEnergyMeter`) first sample the device's idle draw (nothing of ours
@@ -13,10 +15,12 @@ updates its counter only about every 100 ms). The estimate asks for no extra win
 from __future__ import annotations
 
 import contextlib
+import csv
+import functools
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +36,10 @@ IDLE_SECONDS = 0.5
 TICK_TIMEOUT_S = 0.5
 TICK_POLL_S = 0.001
 IDLE_POLL_S = 0.05
+CPUINFO = "/proc/cpuinfo"
+# codecarbon's CPU power table (`Name,TDP`), inside its package: the file codecarbon's own
+# `DataSource.get_cpu_power_data` reads.
+TDP_TABLE = "data/hardware/cpu_power.csv"
 
 
 class MeterUnavailable(AutotuneError):
@@ -61,6 +69,7 @@ class EnergyMeter(Protocol):
 
     source: EnergySource
     min_window_s: float  # the workload must run at least this long between start and stop
+    model: str | None  # the estimate's power model (`TrialMetrics.energy_model`); None: a counter
 
     def start(self) -> None: ...
 
@@ -73,17 +82,49 @@ class EnergyMeter(Protocol):
 # The estimate
 
 
+@dataclass(frozen=True)
+class CpuPowerModel:
+    """What the estimate charges per CPU-second: `watts_per_core`, named by `name` (the result's
+    `energy_model`). `why` says why a flat model stands where the TDP model is not used."""
+
+    watts_per_core: float
+    name: str
+    why: str | None = None
+
+    @classmethod
+    def flat(cls, watts_per_core: float, why: str | None = None) -> CpuPowerModel:
+        return cls(watts_per_core, f"flat:{float(watts_per_core)} W/core", why)
+
+    @classmethod
+    def tdp(cls, cpu: str, tdp_w: float, cores: int) -> CpuPowerModel:
+        """`cpu` (the table's name) has a TDP of `tdp_w` over `cores` physical cores."""
+        return cls(tdp_w / cores, f"tdp:codecarbon:{cpu}:{tdp_w:g} W/{cores} cores")
+
+
 class CpuTimeEnergyEstimate:
     """An estimate, not a measurement (`source = "estimate"`), for machines with no readable
     energy counter.
 
     Power model: each CPU-second the process consumes (all of its threads, from
-    `time.process_time()`, plus helper processes through `cpu_clock`) costs `watts_per_core`
-    joules, i.e. a fully busy core draws `watts_per_core` watts and an idle one nothing.
-    Idle/uncore/DRAM power and frequency scaling are ignored, so there is no above-idle figure.
-    CPU time of helper threads that are not the workload (the memory sampler) can be excluded
-    through `excluded_cpu_seconds`. It needs no window beyond the workload's own. `why` says
-    why no counter measured instead (for logs; a result carries only the source).
+    `time.process_time()`, plus helper processes through `cpu_clock`) costs
+    `power.watts_per_core` joules, i.e. a busy core draws that and an idle one nothing.
+    `power` is one of two models, named in `model`:
+
+    - TDP (`tdp:codecarbon:<cpu>:<tdp> W/<cores> cores`, see `tdp_power_model`): a busy core
+      draws TDP / physical cores of its package. TDP is the package's sustained power with
+      all of its cores busy (uncore included), so keeping n of its C cores busy costs n/C of
+      it and a fully loaded package its TDP. Physical cores, not hardware threads: a CPU-second
+      of a thread is normally a core's second (torch runs one thread per physical core by
+      default), while two SMT siblings busy at once share one core's power but are each
+      charged a full share, so there the estimate errs high. Boost above TDP is not counted.
+    - flat (`flat:<w> W/core`): `MeasurementSettings.cpu_watts_per_core` per busy core, where
+      the request sets it or the TDP model is unavailable (`power.why` says why).
+
+    Either way idle, uncore-at-idle and DRAM power are not charged, so there is no above-idle
+    figure. CPU time of helper threads that are not the workload (the memory sampler) can be
+    excluded through `excluded_cpu_seconds`. It needs no window beyond the workload's own.
+    `why` says why no counter measured instead (for logs; a result carries only the source
+    and the model). A plain number for `power` is a flat model of that many watts per core.
     """
 
     source: EnergySource = "estimate"
@@ -91,14 +132,15 @@ class CpuTimeEnergyEstimate:
 
     def __init__(
         self,
-        watts_per_core: float,
+        power: CpuPowerModel | float,
         excluded_cpu_seconds: Callable[[], float] = lambda: 0.0,
         cpu_clock: Callable[[], float] = time.process_time,
         clock: Callable[[], float] = time.perf_counter,
         why: str | None = None,
     ) -> None:
         self.why = why
-        self._watts_per_core = watts_per_core
+        self.power = power if isinstance(power, CpuPowerModel) else CpuPowerModel.flat(power)
+        self.model: str | None = self.power.name
         self._excluded = excluded_cpu_seconds
         self._cpu_clock = cpu_clock
         self._clock = clock
@@ -114,7 +156,7 @@ class CpuTimeEnergyEstimate:
     def stop(self) -> EnergyReading:
         used = self._cpu_clock() - self._start_cpu
         excluded = self._excluded() - self._start_excluded
-        joules = max(used - excluded, 0.0) * self._watts_per_core
+        joules = max(used - excluded, 0.0) * self.power.watts_per_core
         return EnergyReading(joules=joules, seconds=self._clock() - self._start_wall)
 
     def close(self) -> None:
@@ -143,6 +185,147 @@ def cpu_seconds_with(pids: Sequence[int]) -> Callable[[], float]:
 
 
 # ---------------------------------------------------------------------------------------------
+# The CPU's TDP
+
+_MARKS = re.compile(r"\((?:r|tm)\)|[®™]")
+_REMARKS = re.compile(r"\([^)]*\)")
+_GENERATION = re.compile(r"^\s*\d+(?:st|nd|rd|th) gen\b")
+_GRAPHICS = re.compile(r"\bwith radeon\b.*$")
+_CORES_IN_NAME = re.compile(r"\b(\d+)-core\b", re.IGNORECASE)
+_PROCESSOR = re.compile(r"\b(?:\d+-core )?processor\b")
+_CPU_WORD = re.compile(r"\bcpu\b")
+
+TdpTable = dict[str, tuple[str, float] | None]
+
+
+def normalised_cpu_name(name: str) -> str:
+    """`name` without what CPU brand strings and codecarbon's table spell differently: case;
+    (R), (TM), ® and ™; everything from "@" on (the clock, "CPU @ 2.50GHz"); parenthesised
+    remarks ("(OEM Only)"); a leading "12th Gen"; a trailing "with Radeon Graphics";
+    "64-Core Processor" or "Processor"; the word "CPU". Whitespace is collapsed. So
+    "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz" and "AMD EPYC 7763 64-Core Processor"
+    read "intel xeon platinum 8259cl" and "amd epyc 7763", as the table's names do."""
+    text = _MARKS.sub(" ", name.casefold()).split("@")[0]
+    for pattern in (_REMARKS, _GENERATION, _GRAPHICS, _PROCESSOR, _CPU_WORD):
+        text = pattern.sub(" ", text)
+    return " ".join(text.split())
+
+
+def read_tdp_table(lines: Iterable[str]) -> TdpTable:
+    """codecarbon's CPU table (CSV rows `Name,TDP`, watts) by normalised name: the table's own
+    name and the TDP, or None where names that normalise alike have different TDPs (such a
+    name is ambiguous, so never matched). Rows whose TDP is not a positive number are
+    skipped."""
+    table: TdpTable = {}
+    for row in csv.DictReader(lines):
+        name = (row.get("Name") or "").strip()
+        try:
+            tdp_w = float(row.get("TDP") or "")
+        except ValueError:
+            continue
+        key = normalised_cpu_name(name)
+        if not key or not tdp_w > 0:
+            continue
+        if key not in table:
+            table[key] = (name, tdp_w)
+        elif (known := table[key]) is not None and known[1] != tdp_w:
+            table[key] = None
+    return table
+
+
+def match_tdp(cpu_name: str, table: TdpTable) -> tuple[str, float] | None:
+    """The table's name and TDP of `cpu_name`, or None. The rule: the normalised name (see
+    `normalised_cpu_name`) must equal a table name's, and all table names equal to it must
+    give one TDP. No prefix, token or similarity match: a VM's "AMD EPYC" matches neither
+    "AMD EPYC 7763" nor anything else."""
+    return table.get(normalised_cpu_name(cpu_name))
+
+
+def codecarbon_tdp_table() -> TdpTable:
+    """codecarbon's CPU table, from its package data (imported here, so a data plane without
+    codecarbon still loads this module; nothing of codecarbon is started). Raises
+    `LookupError` saying why where codecarbon is not installed or the file is unreadable."""
+    from importlib.resources import files
+
+    try:
+        text = files("codecarbon").joinpath(TDP_TABLE).read_text(encoding="utf-8")
+    except ImportError:
+        raise LookupError("codecarbon is not installed") from None
+    except OSError as error:
+        raise LookupError(f"codecarbon's CPU table is not readable: {error}") from error
+    return read_tdp_table(text.splitlines())
+
+
+@dataclass(frozen=True)
+class CpuIdentity:
+    """What /proc/cpuinfo says of the CPU: its model name, and the physical cores of one
+    package where that is certain (None: unknown)."""
+
+    name: str | None
+    package_cores: int | None
+    virtual: bool
+
+
+def read_cpuinfo(text: str) -> CpuIdentity:
+    """The first processor's `model name`; the package's cores from the name where it gives
+    them (AMD's "64-Core Processor"), else from `cpu cores`, but only outside a virtual
+    machine (no `hypervisor` flag): a guest's topology is its vCPUs, not the package's."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or None
+    virtual = "hypervisor" in fields.get("flags", "").split()
+    cores: int | None = None
+    if name is not None and (in_name := _CORES_IN_NAME.search(name)):
+        cores = int(in_name.group(1))
+    elif not virtual and fields.get("cpu cores", "").isdigit():
+        cores = int(fields["cpu cores"])
+    return CpuIdentity(name, cores if cores else None, virtual)
+
+
+@functools.cache
+def tdp_power_model(cpuinfo: str = CPUINFO) -> CpuPowerModel | str:
+    """This machine's TDP model (TDP / physical cores of a package, see
+    `CpuTimeEnergyEstimate`), or a sentence saying why there is none: codecarbon missing, no
+    CPU name, a CPU not (or ambiguously) in codecarbon's table, a package's cores unknown.
+    Resolved once per process."""
+    try:
+        cpu = read_cpuinfo(Path(cpuinfo).read_text())
+    except OSError as error:
+        return f"{cpuinfo} is not readable: {error}"
+    if cpu.name is None:
+        return f"no CPU model name in {cpuinfo}"
+    try:
+        table = codecarbon_tdp_table()
+    except LookupError as error:
+        return str(error)
+    found = match_tdp(cpu.name, table)
+    if found is None:
+        ambiguous = normalised_cpu_name(cpu.name) in table
+        return f"CPU {cpu.name!r} is {'ambiguous' if ambiguous else 'not'} in codecarbon's table"
+    if cpu.package_cores is None:
+        where = "in a virtual machine" if cpu.virtual else f"from {cpuinfo}"
+        return f"the physical cores of a {cpu.name!r} package are unknown {where}"
+    return CpuPowerModel.tdp(found[0], found[1], cpu.package_cores)
+
+
+def estimate_power_model(settings: MeasurementSettings, cpuinfo: str = CPUINFO) -> CpuPowerModel:
+    """The estimate's power model: `cpu_watts_per_core` flat where the request sets it (an
+    explicit figure wins), else the TDP model where there is one, else the flat default."""
+    if "cpu_watts_per_core" in settings.model_fields_set:
+        return CpuPowerModel.flat(settings.cpu_watts_per_core, "cpu_watts_per_core is set")
+    found = tdp_power_model(cpuinfo)
+    if isinstance(found, str):
+        return CpuPowerModel.flat(settings.cpu_watts_per_core, found)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
 # Counter meters
 
 
@@ -159,6 +342,7 @@ class _CounterMeter:
     """
 
     source: EnergySource
+    model: str | None = None
 
     def __init__(
         self,
@@ -399,10 +583,12 @@ def select_meter(
     nvml: Any = None,
     nvml_index: Callable[[int], int] = nvml_index_of_cuda_device,
     powercap_root: str | Path = POWERCAP_ROOT,
+    cpuinfo: str = CPUINFO,
 ) -> EnergyMeter:
     """NVML for a trial on CUDA devices, RAPL for a CPU trial, where they can be read; else the
     CPU-time estimate (`excluded_cpu_seconds` and `cpu_clock` are the estimate's; for a GPU
-    trial it sees the host's CPU time only). The meter's `source` says which it is; the
+    trial it sees the host's CPU time only) with the power model of `estimate_power_model`.
+    The meter's `source` says which it is and `model` which power model an estimate used; the
     estimate's `why` says why no counter was used. Close the meter after use."""
     cuda = cuda_device_indices(config)
     try:
@@ -414,5 +600,5 @@ def select_meter(
     except MeterUnavailable as error:
         why = str(error)
     return CpuTimeEnergyEstimate(
-        settings.cpu_watts_per_core, excluded_cpu_seconds, cpu_clock, why=why
+        estimate_power_model(settings, cpuinfo), excluded_cpu_seconds, cpu_clock, why=why
     )

@@ -1,10 +1,16 @@
 """Energy meters against a fake NVML and a fake powercap tree (simulated time and power), the
-CPU-time estimate, meter selection, and (gpu-marked) the real NVML."""
+CPU-time estimate and its TDP lookup in codecarbon's table, meter selection, and (gpu-marked)
+the real NVML."""
 
 from __future__ import annotations
 
+import csv
 import os
+import pickle
+import sys
 import time
+from collections.abc import Iterator
+from importlib.resources import files
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,13 +20,22 @@ import pytest
 from autotune.contract import MeasurementSettings
 from workers.config import TrialConfig, parse_config
 from workers.energy import (
+    TDP_TABLE,
+    CpuIdentity,
+    CpuPowerModel,
     CpuTimeEnergyEstimate,
     EnergyReading,
     MeterUnavailable,
     NvmlEnergyMeter,
     RaplEnergyMeter,
+    codecarbon_tdp_table,
     cuda_device_indices,
+    estimate_power_model,
+    match_tdp,
+    read_cpuinfo,
+    read_tdp_table,
     select_meter,
+    tdp_power_model,
 )
 
 IDLE_W = 60.0
@@ -120,7 +135,7 @@ def nvml_meter(power: SimulatedPower, devices: Any = 0, **fake: Any) -> NvmlEner
 def test_nvml_total_and_above_idle_energy_of_a_window() -> None:
     power = SimulatedPower()
     meter = nvml_meter(power)
-    assert meter.source == "nvml" and meter.min_window_s == 1.0
+    assert meter.source == "nvml" and meter.min_window_s == 1.0 and meter.model is None
     meter.start()
     power.work(1.0)
     reading = meter.stop()
@@ -224,7 +239,7 @@ def rapl(tmp_path: Path, start_uj: list[int], max_range_uj: int = 262_143_328_85
 def test_rapl_sums_the_packages(tmp_path: Path) -> None:
     tree = rapl(tmp_path, [10_000, 5_000_000])
     meter = RaplEnergyMeter(tmp_path, 1.0, clock=tree.power.clock, sleep=tree.sleep)
-    assert meter.source == "rapl"
+    assert meter.source == "rapl" and meter.model is None
     meter.start()
     tree.work(1.5)
     reading = meter.stop()
@@ -289,6 +304,7 @@ def test_energy_estimate_is_cpu_time_times_watts_minus_excluded_threads() -> Non
     assert reading.seconds == pytest.approx(2.5)
     assert reading.idle_power_w is None and reading.above_idle_joules is None
     assert meter.source == "estimate" and meter.min_window_s == 0.0
+    assert meter.model == "flat:10.0 W/core"
 
 
 def test_energy_estimate_grows_with_real_cpu_work() -> None:
@@ -369,8 +385,199 @@ def test_a_cpu_trial_gets_rapl_where_readable(tmp_path: Path) -> None:
 def test_a_cpu_trial_without_rapl_gets_the_estimate(tmp_path: Path) -> None:
     meter = select_meter(config(), SETTINGS, powercap_root=tmp_path / "absent")
     assert isinstance(meter, CpuTimeEnergyEstimate) and meter.why
+    assert meter.model == "flat:7.0 W/core"  # SETTINGS sets cpu_watts_per_core
     meter.start()
     assert meter.stop().joules >= 0.0
+
+
+def test_the_estimate_of_a_cpu_in_the_table_uses_its_tdp(tmp_path: Path) -> None:
+    info = cpuinfo(tmp_path, "AMD EPYC 7763 64-Core Processor", virtual=True)
+    cpu = iter([5.0, 7.0])
+    meter = select_meter(
+        config(),
+        MeasurementSettings(energy_window_s=2.0),
+        cpu_clock=lambda: next(cpu),
+        powercap_root=tmp_path / "absent",
+        cpuinfo=info,
+    )
+    assert isinstance(meter, CpuTimeEnergyEstimate) and meter.source == "estimate"
+    tdp = table_tdp("AMD EPYC 7763")
+    assert meter.model == f"tdp:codecarbon:AMD EPYC 7763:{tdp:g} W/64 cores"
+    meter.start()
+    assert meter.stop().joules == pytest.approx(2.0 * tdp / 64)
+
+
+# ---------------------------------------------------------------------------------------------
+# The TDP model
+
+
+def table_tdp(name: str) -> float:
+    """The TDP codecarbon's table gives the CPU named exactly `name`, read with csv alone."""
+    text = files("codecarbon").joinpath(TDP_TABLE).read_text(encoding="utf-8")
+    (tdp,) = [float(row["TDP"]) for row in csv.DictReader(text.splitlines()) if row["Name"] == name]
+    return tdp
+
+
+def cpuinfo(tmp_path: Path, name: str | None, cores: int = 2, virtual: bool = False) -> str:
+    """A /proc/cpuinfo of two processors of one package."""
+    flags = "fpu sse avx2" + (" hypervisor" if virtual else "")
+    blocks = []
+    for index in range(2):
+        lines = [f"processor\t: {index}"]
+        if name is not None:
+            lines.append(f"model name\t: {name}")
+        lines += ["physical id\t: 0", f"cpu cores\t: {cores}", f"flags\t\t: {flags}"]
+        blocks.append("\n".join(lines) + "\n")
+    path = tmp_path / "cpuinfo"
+    path.write_text("\n".join(blocks))
+    return str(path)
+
+
+@pytest.fixture
+def fresh_tdp() -> Iterator[None]:
+    """tdp_power_model resolved anew, and its answers forgotten afterwards."""
+    tdp_power_model.cache_clear()
+    yield
+    tdp_power_model.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("brand", "name"),
+    [
+        ("Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz", "Intel Xeon Platinum 8259CL"),
+        ("INTEL(R) XEON(R) PLATINUM 8580", "Intel Xeon Platinum 8580"),
+        ("Intel(R) Xeon(R) CPU E5-2686 v4 @ 2.30GHz", "Intel Xeon E5-2686 v4"),
+        ("12th Gen Intel(R) Core(TM) i7-12700H", "Intel Core i7-12700H"),
+        ("AMD EPYC 7763 64-Core Processor", "AMD EPYC 7763"),
+        ("AMD EPYC 7R13 Processor", "AMD EPYC 7R13"),
+        ("AMD Ryzen 7 5800H with Radeon Graphics", "AMD Ryzen 7 5800H"),
+    ],
+)
+def test_the_tdp_lookup_matches_cpus_in_codecarbon_s_table(brand: str, name: str) -> None:
+    assert match_tdp(brand, codecarbon_tdp_table()) == (name, table_tdp(name))
+
+
+@pytest.mark.parametrize(
+    "brand",
+    [
+        "AMD EPYC",  # this VM's name: many EPYCs start so, none is it
+        "Intel(R) Xeon(R) CPU @ 2.20GHz",  # a cloud VM's Xeon without a model number
+        "AMD EPYC 776",  # a prefix of AMD EPYC 7763
+        "Intel Xeon Platinum 8259",  # the table has 8259CL and 8259L only
+        "AMD Phenom II X4 945",  # in the table twice, at 95 W and at 125 W
+        "",
+    ],
+)
+def test_the_tdp_lookup_refuses_cpus_not_in_the_table(brand: str) -> None:
+    assert match_tdp(brand, codecarbon_tdp_table()) is None
+
+
+def test_names_that_normalise_alike_with_different_tdps_are_ambiguous() -> None:
+    table = read_tdp_table(
+        [
+            "Name,TDP",
+            "Chip 9 (95W),95",
+            "Chip 9 (125W),125",
+            "Chip 8,65.0",
+            "Chip 8 Processor,65",  # the same TDP: still a match
+            "Chip 7,27.29.5",  # not a number: skipped
+            "Chip 6,0",
+        ]
+    )
+    assert match_tdp("Chip 9", table) is None and "chip 9" in table
+    assert match_tdp("Chip(TM) 8 CPU @ 3.00GHz", table) == ("Chip 8", 65.0)
+    assert match_tdp("Chip 7", table) is None and match_tdp("Chip 6", table) is None
+
+
+def test_a_package_s_cores_come_from_the_name_or_from_bare_metal_cpuinfo(tmp_path: Path) -> None:
+    def read(path: str) -> CpuIdentity:
+        return read_cpuinfo(Path(path).read_text())
+
+    amd = read(cpuinfo(tmp_path, "AMD EPYC 7763 64-Core Processor", cores=4, virtual=True))
+    assert amd.name == "AMD EPYC 7763 64-Core Processor" and amd.package_cores == 64
+    intel = "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz"
+    assert read(cpuinfo(tmp_path, intel, cores=24)).package_cores == 24
+    guest = read(cpuinfo(tmp_path, intel, cores=4, virtual=True))
+    assert guest.virtual and guest.package_cores is None  # a guest's cores are its vCPUs
+    assert read(cpuinfo(tmp_path, None)).name is None
+
+
+def test_the_estimate_charges_the_tdp_per_physical_core(tmp_path: Path, fresh_tdp: None) -> None:
+    power = tdp_power_model(cpuinfo(tmp_path, "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz", 24))
+    assert isinstance(power, CpuPowerModel)
+    tdp = table_tdp("Intel Xeon Platinum 8259CL")
+    assert power.name == f"tdp:codecarbon:Intel Xeon Platinum 8259CL:{tdp:g} W/24 cores"
+    cpu = iter([1.0, 4.0])
+    excluded = iter([0.0, 0.5])
+    wall = iter([10.0, 12.0])
+    meter = CpuTimeEnergyEstimate(
+        power, lambda: next(excluded), cpu_clock=lambda: next(cpu), clock=lambda: next(wall)
+    )
+    meter.start()
+    reading = meter.stop()
+    assert reading.joules == pytest.approx((3.0 - 0.5) * tdp / 24)
+    assert meter.source == "estimate" and meter.model == power.name
+
+
+@pytest.mark.parametrize(
+    ("name", "virtual", "why"),
+    [
+        ("AMD EPYC", True, "'AMD EPYC' is not in codecarbon's table"),
+        ("AMD Phenom II X4 945 Processor", False, "is ambiguous in codecarbon's table"),
+        ("Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz", True, "unknown in a virtual machine"),
+        (None, False, "no CPU model name"),
+    ],
+)
+def test_without_a_tdp_the_estimate_is_flat_and_says_why(
+    tmp_path: Path, fresh_tdp: None, name: str | None, virtual: bool, why: str
+) -> None:
+    power = estimate_power_model(MeasurementSettings(), cpuinfo(tmp_path, name, virtual=virtual))
+    assert power.name == "flat:10.0 W/core" and power.watts_per_core == 10.0
+    assert power.why is not None and why in power.why
+
+
+def test_without_codecarbon_the_estimate_falls_back_to_the_flat_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_tdp: None
+) -> None:
+    monkeypatch.setitem(sys.modules, "codecarbon", None)  # importing it raises ImportError
+    info = cpuinfo(tmp_path, "AMD EPYC 7763 64-Core Processor")
+    cpu = iter([1.0, 3.5])
+    meter = select_meter(
+        config(),
+        MeasurementSettings(),
+        cpu_clock=lambda: next(cpu),
+        powercap_root=tmp_path / "absent",
+        cpuinfo=info,
+    )
+    assert isinstance(meter, CpuTimeEnergyEstimate) and meter.source == "estimate"
+    assert meter.model == "flat:10.0 W/core"
+    assert meter.power.why == "codecarbon is not installed"
+    meter.start()
+    assert meter.stop().joules == pytest.approx(2.5 * 10.0)
+
+
+def longer(settings: MeasurementSettings) -> MeasurementSettings:
+    return settings.model_copy(update={"min_iters": 100, "max_seconds": 10.0})
+
+
+def test_cpu_watts_per_core_set_in_the_request_wins_over_the_tdp(tmp_path: Path) -> None:
+    info = cpuinfo(tmp_path, "AMD EPYC 7763 64-Core Processor")
+    assert estimate_power_model(MeasurementSettings(), info).name.startswith("tdp:codecarbon:")
+    explicit = MeasurementSettings.model_validate({"cpu_watts_per_core": 10.0})  # the default
+    power = estimate_power_model(explicit, info)
+    assert power.name == "flat:10.0 W/core" and power.why == "cpu_watts_per_core is set"
+    # ...and stays set when the settings are copied with changes and shipped to a worker
+    shipped = pickle.loads(pickle.dumps(longer(explicit)))
+    assert estimate_power_model(shipped, info).name == "flat:10.0 W/core"
+    unset = pickle.loads(pickle.dumps(longer(MeasurementSettings())))
+    assert estimate_power_model(unset, info).name.startswith("tdp:codecarbon:")
+
+
+def test_the_tdp_is_resolved_once_per_process(tmp_path: Path, fresh_tdp: None) -> None:
+    info = cpuinfo(tmp_path, "AMD EPYC 7763 64-Core Processor")
+    first = tdp_power_model(info)
+    Path(info).unlink()
+    assert isinstance(first, CpuPowerModel) and tdp_power_model(info) is first
 
 
 # ---------------------------------------------------------------------------------------------
