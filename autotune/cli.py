@@ -19,6 +19,7 @@ from autotune.errors import (
     RequestError,
     Unauthorized,
 )
+from autotune.metrics import latency_per_sample_ms
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -128,15 +129,11 @@ def tune(
         out.print(f"  {key}: {_shown(value)}")
     _print_comparison(tuned.baseline, tuned.metrics)
     revalidation = tuned.revalidation
-    finalists = [f["trial"] for rnd in revalidation["rounds"] for f in rnd]
+    finalists = [f["trial"] for comparison in revalidation["comparisons"] for f in comparison]
     out.print(
-        f"Re-measured with {revalidation['factor']:g}x the iterations: baseline and finalists "
-        f"{finalists}; order changed: {revalidation['order_changed']}"
+        f"Head to head: the baseline and finalists {finalists} in {revalidation['rounds']} "
+        f"interleaved rounds; chosen #{revalidation['chosen']}: {revalidation['chosen_because']}"
     )
-    if revalidation["tied_with"]:
-        out.print(
-            f"[yellow]tied[/yellow] (p95 intervals overlap) with trials {revalidation['tied_with']}"
-        )
     for note in outcome.notes:
         out.print(f"[yellow]note:[/yellow] {note}")
     out.print(f"\nTuned config:    {written}")
@@ -145,6 +142,8 @@ def tune(
         f"MLflow run:      {tuned.mlflow['run_id']} (experiment {tuned.mlflow['experiment_id']})"
     )
     out.print(f"Open the UI:     mlflow ui --backend-store-uri {tuned.mlflow['tracking_uri']}")
+    colour = "green" if tuned.headline.conditions == "quiet" else "yellow"
+    out.print(f"\n[bold {colour}]Against the baseline:[/bold {colour}] {tuned.headline.text}")
 
 
 @contextmanager
@@ -180,15 +179,17 @@ def _print_front(front: list[Any], chosen: int | None) -> None:
     table.add_column("trial", justify="right")
     for key in varying:
         table.add_column(key)
-    for header in ("accuracy", "p95 ms", "samples/s", "J/sample"):
+    for header in ("accuracy", "p95 ms/call", "ms/sample", "samples/s", "J/sample"):
         table.add_column(header, justify="right")
     for c in sorted(front, key=lambda c: c.metrics["latency_p95_ms"]):
         mark = "*" if c.trial_number == chosen else ""
+        per_sample = latency_per_sample_ms(float(c.metrics["throughput_per_s"]))
         table.add_row(
             f"{c.trial_number}{mark}",
             *(_shown(c.config.get(k, "")) for k in varying),
             f"{c.metrics['accuracy']:.4f}",
             f"{c.metrics['latency_p95_ms']:.3f}",
+            f"{per_sample:.4g}",
             f"{c.metrics['throughput_per_s']:.0f}",
             f"{c.metrics['energy_per_sample_j']:.2e}",
         )
@@ -203,7 +204,7 @@ def _shown(value: Any) -> str:
 
 
 def _print_comparison(baseline: dict[str, Any], tuned: dict[str, Any]) -> None:
-    table = Table(title="Baseline vs tuned (re-measured)")
+    table = Table(title="Baseline vs tuned (measured head to head)")
     for column in ("metric", "baseline", "tuned"):
         table.add_column(column)
     for key, value in tuned.items():
@@ -652,6 +653,7 @@ def _print_tuned(tuned: dict[str, Any], final: dict[str, Any]) -> None:
     out.print(f"Optimized model: {tuned['artifact']}", highlight=False)
     if final["registered_model"]:
         out.print(f"Registered as:   {final['registered_model']['uri']}", highlight=False)
+    out.print(f"Against the baseline: {tuned['headline']['text']}", highlight=False)
 
 
 @app.command()

@@ -105,6 +105,9 @@ class MetricRef(Strict):
         return self
 
 
+ContentionPolicy = Literal["wait", "warn", "fail"]
+
+
 class MeasurementSettings(Strict):
     """How latency is timed and energy estimated."""
 
@@ -130,6 +133,22 @@ class MeasurementSettings(Strict):
         gt=0.0,
         description="an energy counter is read over a window of at least this long, the "
         "workload repeated inside it (NVML updates about every 100 ms)",
+    )
+    contention: ContentionPolicy = Field(
+        default="wait",
+        description="what to do when other processes load the trial's cores: 'wait' up to "
+        "contention_max_wait_s for quiet, then measure and mark the result contended; 'warn' "
+        "measure at once and mark it; 'fail' end the trial (status 'contended')",
+    )
+    contention_max_wait_s: float = Field(
+        default=10.0, ge=0.0, description="the longest 'wait' waits for quiet before measuring"
+    )
+    contention_threshold: float = Field(
+        default=0.1,
+        gt=0.0,
+        le=1.0,
+        description="a measurement is contended when other processes used (or the hypervisor "
+        "stole) more than this share of the trial's cores while it ran",
     )
 
     @model_validator(mode="after")
@@ -169,8 +188,11 @@ class TrialSpec(Strict):
 
 # "skipped": the coordinator did not run it (e.g. a larger batch of a variant that ran out
 # of memory); "lost": its worker or coordinator died, so it says nothing of the candidate
-# and is retried; every other status comes from a worker or the executor.
-TrialStatus = Literal["ok", "unsupported", "oom", "timeout", "error", "skipped", "lost"]
+# and is retried; "contended": other load made the measurement worthless and the request's
+# `measurement.contention` is 'fail'; every other status comes from a worker or the executor.
+TrialStatus = Literal[
+    "ok", "unsupported", "oom", "timeout", "error", "skipped", "lost", "contended"
+]
 EnergySource = Literal["nvml", "rapl", "estimate"]
 
 
@@ -187,6 +209,13 @@ class TrialMetrics(Strict):
     )
     latency_p95_ci_high_ms: float | None = None
     throughput_per_s: float
+    latency_per_sample_ms: float = Field(
+        default_factory=lambda data: (
+            1000.0 / data["throughput_per_s"] if data.get("throughput_per_s") else float("inf")
+        ),
+        description="milliseconds per sample at the configuration's batch size: 1000 / "
+        "throughput_per_s; derived from it when absent (records made before this field)",
+    )
     energy_per_sample_j: float
     energy_source: EnergySource
     energy_model: str | None = Field(
@@ -208,6 +237,38 @@ class TrialMetrics(Strict):
     stopped_by: Literal["settled", "minimums", "max_iters", "max_seconds"] | None = None
 
 
+class Contention(Strict):
+    """What the rest of the machine did while a measurement ran (from /proc/stat, pressure
+    stall information and, on NVIDIA GPUs, NVML)."""
+
+    seconds: float = Field(description="length of the observed window")
+    cores: int = Field(description="cores the trial could run on")
+    other_cpu_share: float = Field(
+        description="CPU time of other processes on the trial's cores / (window x cores)"
+    )
+    machine_other_cpu_share: float = Field(description="the same over every core of the machine")
+    steal_share: float = Field(description="share of the trial's cores' time the hypervisor stole")
+    cpu_pressure: float | None = Field(
+        default=None,
+        description="share of the window in which some task waited for a CPU (/proc/pressure/cpu,"
+        " our own threads included); None where the kernel has no PSI",
+    )
+    cores_to_itself: float = Field(description="cores less what other processes used of them")
+    threads: int | None = Field(default=None, description="the thread count measured")
+    oversubscribed: bool = Field(
+        default=False, description="more threads than cores the trial had to itself"
+    )
+    gpu_other_processes: list[int] = Field(
+        default_factory=list, description="other processes' pids on the trial's GPUs"
+    )
+    gpu_throttle_reasons: list[str] = Field(
+        default_factory=list, description="clock throttle reasons NVML reported in the window"
+    )
+    waited_s: float = Field(default=0.0, description="time spent waiting for quiet first")
+    contended: bool
+    reasons: list[str] = Field(default_factory=list)
+
+
 class Provenance(Strict):
     model_sha256: str
     host: str
@@ -217,6 +278,9 @@ class Provenance(Strict):
     )
     software: dict[str, str]
     measurement: MeasurementSettings
+    contention: Contention | None = Field(
+        default=None, description="the machine's other load while the trial measured"
+    )
 
 
 class TrialResult(Strict):
@@ -296,3 +360,52 @@ def variant_key(config: dict[str, ConfigValue]) -> str:
         f"{k}={v}" for k, v in config.items() if k.startswith(_VARIANT_GROUPS) or k in _VARIANT_KEYS
     )
     return ",".join(parts)
+
+
+class Entrant(Strict):
+    """One configuration in a head-to-head comparison."""
+
+    trial_number: int
+    config: dict[str, ConfigValue]
+    known_accuracy: float
+
+
+class HeadToHeadSpec(Strict):
+    """Measure several configurations of one workload in interleaved rounds on one device:
+    every round times each entrant once (in an order that rotates from round to round), so a
+    slow minute of the machine hits all of them alike."""
+
+    study: str
+    workload: Workload
+    entrants: list[Entrant] = Field(min_length=1)
+    rounds: int = Field(ge=1)
+    round_seconds: float = Field(gt=0.0, description="each entrant's timed block in a round")
+    measurement: MeasurementSettings = MeasurementSettings()
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+class RoundFigures(Strict):
+    """One entrant's block in one round: per call and per sample."""
+
+    calls: int
+    latency_p50_ms: float
+    latency_p95_ms: float
+    throughput_per_s: float
+    energy_per_sample_j: float
+
+
+class EntrantOutcome(Strict):
+    trial_number: int
+    status: TrialStatus
+    reason: str | None = None
+    rounds: list[RoundFigures] = Field(
+        default_factory=list, description="one per round, in round order"
+    )
+    metrics: TrialMetrics | None = Field(default=None, description="over every call of every round")
+
+
+class HeadToHeadResult(Strict):
+    entrants: list[EntrantOutcome]
+    contention: list[Contention] = Field(description="per round: the machine's other load")
+    provenance: Provenance | None = None
+    duration_s: float

@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.contract import (
-    MeasurementSettings,
+    Contention,
+    Entrant,
+    EntrantOutcome,
+    HeadToHeadResult,
+    HeadToHeadSpec,
     ModelInfo,
     Provenance,
     TrialMetrics,
@@ -27,11 +31,17 @@ from autotune.contract import (
     Workload,
     variant_key,
 )
-from autotune.errors import AutotuneError, Interrupted, NoFeasibleConfiguration, RequestError
+from autotune.errors import (
+    AutotuneError,
+    Interrupted,
+    MeasurementContended,
+    NoFeasibleConfiguration,
+    RequestError,
+)
 from autotune.hardware import HardwareProfile
 from autotune.leases import Heartbeat, Owner, claim, lost_trials, schema_lock, study_lock
 from autotune.metrics import OBJECTIVES, Metric
-from autotune.pareto import Candidate, by_contribution, pareto_front, select, selection_metric
+from autotune.pareto import Candidate, by_contribution, pareto_front, select
 from autotune.request import Constraints, Cost, TuningRequest
 from autotune.space import EffectiveSpace
 from autotune.strategy import (
@@ -47,10 +57,12 @@ from autotune.strategy import NAME as STRATEGY
 from autotune.tracking import Tracker, is_number
 from autotune.tuned import ConstraintOutcome, TunedConfig, reported
 from autotune.validation import (
+    Headline,
+    changes_from,
+    decide,
+    headline,
     nearest_neighbours,
-    order_changed,
-    scaled_settings,
-    tied_with,
+    ratio,
     with_metrics,
 )
 
@@ -64,6 +76,7 @@ if TYPE_CHECKING:
 CONSTRAINT_METRICS: dict[str, tuple[str, bool]] = {
     "max_accuracy_drop": ("accuracy_drop", True),
     "max_latency_p95_ms": ("latency_p95_ms", True),
+    "max_latency_per_sample_ms": ("latency_per_sample_ms", True),
     "max_energy_per_sample_j": ("energy_per_sample_j", True),
     "max_memory_mb": ("peak_memory_mb", True),
     "min_throughput_per_s": ("throughput_per_s", False),
@@ -72,8 +85,6 @@ CONSTRAINT_METRICS: dict[str, tuple[str, bool]] = {
 ProgressCallback = Callable[[int, int | None, TrialResult], None]
 
 
-# Re-measurements are not new trials: they carry this attempt number instead.
-REVALIDATION_ATTEMPT = 1000
 # A trial lost to a dead worker or coordinator runs at most this many times in all.
 MAX_ATTEMPTS = 3
 # How often the coordinator looks for trials of dead coordinators, and how long a
@@ -89,6 +100,7 @@ class Revalidation:
     chosen: Candidate
     baseline: Candidate
     report: dict[str, Any]
+    headline: Headline
 
 
 @dataclass
@@ -377,7 +389,7 @@ class Coordinator:
     def _make_ledger(self, study: optuna.Study) -> Ledger | None:
         if self.settings.sampler != STRATEGY:
             return None
-        ledger = Ledger(self.space, designed_configs(self.space))
+        ledger = Ledger(self.space, designed_configs(self.space, self.request), self.request)
         ledger.load(study)
         return ledger
 
@@ -659,8 +671,14 @@ class Coordinator:
         if metrics is not None:
             violations = constraint_violations(self.request.constraints, metrics)
             tags["feasible"] = str(all(v <= 0 for v in violations.values())).lower()
+        contention = result.provenance.contention if result.provenance is not None else None
+        logged = metrics
+        if contention is not None:
+            tags.update(contention_tags(contention))
+        if contention is not None and metrics is not None:
+            logged = {**metrics, **contention_figures(contention)}
         _retrying(self._record, study, trial, spec, result, metrics, violations, reused_from)
-        tracker.log_trial(trial.number, spec.attempt, spec.config, metrics, tags)
+        tracker.log_trial(trial.number, spec.attempt, spec.config, logged, tags)
         self.on_progress(_retrying(_counted_trials, study), self.settings.n_trials, result)
 
     def _record(
@@ -735,13 +753,24 @@ class Coordinator:
         outcome.baseline = revalidation.baseline
         artifact = self._export(study, chosen)
         outcome.tuned = self._tuned_config(study, tracker, info, revalidation, artifact.path)
-        tags.update({"chosen_trial": str(chosen.trial_number), "artifact_sha256": artifact.sha256})
+        tags.update(
+            {
+                "chosen_trial": str(chosen.trial_number),
+                "artifact_sha256": artifact.sha256,
+                "autotune.headline": revalidation.headline.text,
+                "autotune.conditions": revalidation.headline.conditions,
+            }
+        )
         summary = _prefixed("baseline", revalidation.baseline.metrics)
         tracker.log_results(
             candidates,
             front,
             self.objectives,
-            {**summary, **_prefixed("tuned", chosen.metrics)},
+            {
+                **summary,
+                **_prefixed("tuned", chosen.metrics),
+                **headline_metrics(revalidation.headline),
+            },
             {"tuned.yaml": outcome.tuned.model_dump(mode="json")},
             str(Path(artifact.path).parent),
             tags,
@@ -754,84 +783,137 @@ class Coordinator:
     def _revalidate(
         self, study: optuna.Study, front: list[Candidate], baseline: Candidate
     ) -> Revalidation:
-        """Re-measure the provisional choice, its nearest front neighbours and the baseline
-        with longer measurements; choose again on the re-measured figures. Finalists that
-        turn out infeasible are dropped and the next ones are tried."""
-        settings = scaled_settings(self.request.measurement, self.request.validation.factor)
-        (remeasured_baseline,) = self._remeasure([baseline], settings, baseline.metrics)
-        if remeasured_baseline is None:
-            raise AutotuneError("re-measuring the baseline failed")
+        """Measure the provisional choice, its nearest front neighbours and the baseline head
+        to head (`autotune.validation`); choose on those figures. When none of the finalists
+        is feasible on the re-measured figures, the next ones are tried."""
         remaining = list(front)
-        rounds: list[list[dict[str, Any]]] = []
-        metric = selection_metric(self.request.selection)
+        comparisons: list[list[dict[str, Any]]] = []
         while remaining:
             provisional = select(remaining, self.request.selection)
             neighbours = nearest_neighbours(
                 provisional, remaining, self.objectives, self.request.validation.neighbours
             )
             finalists = [provisional, *neighbours]
-            remeasured = self._remeasure(finalists, settings, remeasured_baseline.metrics)
+            compared = self._head_to_head(baseline, finalists)
+            outcomes = {o.trial_number: o for o in compared.entrants}
+            base_outcome = outcomes[baseline.trial_number]
+            remeasured_baseline = self._remeasured(baseline, base_outcome, baseline)
+            if remeasured_baseline is None:
+                raise AutotuneError(f"re-measuring the baseline failed: {base_outcome.reason}")
+            remeasured = [
+                self._remeasured(c, outcomes[c.trial_number], remeasured_baseline)
+                for c in finalists
+            ]
             kept = [c for c in remeasured if c is not None and c.feasible]
-            rounds.append(_round_report(finalists, remeasured, self.request.cost))
+            comparisons.append(
+                self._comparison_report(finalists, remeasured, outcomes, base_outcome, baseline)
+            )
             if kept:
-                chosen = select(kept, self.request.selection)
-                others = [c for c in kept if c.trial_number != chosen.trial_number]
+                decision = decide(kept, outcomes, self.request.selection, baseline.config)
+                chosen = decision.chosen
+                energy_estimated = chosen.metrics["energy_source"] == "estimate"
+                summary = headline(
+                    outcomes[chosen.trial_number],
+                    base_outcome,
+                    compared.contention,
+                    self.request.selection,
+                    energy_estimated,
+                )
                 report = {
-                    "factor": self.request.validation.factor,
-                    "settings": settings.model_dump(),
-                    "rounds": rounds,
-                    "chosen_before": provisional.trial_number,
+                    "rounds": self.request.validation.rounds,
+                    "round_seconds": self.request.validation.round_seconds,
+                    "comparisons": comparisons,
+                    "contention": _contention_summary(compared.contention),
+                    "leader": decision.leader.trial_number,
                     "chosen": chosen.trial_number,
-                    "order_changed": order_changed(finalists, kept, metric),
-                    "tied_with": [c.trial_number for c in tied_with(chosen, others)],
+                    "chosen_because": decision.because,
+                    "tied_with": decision.tied_with,
                     "baseline": reported(remeasured_baseline.metrics, self.request.cost),
                 }
                 study.set_user_attr("revalidation", report)
-                return Revalidation(chosen, remeasured_baseline, report)
+                return Revalidation(chosen, remeasured_baseline, report, summary)
             done = {c.trial_number for c in finalists}
             remaining = [c for c in remaining if c.trial_number not in done]
         raise NoFeasibleConfiguration("no finalist met the constraints when re-measured")
 
-    def _remeasure(
-        self,
-        candidates: list[Candidate],
-        settings: MeasurementSettings,
-        baseline_metrics: dict[str, Any],
-    ) -> list[Candidate | None]:
-        specs = [
-            TrialSpec(
-                study=self.settings.study_name,
-                trial_number=c.trial_number,
-                attempt=REVALIDATION_ATTEMPT,
-                workload=self.workload,
-                config=c.config,
-                measurement=settings,
-                known_accuracy=float(c.metrics["accuracy"]),
+    def _head_to_head(self, baseline: Candidate, finalists: list[Candidate]) -> HeadToHeadResult:
+        """The baseline and the finalists in interleaved rounds on one slot."""
+        entrants: list[Candidate] = [baseline]
+        entrants += [c for c in finalists if c.trial_number != baseline.trial_number]
+        validation = self.request.validation
+        spec = HeadToHeadSpec(
+            study=self.settings.study_name,
+            workload=self.workload,
+            entrants=[
+                Entrant(
+                    trial_number=c.trial_number,
+                    config=c.config,
+                    known_accuracy=float(c.metrics["accuracy"]),
+                )
+                for c in entrants
+            ],
+            rounds=validation.rounds,
+            round_seconds=validation.round_seconds,
+            measurement=self.request.measurement,
+            timeout_s=self.request.budget.trial_timeout_s * len(entrants),
+        )
+        result = self.executor.compare(spec)
+        contended = [c for c in result.contention if c.contended]
+        if contended and self.request.measurement.contention == "fail":
+            raise MeasurementContended(
+                f"{len(contended)} of {len(result.contention)} head-to-head rounds saw other "
+                f"load ({contended[0].reasons[0]}); measurement.contention is 'fail': re-run "
+                "on an idle machine, or set it to 'warn' or 'wait'"
             )
-            for c in candidates
-        ]
-        results = {r.trial_number: r for r in self._run_all(specs)}
-        remeasured: list[Candidate | None] = []
-        for candidate in candidates:
-            result = results[candidate.trial_number]
-            if result.metrics is None:
-                remeasured.append(None)
-                continue
-            drop = float(baseline_metrics["accuracy"]) - result.metrics.accuracy
-            metrics = {**result.metrics.model_dump(), "accuracy_drop": drop}
-            violations = constraint_violations(self.request.constraints, metrics)
-            remeasured.append(with_metrics(candidate, metrics, violations))
-        return remeasured
+        return result
 
-    def _run_all(self, specs: list[TrialSpec]) -> list[TrialResult]:
-        """Run specs on every free slot; each is measured alone on its slot."""
-        queue = list(specs)
-        results: list[TrialResult] = []
-        while queue or self.executor.pending():
-            while queue and self.executor.pending() < self.executor.slots:
-                self.executor.submit(queue.pop(0))
-            results.extend(self.executor.wait())
-        return results
+    def _remeasured(
+        self, candidate: Candidate, outcome: EntrantOutcome, baseline: Candidate
+    ) -> Candidate | None:
+        """The candidate with its head-to-head figures. The peak memory stays the search's:
+        a head-to-head holds every finalist's session at once."""
+        if outcome.metrics is None:
+            return None
+        metrics = {
+            **outcome.metrics.model_dump(),
+            "accuracy_drop": float(baseline.metrics["accuracy"]) - outcome.metrics.accuracy,
+            "peak_memory_mb": candidate.metrics["peak_memory_mb"],
+        }
+        violations = constraint_violations(self.request.constraints, metrics)
+        return with_metrics(candidate, metrics, violations)
+
+    def _comparison_report(
+        self,
+        finalists: list[Candidate],
+        remeasured: list[Candidate | None],
+        outcomes: dict[int, EntrantOutcome],
+        base_outcome: EntrantOutcome,
+        baseline: Candidate,
+    ) -> list[dict[str, Any]]:
+        rows = []
+        for before, after in zip(finalists, remeasured, strict=True):
+            outcome = outcomes[before.trial_number]
+            ratios = None
+            if after is not None:
+                ratios = {
+                    m: ratio(outcome, base_outcome, m).as_dict()
+                    for m in ("throughput_per_s", "latency_p95_ms", "energy_per_sample_j")
+                }
+            rows.append(
+                {
+                    "trial": before.trial_number,
+                    "changes_from_baseline": changes_from(before.config, baseline.config),
+                    "status": outcome.status,
+                    "reason": outcome.reason,
+                    "search": reported(before.metrics, self.request.cost),
+                    "revalidated": None
+                    if after is None
+                    else reported(after.metrics, self.request.cost),
+                    "to_baseline": ratios,
+                    "feasible": after is not None and after.feasible,
+                }
+            )
+        return rows
 
     def _export(self, study: optuna.Study, chosen: Candidate) -> Any:
         trial = study.trials[chosen.trial_number]
@@ -886,6 +968,7 @@ class Coordinator:
                 "run_id": tracker.parent_run_id,
             },
             artifact=artifact_path,
+            headline=revalidation.headline,
             revalidation=revalidation.report,
         )
 
@@ -1088,3 +1171,53 @@ def _round_report(
 
 def _prefixed(prefix: str, metrics: dict[str, Any]) -> dict[str, float]:
     return {f"{prefix}.{k}": float(v) for k, v in metrics.items() if is_number(v)}
+
+
+def _contention_summary(rounds: list[Contention]) -> dict[str, Any]:
+    """How busy the machine was over a head-to-head's rounds."""
+    if not rounds:
+        return {"rounds": 0, "contended_rounds": 0}
+    return {
+        "rounds": len(rounds),
+        "contended_rounds": sum(c.contended for c in rounds),
+        "max_other_cpu_share": max(c.other_cpu_share for c in rounds),
+        "max_steal_share": max(c.steal_share for c in rounds),
+        "oversubscribed_rounds": sum(c.oversubscribed for c in rounds),
+        "reasons": sorted({r for c in rounds for r in c.reasons}),
+    }
+
+
+def headline_metrics(summary: Headline) -> dict[str, float]:
+    """The headline's paired ratios as MLflow metrics: headline.<metric>.{ratio,ci_low,ci_high}."""
+    figures = {"headline.rounds": float(summary.rounds)}
+    figures["headline.contended_rounds"] = float(summary.contended_rounds)
+    for metric, value in summary.ratios.items():
+        for part, number in value.model_dump().items():
+            figures[f"headline.{metric}.{part}"] = float(number)
+    return figures
+
+
+def contention_tags(contention: Contention) -> dict[str, str]:
+    tags = {
+        "contended": str(contention.contended).lower(),
+        "oversubscribed": str(contention.oversubscribed).lower(),
+    }
+    if contention.reasons:
+        tags["contention"] = "; ".join(contention.reasons)
+    if contention.gpu_throttle_reasons:
+        tags["gpu_throttle_reasons"] = ",".join(contention.gpu_throttle_reasons)
+    return tags
+
+
+def contention_figures(contention: Contention) -> dict[str, float]:
+    """The other load a measurement saw, as MLflow metrics contention.*."""
+    figures = {
+        "contention.other_cpu_share": contention.other_cpu_share,
+        "contention.machine_other_cpu_share": contention.machine_other_cpu_share,
+        "contention.steal_share": contention.steal_share,
+        "contention.cores_to_itself": contention.cores_to_itself,
+        "contention.waited_s": contention.waited_s,
+    }
+    if contention.cpu_pressure is not None:
+        figures["contention.cpu_pressure"] = contention.cpu_pressure
+    return figures

@@ -27,6 +27,11 @@ class Unsupported(AutotuneError):
     """A transform or runtime cannot build this configuration; the trial is pruned, not failed."""
 
 
+class MeasurementContended(AutotuneError):
+    """Other load on the machine made a measurement worthless, and the request's
+    `measurement.contention` is 'fail'."""
+
+
 class NoFeasibleConfiguration(AutotuneError):
     """The study finished, but no measured configuration meets the constraints."""
 

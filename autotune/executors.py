@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.contract import (
     ArtifactInfo,
+    HeadToHeadResult,
+    HeadToHeadSpec,
     ModelInfo,
     TrialResult,
     TrialSpec,
@@ -41,6 +43,10 @@ class Executor(Protocol):
 
     def wait(self) -> list[TrialResult]:
         """Block until at least one submitted trial finishes; return every finished one."""
+        ...
+
+    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
+        """Run a head-to-head comparison on one slot, with nothing else submitted."""
         ...
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo: ...
@@ -74,6 +80,9 @@ class InProcessExecutor:
         done = list(self._done)
         self._done.clear()
         return done
+
+    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
+        return self._worker.compare(spec)
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
         return self._worker.export(spec, out_dir)
@@ -282,6 +291,25 @@ class RayExecutor:
         except self._ray.exceptions.RayError as exc:
             reason = f"worker died: {type(exc).__name__}: {str(exc).splitlines()[0]}"
             return TrialResult.for_spec(spec, "lost", reason)
+
+    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
+        """On the first slot's actor; past `timeout_s` the actor is replaced and the
+        comparison fails."""
+        if self.pending():
+            raise AutotuneError("compare called while trials are running")
+        actor = self._actors[0]
+        ref = actor.compare.remote(spec, self._ship(spec.workload))
+        try:
+            result: HeadToHeadResult = self._ray.get(ref, timeout=spec.timeout_s)
+        except self._ray.exceptions.GetTimeoutError:
+            self._ray.kill(actor)
+            self._idle.remove(actor)
+            self._actors[0] = self._new_actor(0)
+            self._idle.append(self._actors[0])
+            raise AutotuneError(
+                f"the head-to-head comparison ran past {spec.timeout_s:g} s; its worker was stopped"
+            ) from None
+        return result
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
         blobs = self._ship(spec.workload)

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.metrics import OBJECTIVES, Direction, Metric
+from autotune.metrics import OBJECTIVES, Direction, Metric, with_derived
 from autotune.request import Selection
 
 
@@ -22,11 +22,16 @@ class Candidate:
 def _oriented(candidate: Candidate, metrics: Sequence[Metric]) -> tuple[float, ...]:
     """Values turned so that smaller is better for every metric."""
     return tuple(
-        -candidate.metrics[m.name]
-        if m.direction is Direction.MAXIMIZE
-        else candidate.metrics[m.name]
+        -_value(candidate, m) if m.direction is Direction.MAXIMIZE else _value(candidate, m)
         for m in metrics
     )
+
+
+def _value(candidate: Candidate, metric: Metric) -> Any:
+    """A trial recorded before a derived metric existed has it derived (`with_derived`)."""
+    if metric.name in candidate.metrics:
+        return candidate.metrics[metric.name]
+    return with_derived(candidate.metrics)[metric.name]
 
 
 def dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
@@ -96,9 +101,10 @@ def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
 
 
 def selection_metric(selection: Selection) -> Metric:
-    """The metric a selection ranks by (latency for a weighted choice)."""
+    """The metric a selection ranks by (latency per call for a weighted choice)."""
     return {
         "lowest_latency": OBJECTIVES["latency"],
+        "highest_throughput": OBJECTIVES["throughput"],
         "lowest_energy": OBJECTIVES["energy"],
         "highest_accuracy": OBJECTIVES["accuracy"],
         "weighted": OBJECTIVES["latency"],

@@ -17,7 +17,8 @@ The table is CSV, one row per configuration:
   `measure_seconds`, ...). An ok row needs `accuracy` and `latency_p95_ms`; what a row
   leaves out is filled so that nothing is invented beyond what the row implies: p50, p90,
   p99 and mean latency = p95; `latency_cv` 0; `throughput_per_s` = 1000 * batch.size / p95
-  (1000 / p95 without a `batch.size` column); `energy_per_sample_j` 0 with `energy_source`
+  (1000 / p95 without a `batch.size` column); `latency_per_sample_ms` = 1000 /
+  `throughput_per_s` (recorded or filled); `energy_per_sample_j` 0 with `energy_source`
   `estimate` (an unlabelled energy figure is an `estimate` too); `peak_memory_mb` 0;
   `iterations` 1; `measure_seconds` 0 (what measuring the row cost, on any row).
 
@@ -56,16 +57,19 @@ from autotune.contract import (
     ArtifactInfo,
     ConfigValue,
     DataRef,
+    EntrantOutcome,
+    HeadToHeadResult,
+    HeadToHeadSpec,
     ModelInfo,
     ModelRef,
     Provenance,
+    RoundFigures,
     TrialMetrics,
     TrialResult,
     TrialSpec,
     TrialStatus,
     Workload,
 )
-from autotune.coordinator import REVALIDATION_ATTEMPT
 from autotune.errors import AutotuneError, RequestError
 from autotune.hardware import HardwareProfile
 from autotune.space import (
@@ -441,10 +445,7 @@ class ReplayExecutor:
         finish = self.simulated_seconds + result.duration_s
         self._running.append(_Running(finish, self._submitted, result))
         self._submitted += 1
-        if spec.attempt >= REVALIDATION_ATTEMPT:
-            self.remeasurements += 1
-        else:
-            self.measurements += 1
+        self.measurements += 1
 
     def pending(self) -> int:
         return len(self._running)
@@ -478,6 +479,37 @@ class ReplayExecutor:
             spec, row.status, row.reason, row.measure_seconds, row.metrics, provenance
         )
 
+    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
+        """Every round of every entrant reads its row's figures: a replay has no noise and
+        no machine, so its paired ratios are exact and no round is contended."""
+        if self._running:
+            raise AutotuneError("compare called while trials are running")
+        outcomes = []
+        for entrant in spec.entrants:
+            trial = TrialSpec(
+                study=spec.study,
+                trial_number=entrant.trial_number,
+                workload=spec.workload,
+                config=entrant.config,
+                measurement=spec.measurement,
+            )
+            result = self._answer(trial)
+            self.remeasurements += 1
+            metrics = result.metrics
+            figures = [] if metrics is None else [_round_figures(metrics)] * spec.rounds
+            outcomes.append(
+                EntrantOutcome(
+                    trial_number=entrant.trial_number,
+                    status=result.status,
+                    reason=result.reason,
+                    rounds=figures,
+                    metrics=metrics,
+                )
+            )
+        seconds = spec.rounds * spec.round_seconds * len(spec.entrants)
+        self.simulated_seconds += seconds
+        return HeadToHeadResult(entrants=outcomes, contention=[], duration_s=seconds)
+
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
         """A replay has no model to export: config.json records the chosen configuration
         and the table row it was read from."""
@@ -495,3 +527,13 @@ class ReplayExecutor:
 
     def close(self) -> None:
         self._running.clear()
+
+
+def _round_figures(metrics: TrialMetrics) -> RoundFigures:
+    return RoundFigures(
+        calls=metrics.iterations,
+        latency_p50_ms=metrics.latency_p50_ms,
+        latency_p95_ms=metrics.latency_p95_ms,
+        throughput_per_s=metrics.throughput_per_s,
+        energy_per_sample_j=metrics.energy_per_sample_j,
+    )

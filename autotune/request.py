@@ -11,7 +11,9 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from autotune.contract import DataRef, MeasurementSettings, MetricRef, ModelRef, Strict, Workload
 from autotune.errors import RequestError
 
-Objective = Literal["accuracy", "latency", "energy"]
+# `latency` is the p95 of one call (one batch); `latency_per_sample` (ms per sample at the
+# configuration's batch size) and `throughput` (samples/s) are per sample.
+Objective = Literal["accuracy", "latency", "latency_per_sample", "throughput", "energy"]
 
 REQUIRED_UNLESS_REPLAY = "is required (except with --replay)"
 
@@ -20,7 +22,10 @@ class Constraints(Strict):
     max_accuracy_drop: float | None = Field(
         default=None, ge=0.0, description="absolute drop against the baseline, e.g. 0.01 = 1 point"
     )
-    max_latency_p95_ms: float | None = Field(default=None, gt=0.0)
+    max_latency_p95_ms: float | None = Field(default=None, gt=0.0, description="per call")
+    max_latency_per_sample_ms: float | None = Field(
+        default=None, gt=0.0, description="per sample: 1000 / throughput_per_s"
+    )
     max_energy_per_sample_j: float | None = Field(default=None, gt=0.0)
     max_memory_mb: float | None = Field(default=None, gt=0.0)
     min_throughput_per_s: float | None = Field(default=None, gt=0.0)
@@ -45,8 +50,12 @@ class Budget(Strict):
 class Selection(Strict):
     """How the one tuned configuration is picked from the feasible Pareto set."""
 
-    strategy: Literal["lowest_latency", "lowest_energy", "highest_accuracy", "weighted"] = (
-        "lowest_latency"
+    strategy: Literal[
+        "lowest_latency", "highest_throughput", "lowest_energy", "highest_accuracy", "weighted"
+    ] = Field(
+        default="lowest_latency",
+        description="lowest_latency: the lowest p95 per call; highest_throughput: the most "
+        "samples per second",
     )
     weights: dict[Objective, float] | None = Field(
         default=None, description="for 'weighted': objective -> weight on min-max normalized values"
@@ -62,11 +71,17 @@ class Selection(Strict):
 
 
 class Validation(Strict):
-    """Re-measurement of the finalists before one is returned."""
+    """The finalists and the baseline measured head to head before one is returned."""
 
     neighbours: int = Field(default=2, ge=0, description="nearest Pareto neighbours re-measured")
-    factor: float = Field(
-        default=5.0, ge=1.0, description="times more iterations and time than during the search"
+    rounds: int = Field(
+        default=10,
+        ge=6,
+        description="interleaved rounds; 6 is the fewest for which the median of paired "
+        "ratios has a distribution-free 95% interval",
+    )
+    round_seconds: float = Field(
+        default=0.3, gt=0.0, description="each configuration's timed block in a round"
     )
 
 
@@ -117,11 +132,17 @@ class TuningRequest(Strict):
             raise ValueError(REQUIRED_UNLESS_REPLAY)
         return value
 
-    @model_validator(mode="after")
-    def _objectives_unique(self) -> TuningRequest:
-        if len(set(self.objectives)) != len(self.objectives):
-            raise ValueError("objectives must not repeat")
-        return self
+    @field_validator("objectives")
+    @classmethod
+    def _objectives_distinct(cls, objectives: list[Objective]) -> list[Objective]:
+        if len(set(objectives)) != len(objectives):
+            raise ValueError("must not repeat")
+        if {"throughput", "latency_per_sample"} <= set(objectives):
+            raise ValueError(
+                "must not name both 'throughput' and 'latency_per_sample' "
+                "(one measure: latency_per_sample = 1000 / throughput)"
+            )
+        return objectives
 
     def workload(self, base_dir: Path) -> Workload:
         """The workload with file paths resolved against the request file's directory.

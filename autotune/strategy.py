@@ -1,14 +1,31 @@
 """autotune's own search strategy: what it knows about its space, spent on fewer measurements.
 
-- A designed initial set follows the baseline: each precision on each engine at a middle batch
+- A designed initial set follows the baseline: each precision on each engine at one batch
   size, everything else as the baseline runs. It tells early which model variants keep their
   accuracy and which kernels are fast.
+- The batch size follows what the request asks for (`batch_lean`). Latency per call (the p95
+  of one batch) grows with the batch, while latency per sample, throughput and energy per
+  sample improve with it, so the two views want opposite ends of the range. A request leans
+  per sample when it selects `highest_throughput` or `lowest_energy`, or when its objectives
+  name only per-sample figures (`throughput`, `latency_per_sample`, `energy`) and not
+  `latency`: the designed set runs at the largest batch size, where those points will be. It
+  leans per call when it selects `lowest_latency` (the default) or its objectives name
+  `latency` and no per-sample figure: the designed set runs at the smallest batch size (batch
+  1 in the bundled spaces), since a large batch cannot win on the p95 of one call. When both
+  leanings are present the per-sample one wins: `highest_throughput` is never a default, and
+  under per-sample-only objectives a batch-1 point is dominated by the same variant at a
+  larger batch, so a per-call selection never gets to pick it. A weighted selection leans as
+  its heavier weights do. Without a leaning (say `highest_accuracy` over accuracy, latency
+  and energy) the designed set uses the middle batch size.
 - Then a Pareto local search: the unmeasured neighbours (one dimension changed) of the
   feasible front found so far, the point with the largest hypervolume contribution first;
   nearest first (one step along a numeric dimension before two), and at each step
   throughput dimensions (batch size, threads) before the other kernel choices, and those
-  before the model variant. Every few proposals, and whenever the front has no unmeasured
-  neighbour left, the sampler proposes.
+  before the model variant. With a leaning, a batch-size step toward its end of the range
+  comes first and one away from it only after the other kernel choices of that step;
+  without one, a smaller batch comes before a larger one at the same step.
+  Every few proposals, and whenever the front has no unmeasured neighbour left, the sampler
+  proposes.
 - A proposal that repeats a finished configuration is told from that trial without being
   measured; one that repeats a configuration still being measured waits for that measurement.
 - A configuration whose model variant already violates `max_accuracy_drop` is not measured:
@@ -20,8 +37,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from autotune.contract import (
     ConfigValue,
@@ -35,6 +53,7 @@ from autotune.contract import (
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.request import Selection, TuningRequest
     from autotune.space import EffectiveSpace
 
 NAME = "autotune"
@@ -48,6 +67,22 @@ ACCURACY_VIOLATION = "its variant violates the accuracy constraint"
 UNSUPPORTED_LIKE = "differs only in batch size or threads from unsupported trial"
 
 ConfigKey = tuple[tuple[str, Any], ...]
+
+# Which end of the batch-size range a request favours: large batches for figures per sample
+# (throughput, latency per sample, energy per sample), batch 1 for the p95 of one call.
+Lean = Literal["per_sample", "per_call"]
+BATCH = "batch.size"
+_OBJECTIVE_LEANS: dict[str, Lean] = {
+    "latency": "per_call",
+    "latency_per_sample": "per_sample",
+    "throughput": "per_sample",
+    "energy": "per_sample",
+}
+_SELECTION_LEANS: dict[str, Lean] = {
+    "lowest_latency": "per_call",
+    "highest_throughput": "per_sample",
+    "lowest_energy": "per_sample",
+}
 
 
 def config_key(config: dict[str, Any]) -> ConfigKey:
@@ -71,22 +106,54 @@ def make_strategy_sampler(seed: int | None) -> Any:
         )
 
 
-def designed_configs(space: EffectiveSpace) -> list[dict[str, ConfigValue]]:
-    """Each precision on each engine at the middle batch size, the rest as the baseline runs
-    (a dimension that only the change makes active at its own baseline); only configurations
-    the space can produce, without the baseline itself."""
+def batch_lean(selection: Selection, objectives: Sequence[str]) -> Lean | None:
+    """The batch-size end a request favours (see the module's docstring): per sample when
+    its selection or its objectives alone lean so, else per call when either does, else
+    None."""
+    named = {_OBJECTIVE_LEANS[o] for o in objectives if o in _OBJECTIVE_LEANS}
+    leans = {_selection_lean(selection), *(named if len(named) == 1 else ())}
+    if "per_sample" in leans:
+        return "per_sample"
+    return "per_call" if "per_call" in leans else None
+
+
+def _selection_lean(selection: Selection) -> Lean | None:
+    if selection.strategy != "weighted":
+        return _SELECTION_LEANS.get(selection.strategy)
+    totals = {"per_sample": 0.0, "per_call": 0.0}
+    for objective, weight in (selection.weights or {}).items():
+        if objective in _OBJECTIVE_LEANS:
+            totals[_OBJECTIVE_LEANS[objective]] += weight
+    if totals["per_sample"] == totals["per_call"]:
+        return None
+    return "per_sample" if totals["per_sample"] > totals["per_call"] else "per_call"
+
+
+def request_lean(request: TuningRequest | None) -> Lean | None:
+    return None if request is None else batch_lean(request.selection, request.objectives)
+
+
+def designed_configs(
+    space: EffectiveSpace, request: TuningRequest | None = None
+) -> list[dict[str, ConfigValue]]:
+    """Each precision on each engine at one batch size (the largest when the request leans
+    per sample, the smallest when it leans per call, else the middle one), the rest as the
+    baseline runs (a dimension that only the change makes active at its own baseline); only
+    configurations the space can produce, without the baseline itself."""
     from autotune.warm_start import producible
 
+    lean = request_lean(request)
     baseline = space.baseline()
     choices = {d.name: d.values for d in space.dimensions if d.values is not None}
-    middle: dict[str, ConfigValue] = {}
-    if "batch.size" in choices:
-        batches = sorted(choices["batch.size"], key=_number)
-        middle["batch.size"] = batches[len(batches) // 2]
+    batch: dict[str, ConfigValue] = {}
+    if BATCH in choices:
+        batches = sorted(choices[BATCH], key=_number)
+        index = {None: len(batches) // 2, "per_sample": -1, "per_call": 0}[lean]
+        batch[BATCH] = batches[index]
     designed: list[dict[str, ConfigValue]] = []
     for precision in _alternatives(choices, "precision.mode"):
         for engine in _alternatives(choices, "runtime.engine"):
-            config = changed(space, baseline, {**middle, **precision, **engine})
+            config = changed(space, baseline, {**batch, **precision, **engine})
             if config != baseline and config not in designed and producible(space, config):
                 designed.append(config)
     return designed
@@ -139,16 +206,22 @@ class Outcome:
 @dataclass
 class Ledger:
     """Per configuration: the trial that answered it, or ours that is measuring it now, and
-    the repeats waiting for that one."""
+    the repeats waiting for that one. The `request` orders batch-size steps in the local
+    search (`batch_lean`)."""
 
     space: EffectiveSpace
     designed: list[dict[str, ConfigValue]]
+    request: TuningRequest | None = None
     finished: dict[ConfigKey, Outcome] = field(default_factory=dict)
     in_flight: dict[ConfigKey, int] = field(default_factory=dict)
     waiting: dict[int, list[tuple[optuna.Trial, TrialSpec]]] = field(default_factory=dict)
     proposed: set[ConfigKey] = field(default_factory=set)
     unsupported: dict[ConfigKey, Outcome] = field(default_factory=dict)
     _searched: int = 0
+
+    @property
+    def lean(self) -> Lean | None:
+        return request_lean(self.request)
 
     def load(self, study: optuna.Study) -> None:
         """The outcomes a resumed study already holds."""
@@ -219,7 +292,9 @@ class Ledger:
     def _neighbours(self, config: dict[str, ConfigValue]) -> list[dict[str, ConfigValue]]:
         """Configurations one categorical dimension away (see `changed`), nearest first: a
         numeric value one step along its dimension before two steps, and at each step
-        throughput dimensions, then other kernel choices, then the model variant."""
+        throughput dimensions, then other kernel choices, then the model variant. With a
+        `lean`, a batch size away from its end of the range comes after the kernel choices."""
+        lean = self.lean
         ranked: list[tuple[tuple[int, int, int], dict[str, ConfigValue]]] = []
         for position, dim in enumerate(self.space.dimensions):
             if dim.name not in config or dim.values is None or config[dim.name] not in dim.values:
@@ -229,7 +304,10 @@ class Ledger:
             for index, value in enumerate(dim.values):
                 if index != here:
                     step = abs(index - here) if numeric else 1
-                    order = (step, _neighbour_class(dim.name), position)
+                    kind = _neighbour_class(dim.name)
+                    if dim.name == BATCH and _against(lean, config[dim.name], value):
+                        kind = 2
+                    order = (step, kind, position)
                     ranked.append((order, changed(self.space, config, {dim.name: value})))
         ranked.sort(key=lambda pair: pair[0])
         return [option for _, option in ranked]
@@ -238,10 +316,20 @@ class Ledger:
         return key in self.finished or key in self.in_flight or key in self.proposed
 
 
+def _against(lean: Lean | None, here: ConfigValue, there: ConfigValue) -> bool:
+    """Whether a batch size step from `here` to `there` moves away from the lean's end."""
+    if lean is None:
+        return False
+    larger = _number(there) > _number(here)
+    return larger if lean == "per_call" else not larger
+
+
 def _neighbour_class(name: str) -> int:
+    """0: throughput dimensions; 1: other kernel choices; 3: the model variant (2: a batch
+    size against the lean, see `Ledger._neighbours`)."""
     if name in THROUGHPUT_DIMENSIONS:
         return 0
-    return 2 if variant_key({name: ""}) else 1
+    return 3 if variant_key({name: ""}) else 1
 
 
 def _build_key(config: dict[str, ConfigValue]) -> ConfigKey:

@@ -120,7 +120,7 @@ class Tracker:
         """Re-measured figures go next to the search figures on each finalist's run."""
         from mlflow.entities import Metric as MlflowMetric
 
-        for finalist in (f for rnd in report["rounds"] for f in rnd):
+        for finalist in (f for comparison in report["comparisons"] for f in comparison):
             run_id = self._trial_runs.get(finalist["trial"])
             if run_id is None or finalist["revalidated"] is None:
                 continue

@@ -8,7 +8,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from autotune.contract import ConfigValue, Strict
+from autotune.metrics import with_derived
 from autotune.request import Cost
+from autotune.validation import Headline
 
 REPORTED_METRICS = (
     "accuracy",
@@ -19,6 +21,7 @@ REPORTED_METRICS = (
     "latency_p99_ms",
     "latency_cv",
     "throughput_per_s",
+    "latency_per_sample_ms",
     "energy_per_sample_j",
     "energy_source",
     "peak_memory_mb",
@@ -44,6 +47,7 @@ class TunedConfig(BaseModel):
     study: dict[str, Any]
     mlflow: dict[str, str]
     artifact: str
+    headline: Headline
     revalidation: dict[str, Any]
 
     def to_yaml(self) -> str:
@@ -52,6 +56,7 @@ class TunedConfig(BaseModel):
 
 def reported(metrics: dict[str, Any], cost: Cost | None = None) -> dict[str, Any]:
     """The user contract's metrics, plus the figures derived from them."""
+    metrics = with_derived(metrics)
     shown = {k: metrics[k] for k in REPORTED_METRICS if k in metrics}
     if "latency_p95_ci_low_ms" in metrics and metrics["latency_p95_ci_low_ms"] is not None:
         shown["latency_p95_ci_ms"] = [

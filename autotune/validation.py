@@ -1,29 +1,32 @@
-"""Re-validation: before a configuration is returned, the finalists (the chosen one and its
-nearest Pareto neighbours) and the baseline are measured again with more iterations, and
-the re-measured order decides. Configurations whose p95 latency intervals overlap are
-reported as tied rather than one of them winning by noise."""
+"""Re-validation: before a configuration is returned, the finalists (the provisional choice
+and its nearest Pareto neighbours) and the baseline are measured head to head, in
+interleaved rounds (`workers.head_to_head`), and the re-measured figures decide.
+
+- Every comparison is a paired ratio: per round, one configuration's figure divided by the
+  other's from the same round, summarised by the median of those ratios and its
+  distribution-free 95% interval (`autotune.stats.paired_ratio`).
+- The leader is the selection's pick on the re-measured figures. A finalist whose paired
+  ratio to the leader on the selection's metric has an interval containing 1 is tied with
+  it: the difference is inside the measured noise. Among the leader and its ties, the
+  configuration with the fewest changes from the baseline wins (it is the simplest to
+  deploy); the leader wins a tie on that too.
+- The headline is the chosen configuration against the baseline as paired ratios, with the
+  number of rounds and whether other load was seen in them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
-from autotune.contract import MeasurementSettings
-from autotune.metrics import Direction, Metric
-from autotune.pareto import Candidate
+from pydantic import Field
 
-
-def scaled_settings(settings: MeasurementSettings, factor: float) -> MeasurementSettings:
-    """The same measurement, `factor` times longer and with `factor` times more iterations."""
-    return settings.model_copy(
-        update={
-            "min_iters": int(settings.min_iters * factor),
-            "max_iters": int(settings.max_iters * factor),
-            "min_seconds": settings.min_seconds * factor,
-            "max_seconds": settings.max_seconds * factor,
-        }
-    )
+from autotune.contract import Contention, EntrantOutcome, RoundFigures, Strict
+from autotune.metrics import Metric
+from autotune.pareto import Candidate, select, selection_metric
+from autotune.request import Selection
+from autotune.stats import PairedRatio, paired_ratio
 
 
 def nearest_neighbours(
@@ -59,33 +62,165 @@ def with_metrics(
     )
 
 
-def p95_interval(metrics: dict[str, Any]) -> tuple[float, float]:
-    """The confidence interval of the p95 latency; the point value where none is known."""
-    low = metrics.get("latency_p95_ci_low_ms")
-    high = metrics.get("latency_p95_ci_high_ms")
-    point = float(metrics["latency_p95_ms"])
-    return (float(low) if low is not None else point, float(high) if high is not None else point)
+def _per_sample_ms(figures: RoundFigures) -> float:
+    return 1000.0 / figures.throughput_per_s
 
 
-def tied_with(chosen: Candidate, others: Sequence[Candidate]) -> list[Candidate]:
-    """Others whose p95 latency interval overlaps the chosen one's."""
-    low, high = p95_interval(chosen.metrics)
+# The metrics a round measures, read from one entrant's block in one round.
+ROUND_FIGURES: dict[str, Callable[[RoundFigures], float]] = {
+    "latency_p50_ms": lambda f: f.latency_p50_ms,
+    "latency_p95_ms": lambda f: f.latency_p95_ms,
+    "latency_per_sample_ms": _per_sample_ms,
+    "throughput_per_s": lambda f: f.throughput_per_s,
+    "energy_per_sample_j": lambda f: f.energy_per_sample_j,
+}
+
+
+def ratio(a: EntrantOutcome, b: EntrantOutcome, metric: str) -> PairedRatio:
+    """a's figure over b's, paired round by round."""
+    read = ROUND_FIGURES[metric]
+    return paired_ratio([read(f) for f in a.rounds], [read(f) for f in b.rounds])
+
+
+def changes_from(config: dict[str, Any], baseline: dict[str, Any]) -> int:
+    """How many settings differ from the baseline's (a setting on one side only counts)."""
+    return sum(config.get(k) != baseline.get(k) for k in set(config) | set(baseline))
+
+
+@dataclass(frozen=True)
+class Decision:
+    leader: Candidate
+    chosen: Candidate
+    tied_with: list[int]
+    because: str
+
+
+def decide(
+    kept: Sequence[Candidate],
+    outcomes: dict[int, EntrantOutcome],
+    selection: Selection,
+    baseline_config: dict[str, Any],
+) -> Decision:
+    """The leader on the re-measured figures, and the simplest configuration tied with it
+    (see the module docstring)."""
+    leader = select(kept, selection)
+    metric = selection_metric(selection).name
     tied = []
-    for other in others:
-        other_low, other_high = p95_interval(other.metrics)
-        if other_low <= high and low <= other_high:
-            tied.append(other)
-    return tied
-
-
-def order_changed(before: Sequence[Candidate], after: Sequence[Candidate], metric: Metric) -> bool:
-    """Whether re-measurement reordered the finalists on the selection metric."""
-
-    def order(candidates: Sequence[Candidate]) -> list[int]:
-        sign = -1.0 if metric.direction is Direction.MAXIMIZE else 1.0
-        ranked = sorted(
-            candidates, key=lambda c: (sign * float(c.metrics[metric.name]), c.trial_number)
+    if metric in ROUND_FIGURES:
+        mine = outcomes[leader.trial_number]
+        tied = [
+            c
+            for c in kept
+            if c.trial_number != leader.trial_number
+            and ratio(outcomes[c.trial_number], mine, metric).contains(1.0)
+        ]
+    chosen = min(
+        [leader, *tied],
+        key=lambda c: (changes_from(c.config, baseline_config), c is not leader, c.trial_number),
+    )
+    if chosen is leader:
+        because = f"the best {metric} of the finalists"
+        if tied:
+            because += f"; tied within the noise with {_numbers(tied)}, none of them simpler"
+    else:
+        because = (
+            f"tied within the noise with #{leader.trial_number} on {metric}, with fewer changes "
+            f"from the baseline ({changes_from(chosen.config, baseline_config)} vs "
+            f"{changes_from(leader.config, baseline_config)})"
         )
-        return [c.trial_number for c in ranked]
+    return Decision(leader, chosen, [c.trial_number for c in tied], because)
 
-    return order(before) != order(after)
+
+def _numbers(candidates: Sequence[Candidate]) -> str:
+    return ", ".join(f"#{c.trial_number}" for c in candidates)
+
+
+class Ratio(Strict):
+    ratio: float = Field(description="median over the rounds of tuned / baseline")
+    ci_low: float = Field(description="the 95% interval of that median")
+    ci_high: float
+
+
+Conditions = Literal["quiet", "contended", "replayed"]
+
+
+class Headline(Strict):
+    """The chosen configuration against the baseline, as measured side by side."""
+
+    text: str
+    ratios: dict[str, Ratio] = Field(description="metric -> tuned / baseline, paired per round")
+    rounds: int
+    contended_rounds: int
+    conditions: Conditions
+    same_as_baseline: bool
+
+
+# The figure a headline leads with, per selection strategy.
+_LEAD = {
+    "lowest_latency": "latency_p95_ms",
+    "weighted": "latency_p95_ms",
+    "highest_throughput": "throughput_per_s",
+    "highest_accuracy": "throughput_per_s",
+    "lowest_energy": "energy_per_sample_j",
+}
+_WORDING = {
+    "latency_p50_ms": "p50 latency per call",
+    "latency_p95_ms": "p95 latency per call",
+    "latency_per_sample_ms": "latency per sample",
+    "energy_per_sample_j": "energy per sample",
+}
+
+
+def headline(
+    chosen: EntrantOutcome,
+    baseline: EntrantOutcome,
+    contention: Sequence[Contention],
+    selection: Selection,
+    energy_estimated: bool,
+) -> Headline:
+    """The paired ratios of every round figure, and one sentence that leads with the
+    selection's figure, adds throughput and energy, and states the rounds and conditions."""
+    ratios = {}
+    for metric, read in ROUND_FIGURES.items():
+        if any(read(f) <= 0 for f in [*chosen.rounds, *baseline.rounds]):
+            continue  # not measured (a replayed table without energy, say)
+        paired = ratio(chosen, baseline, metric)
+        ratios[metric] = Ratio(ratio=paired.median, ci_low=paired.low, ci_high=paired.high)
+    rounds = len(chosen.rounds)
+    contended = sum(c.contended for c in contention)
+    conditions: Conditions = "replayed" if not contention else "contended" if contended else "quiet"
+    same = chosen.trial_number == baseline.trial_number
+    if same:
+        text = "the unmodified model is the best choice: no finalist beat it beyond the noise"
+    else:
+        lead = _LEAD[selection.strategy]
+        shown = [m for m in (lead, "throughput_per_s", "energy_per_sample_j") if m in ratios]
+        parts = [_phrase(m, ratios[m]) for m in dict.fromkeys(shown)]
+        if energy_estimated and "energy_per_sample_j" in ratios:
+            parts[-1 if lead != "energy_per_sample_j" else 0] += " (estimated)"
+        text = "; ".join(parts)
+    text += f"; {rounds} paired rounds, {_conditions(conditions, contended, rounds)}"
+    return Headline(
+        text=text,
+        ratios=ratios,
+        rounds=rounds,
+        contended_rounds=contended,
+        conditions=conditions,
+        same_as_baseline=same,
+    )
+
+
+def _phrase(metric: str, value: Ratio) -> str:
+    interval = f"(95% CI {value.ci_low:.3g}–{value.ci_high:.3g}×)"
+    if metric == "throughput_per_s":
+        return f"{value.ratio:.3g}× throughput {interval}"
+    return f"{_WORDING[metric]} {value.ratio:.3g}× the baseline's {interval}"
+
+
+def _conditions(conditions: Conditions, contended: int, rounds: int) -> str:
+    if conditions != "contended":
+        return conditions
+    return (
+        f"contended: {contended / rounds:.0%} of the rounds saw other load; re-run on an idle "
+        "machine for a firm figure"
+    )

@@ -32,7 +32,7 @@ def one_run(workers: int, trials: int) -> tuple[float, int]:
             budget={"trials": trials},
             storage=f"sqlite:///{tmp}/study.db",
             tracking={"uri": f"sqlite:///{tmp}/mlflow.db", "experiment": "throughput"},
-            validation={"neighbours": 0, "factor": 1.0},
+            validation={"neighbours": 0, "rounds": 6, "round_seconds": 0.05},
         )
         path = Path(tmp) / "request.yaml"
         path.write_text(yaml.safe_dump(request))

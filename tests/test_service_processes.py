@@ -251,7 +251,7 @@ def test_the_compose_services_tune_the_digits_example(
             constraints={**request["constraints"], "max_latency_p95_ms": 1000.0},
             budget={"trials": 4},
             measurement=FAST,
-            validation={"factor": 1, "neighbours": 0},
+            validation={"neighbours": 0, "rounds": 6, "round_seconds": 0.05},
         )
         with httpx.Client(base_url=f"http://127.0.0.1:{api_port}", timeout=60) as client:
             assert client.get("/healthz").json() == {"status": "ok"}

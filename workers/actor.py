@@ -9,9 +9,18 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from autotune.contract import ArtifactInfo, ModelInfo, TrialResult, TrialSpec, Workload
+from autotune.contract import (
+    ArtifactInfo,
+    HeadToHeadResult,
+    HeadToHeadSpec,
+    ModelInfo,
+    TrialResult,
+    TrialSpec,
+    Workload,
+)
 from autotune.errors import AutotuneError
 from workers.blobs import Blob, localize
+from workers.head_to_head import run_head_to_head
 from workers.inspection import inspect_workload
 from workers.runner import export_artifact, run_trial
 from workers.store import WorkloadStore
@@ -42,6 +51,13 @@ class TrialWorker:
         """Load the workload outside the limit: the limit is on what a trial adds."""
         with suppress(AutotuneError):  # run_trial reports it as the trial's outcome
             self.store.get(spec.workload)
+
+    def compare(
+        self, spec: HeadToHeadSpec, blobs: dict[str, Blob] | None = None
+    ) -> HeadToHeadResult:
+        if blobs:
+            spec = spec.model_copy(update={"workload": localize(spec.workload, blobs)})
+        return run_head_to_head(spec, self.store)
 
     def export(
         self, spec: TrialSpec, out_dir: str, blobs: dict[str, Blob] | None = None

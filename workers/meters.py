@@ -1,40 +1,33 @@
-"""Meters: latency timing with a stopping rule that waits for the median to settle, order-
-statistic confidence intervals, peak memory, and the measurement window that energy meters
-(`workers.energy`) read.
+"""Meters: latency timing with a stopping rule that waits for the median to settle, peak
+memory, and the measurement window that energy meters (`workers.energy`) read.
 
 Stopping rule (`time_calls`): after the warm-up, time calls until both `min_iters` and
 `min_seconds` are reached. With `settle_tolerance` None, stop there ("minimums"). Otherwise go
 on until the distribution-free 95% confidence interval of the median has a relative
 half-width (high - low) / 2 / median <= settle_tolerance ("settled"), checked when the number
 of calls has grown by 10% since the last check (and once more at a cap); stop anyway at
-`max_iters` ("max_iters") or `max_seconds` ("max_seconds"), whichever comes first.
-
-Confidence intervals of a quantile q from n samples (`quantile_ci_ranks`): the number B of
-samples at or below the true quantile is Binomial(n, q), so [x_(l), x_(u)] (order statistics,
-1-based) covers it with probability >= P(l <= B <= u - 1) for any continuous distribution. l is
-the largest rank with P(B <= l - 1) <= 2.5% and u the smallest with P(B >= u) <= 2.5%, so
-each side misses with at most 2.5%.
+`max_iters` ("max_iters") or `max_seconds` ("max_seconds"), whichever comes first. The
+intervals are `autotune.stats`'s order-statistic intervals.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal
 
 import numpy as np
 
 from autotune.contract import MeasurementSettings
+from autotune.stats import median_ci_relative_half_width, quantile_ci
 from workers.energy import EnergyMeter, EnergyReading
 
 StopReason = Literal["settled", "minimums", "max_iters", "max_seconds"]
-CONFIDENCE = 0.95
 # The settle condition is checked again once the number of timed calls has grown by this factor.
 SETTLE_CHECK_GROWTH = 1.1
 
@@ -54,6 +47,7 @@ class LatencyStats:
     p95_ci_high_ms: float
     stopped_by: StopReason | None = None
     concurrency: int = 1
+    latencies_ms: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False, compare=False)
 
     @property
     def calls_per_s(self) -> float:
@@ -62,66 +56,6 @@ class LatencyStats:
         if self.concurrency == 1:
             return self.iterations / self.total_latency_s
         return self.iterations / self.measure_seconds
-
-
-# ---------------------------------------------------------------------------------------------
-# Order statistics
-
-
-def _binomial_pmf(n: int, p: float) -> np.ndarray:
-    """P(B = k) for k = 0..n, B ~ Binomial(n, p), built in log space (stable for large n)."""
-    k = np.arange(1, n + 1, dtype=np.float64)
-    steps = np.log(n - k + 1) - np.log(k) + math.log(p) - math.log1p(-p)
-    log_pmf = n * math.log1p(-p) + np.concatenate(([0.0], np.cumsum(steps)))
-    pmf = np.exp(log_pmf - log_pmf.max())
-    return pmf / pmf.sum()  # type: ignore[no-any-return]
-
-
-@functools.lru_cache(maxsize=512)
-def quantile_ci_ranks(
-    n: int, q: float, confidence: float = CONFIDENCE
-) -> tuple[int | None, int | None]:
-    """0-based indices (low, high) into n sorted samples of the distribution-free confidence
-    interval of the q-quantile (see the module docstring). A side is None when n is too small
-    for it to exist (e.g. the upper side of the p95's 95% interval needs n >= 72, the median's
-    interval n >= 6)."""
-    if n < 1:
-        return None, None
-    tail = (1.0 - confidence) / 2
-    pmf = _binomial_pmf(n, q)
-    cdf = np.cumsum(pmf)  # cdf[j] = P(B <= j)
-    sf = np.cumsum(pmf[::-1])[::-1]  # sf[j] = P(B >= j)
-    # x_(j+1) >= the quantile misses iff B <= j
-    below = np.flatnonzero(cdf[:n] <= tail)
-    # x_(j+1) < the quantile misses iff B >= j + 1
-    above = np.flatnonzero(sf[1 : n + 1] <= tail)
-    low = int(below[-1]) if below.size else None
-    high = int(above[0]) if above.size else None
-    return low, high
-
-
-def quantile_ci(sorted_values: np.ndarray, q: float) -> tuple[float, float]:
-    """The 95% confidence interval of the q-quantile of sorted samples; a side that needs more
-    samples than there are falls back to the minimum or maximum (which then covers with less
-    than 95%)."""
-    low, high = quantile_ci_ranks(len(sorted_values), q)
-    return (
-        float(sorted_values[0 if low is None else low]),
-        float(sorted_values[-1 if high is None else high]),
-    )
-
-
-def median_ci_relative_half_width(latencies: Sequence[int] | np.ndarray) -> float:
-    """(high - low) / 2 / median of the median's 95% interval; inf where it does not exist."""
-    values = np.sort(np.asarray(latencies, dtype=np.float64))
-    low, high = quantile_ci_ranks(len(values), 0.5)
-    if low is None or high is None:
-        return math.inf
-    median = float(np.median(values))
-    spread = float(values[high] - values[low])
-    if median <= 0:
-        return 0.0 if spread == 0 else math.inf
-    return spread / 2 / median
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,7 +225,7 @@ def _in_threads(
 
 
 def summarize(
-    latencies_ns: Sequence[int],
+    latencies_ns: Sequence[int] | np.ndarray,
     measure_seconds: float,
     stopped_by: StopReason | None = None,
     concurrency: int = 1,
@@ -316,6 +250,7 @@ def summarize(
         p95_ci_high_ms=ci_high,
         stopped_by=stopped_by,
         concurrency=concurrency,
+        latencies_ms=latencies_ms,
     )
 
 

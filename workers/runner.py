@@ -17,6 +17,8 @@ import numpy as np
 
 from autotune.contract import (
     ArtifactInfo,
+    Contention,
+    HeadToHeadSpec,
     Provenance,
     TrialMetrics,
     TrialResult,
@@ -24,8 +26,9 @@ from autotune.contract import (
     TrialStatus,
     Workload,
 )
-from autotune.errors import RequestError, Unsupported
+from autotune.errors import MeasurementContended, RequestError, Unsupported
 from workers.config import TrialConfig
+from workers.contention import check_contention, probe_for, waited_for_quiet
 from workers.energy import EnergyMeter, cpu_seconds_with, select_meter
 from workers.evaluate import tile_batch
 from workers.loading import TorchModel, call_entry_point, load_onnx
@@ -66,6 +69,8 @@ def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResul
 def classify_failure(error: Exception) -> tuple[TrialStatus, str]:
     if isinstance(error, Unsupported):
         return "unsupported", str(error)
+    if isinstance(error, MeasurementContended):
+        return "contended", str(error)
     if _is_out_of_memory(error):
         return "oom", f"{type(error).__name__}: {error}"
     return "error", f"{type(error).__name__}: {error}"
@@ -97,23 +102,28 @@ def _measure(spec: TrialSpec, store: WorkloadStore) -> tuple[TrialMetrics, Prove
     ):
         helpers = helper_pids(session)  # sharded sessions' worker processes count too
         memory.watch(helpers)
-        call = partial(session.run, _timing_batch(loaded, session, config))
+        call = partial(session.run, timing_batch(loaded, session, config))
         # The spec's figure wins over this process's cache: the coordinator's is authoritative.
         accuracy = spec.known_accuracy
         if accuracy is None:
             accuracy = loaded.accuracy(config, session)
         warm_up(call, settings.warmup_iters, config.concurrency)
+        probe = probe_for(settings, config, helpers)
+        waited = waited_for_quiet(probe, settings)
         meter: EnergyMeter = select_meter(
             config, settings, memory.own_cpu_seconds, cpu_seconds_with(helpers)
         )
         try:
+            probe.start()
             measured = measure(call, settings, meter, config.concurrency)
+            contention = probe.stop(config.threads, waited)
         finally:
             meter.close()
-    metrics = _metrics(accuracy, measured, config.batch_size, memory.peak_mb, meter)
+    check_contention(contention, settings)
+    metrics = trial_metrics(accuracy, measured, config.batch_size, memory.peak_mb, meter)
     if device_memory.peak_mb is not None:
         metrics = metrics.model_copy(update={"peak_device_memory_mb": device_memory.peak_mb})
-    return metrics, _provenance(loaded, spec)
+    return metrics, provenance_for(loaded, spec, contention)
 
 
 class CudaPeakMemory:
@@ -159,7 +169,7 @@ def check_concurrency(config: TrialConfig) -> None:
         )
 
 
-def _timing_batch(loaded: LoadedWorkload, session: Session, config: TrialConfig) -> np.ndarray:
+def timing_batch(loaded: LoadedWorkload, session: Session, config: TrialConfig) -> np.ndarray:
     if session.fixed_batch is not None and session.fixed_batch != config.batch_size:
         raise Unsupported(
             f"batch.size={config.batch_size}: the model only takes batches of {session.fixed_batch}"
@@ -167,7 +177,7 @@ def _timing_batch(loaded: LoadedWorkload, session: Session, config: TrialConfig)
     return tile_batch(loaded.data.inputs, config.batch_size)
 
 
-def _metrics(
+def trial_metrics(
     accuracy: float,
     measured: Measurement,
     batch_size: int,
@@ -190,6 +200,7 @@ def _metrics(
         latency_p95_ci_low_ms=latency.p95_ci_low_ms,
         latency_p95_ci_high_ms=latency.p95_ci_high_ms,
         throughput_per_s=batch_size * latency.calls_per_s,
+        latency_per_sample_ms=1000.0 / (batch_size * latency.calls_per_s),
         energy_per_sample_j=energy.joules / window_samples,
         energy_source=meter.source,
         energy_model=getattr(meter, "model", None),  # a stand-in meter may not name one
@@ -202,7 +213,9 @@ def _metrics(
     )
 
 
-def _provenance(loaded: LoadedWorkload, spec: TrialSpec) -> Provenance:
+def provenance_for(
+    loaded: LoadedWorkload, spec: TrialSpec | HeadToHeadSpec, contention: Contention | None
+) -> Provenance:
     return Provenance(
         model_sha256=loaded.model.sha256,
         host=socket.gethostname(),
@@ -210,6 +223,7 @@ def _provenance(loaded: LoadedWorkload, spec: TrialSpec) -> Provenance:
         hardware_fingerprint=hardware_fingerprint(),
         software=software_versions(),
         measurement=spec.measurement,
+        contention=contention,
     )
 
 

@@ -20,6 +20,7 @@ from autotune.contract import TrialResult, TrialSpec
 from autotune.errors import AutotuneError, RequestError
 from autotune.replay import NOT_IN_TABLE, ReplayExecutor, ReplayTable
 from autotune.space import load_space
+from autotune.tuning import TuneOptions, run_tune
 
 runner = CliRunner()
 
@@ -340,3 +341,101 @@ def test_table_columns_must_be_known(tmp_path: Path, columns: list[str], field: 
     with pytest.raises(RequestError) as info:
         ReplayTable.load(tmp_path / "t.csv")
     assert info.value.field == field
+
+
+TABLES = Path(__file__).resolve().parents[2] / "experiments" / "tables"
+
+
+def test_per_sample_latency_is_derived_from_the_throughput(tmp_path: Path) -> None:
+    # A recorded table has a throughput column and no per-sample latency.
+    recorded = ReplayTable.load(TABLES / "digits.csv")
+    ok = [r.metrics for r in recorded.rows if r.metrics is not None]
+    assert ok
+    for metrics in ok:
+        assert metrics.latency_per_sample_ms == pytest.approx(1000 / metrics.throughput_per_s)
+    # Without a throughput column, both follow from p95 and the batch size.
+    table = ReplayTable.load(write_table(tmp_path / "t.csv", recorded_rows()))
+    for row in table.rows:
+        if row.metrics is not None:
+            batch = row.config["batch.size"]
+            assert isinstance(batch, int)
+            expected = row.metrics.latency_p95_ms / batch
+            assert row.metrics.latency_per_sample_ms == pytest.approx(expected)
+
+
+# Per call and per sample disagree: batching raises the p95 of a call and the throughput.
+SERVED = [
+    # engine, batch size, p95 ms per call -> samples/s, ms per sample
+    ("torch_eager", 1, 1.0),  # 1,000/s, 1.0 ms: the baseline
+    ("torch_eager", 8, 4.0),  # 2,000/s, 0.5 ms
+    ("onnxruntime", 1, 0.8),  # 1,250/s, 0.8 ms: the lowest p95
+    ("onnxruntime", 8, 2.0),  # 4,000/s, 0.25 ms
+    ("onnxruntime", 64, 12.8),  # 5,000/s, 0.2 ms: the highest throughput
+]
+
+
+def tune_served(directory: Path, **request: Any) -> tuple[dict[str, Any], optuna.Study]:
+    directory.mkdir(exist_ok=True)
+    rows = [
+        {"runtime.engine": engine, "batch.size": batch, "prune.method": "none", "status": "ok",
+         "accuracy": 0.9, "latency_p95_ms": p95, "measure_seconds": 1}
+        for engine, batch, p95 in SERVED
+    ]  # fmt: skip
+    table = write_table(directory / "served.csv", rows)
+    storage = f"sqlite:///{directory / 'study.db'}"
+    options = TuneOptions(
+        trials=20, replay=table, storage=storage, study="s", sampler="random", seed=0,
+        out_dir=directory / "out",
+    )  # fmt: skip
+    outcome, _ = run_tune(write_request(directory, **request), options)
+    study = optuna.load_study(study_name="s", storage=storage)
+    measured = {(t.user_attrs["config"]["runtime.engine"], t.user_attrs["config"]["batch.size"])
+                for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}  # fmt: skip
+    assert measured == {(engine, batch) for engine, batch, _ in SERVED}, "every row was seen"
+    assert outcome.tuned is not None
+    return outcome.tuned.model_dump(mode="json"), study
+
+
+def test_highest_throughput_picks_the_fastest_feasible_row(tmp_path: Path) -> None:
+    tuned, study = tune_served(
+        tmp_path,
+        objectives=["accuracy", "throughput"],
+        constraints={"max_latency_p95_ms": 10.0},  # rules out batch 64, the fastest row
+        selection={"strategy": "highest_throughput"},
+    )
+    assert study.directions == [optuna.study.StudyDirection.MAXIMIZE] * 2
+    assert tuned["config"] == {
+        "runtime.engine": "onnxruntime",
+        "batch.size": 8,
+        "prune.method": "none",
+    }
+    assert tuned["metrics"]["throughput_per_s"] == pytest.approx(4000)
+    assert tuned["metrics"]["latency_per_sample_ms"] == pytest.approx(0.25)
+
+
+def test_per_sample_latency_bound_decides_feasibility(tmp_path: Path) -> None:
+    bound = 0.6
+    tuned, study = tune_served(
+        tmp_path / "bounded",
+        objectives=["accuracy", "latency"],
+        constraints={"max_latency_per_sample_ms": bound},
+    )
+    for trial in study.trials:
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            per_sample = trial.user_attrs["metrics"]["latency_per_sample_ms"]
+            assert dict(trial.constraints) == {
+                "max_latency_per_sample_ms": pytest.approx(per_sample - bound)
+            }
+    # The lowest p95 (onnxruntime at batch 1, 0.8 ms a sample) breaks the bound: the lowest
+    # p95 within it is onnxruntime at batch 8.
+    assert tuned["config"] == {
+        "runtime.engine": "onnxruntime",
+        "batch.size": 8,
+        "prune.method": "none",
+    }
+    outcome = tuned["constraints"]["max_latency_per_sample_ms"]
+    assert outcome == {"bound": bound, "value": pytest.approx(0.25), "met": True}
+    unbounded, _ = tune_served(
+        tmp_path / "free", objectives=["accuracy", "latency"], constraints={}
+    )
+    assert unbounded["config"]["batch.size"] == 1

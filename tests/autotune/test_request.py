@@ -27,8 +27,21 @@ def test_defaults_fill_a_minimal_request() -> None:
         ({"constraints": {"max_latency_p95_ms": -1}}, "constraints.max_latency_p95_ms", "greater"),
         ({"constraints": {"max_accuracy_drop": -0.1}}, "constraints.max_accuracy_drop", "greater"),
         ({"constraints": {"max_latncy": 3}}, "constraints.max_latncy", "Extra inputs"),
-        ({"objectives": ["accuracy", "throughput"]}, "objectives.1", "Input should be"),
+        ({"objectives": ["accuracy", "speed"]}, "objectives.1", "'latency_per_sample'"),
         ({"objectives": []}, "objectives", "at least 1"),
+        ({"objectives": ["latency", "latency"]}, "objectives", "must not repeat"),
+        ({"objectives": ["throughput", "latency_per_sample"]}, "objectives", "one measure"),
+        ({"selection": {"strategy": "fastest"}}, "selection.strategy", "'highest_throughput'"),
+        (
+            {"selection": {"strategy": "weighted", "weights": {"speed": 1.0}}},
+            "selection.weights.speed.[key]",
+            "'throughput'",
+        ),
+        (
+            {"constraints": {"max_latency_per_sample_ms": 0}},
+            "constraints.max_latency_per_sample_ms",
+            "greater",
+        ),
         ({"model": {"entry_point": "not an entry point"}}, "model.entry_point", "package.module"),
         ({"model": {}}, "model", "exactly one"),
         ({"model": {"onnx": "m.onnx", "registered": "models:/m/1"}}, "model", "exactly one"),
@@ -47,6 +60,29 @@ def test_bad_input_names_field_rule_and_value(patch: dict, field: str, rule_frag
         parse_request({**VALID, **patch})
     assert info.value.field == field
     assert rule_fragment in info.value.rule
+
+
+def test_both_views_of_latency_are_accepted() -> None:
+    request = parse_request(
+        {
+            **VALID,
+            "objectives": ["accuracy", "latency", "throughput"],
+            "constraints": {"max_latency_p95_ms": 5.0, "max_latency_per_sample_ms": 0.5},
+            "selection": {
+                "strategy": "weighted",
+                "weights": {"latency_per_sample": 1.0, "throughput": 0.5, "latency": 0.1},
+            },
+        }
+    )
+    assert request.objectives == ["accuracy", "latency", "throughput"]
+    assert request.constraints.max_latency_per_sample_ms == 0.5
+    assert request.selection.weights == {
+        "latency_per_sample": 1.0,
+        "throughput": 0.5,
+        "latency": 0.1,
+    }
+    request = parse_request({**VALID, "selection": {"strategy": "highest_throughput"}})
+    assert request.selection.strategy == "highest_throughput"
 
 
 def test_load_request_takes_name_from_file_and_applies_overrides(tmp_path: Path) -> None:

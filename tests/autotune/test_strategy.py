@@ -15,13 +15,14 @@ from optuna.trial import TrialState
 
 from autotune.contract import TrialResult, TrialSpec
 from autotune.replay import ReplayTable
-from autotune.request import load_request
+from autotune.request import TuningRequest, load_request, parse_request
 from autotune.space import EffectiveDimension, EffectiveSpace
 from autotune.strategy import (
     ACCURACY_VIOLATION,
     SAMPLER_EVERY,
     UNSUPPORTED_LIKE,
     Ledger,
+    batch_lean,
     config_key,
     designed_configs,
 )
@@ -109,7 +110,15 @@ def test_designed_set_follows_the_baseline(tmp_path: Path) -> None:
     study = tune(tmp_path, budget=6)
     configs = [t.user_attrs["config"] for t in study.trials]
     assert configs[0] == BASELINE
-    # One engine besides the baseline's, at the middle batch size (of 1 and 8: 8), unpruned.
+    # One engine besides the baseline's, unpruned, at the smallest batch size: the default
+    # selection is the lowest p95 per call.
+    assert configs[1] == {**BASELINE, "runtime.engine": "onnxruntime", "batch.size": 1}
+    assert study.trials[1].user_attrs["proposed"] == "designed"
+
+
+def test_designed_set_of_a_throughput_request_runs_large_batches(tmp_path: Path) -> None:
+    study = tune(tmp_path, budget=6, selection={"strategy": "highest_throughput"})
+    configs = [t.user_attrs["config"] for t in study.trials]
     assert configs[1] == {**BASELINE, "runtime.engine": "onnxruntime", "batch.size": 8}
     assert study.trials[1].user_attrs["proposed"] == "designed"
 
@@ -213,6 +222,108 @@ def test_designed_set_gives_dimensions_that_become_active_their_baseline() -> No
         {**SMALL_BASELINE, **middle, "precision.mode": "int8_static"},
         {**ONNX, **middle, "precision.mode": "int8_static"},
     ]
+
+
+def request(**fields: Any) -> TuningRequest:
+    return parse_request({"name": "r", **fields}, replay=True)
+
+
+PER_CALL = request()  # lowest_latency over accuracy, latency and energy
+THROUGHPUT_MINDED = [
+    request(selection={"strategy": "highest_throughput"}),
+    request(objectives=["accuracy", "throughput"]),
+    request(objectives=["accuracy", "latency_per_sample", "energy"]),
+]
+
+
+def chosen(strategy: str, **weights: float) -> dict[str, Any]:
+    return {"strategy": strategy, **({"weights": weights} if weights else {})}
+
+
+@pytest.mark.parametrize(
+    ("objectives", "selection", "lean"),
+    [
+        (None, None, "per_call"),  # the defaults: lowest_latency over accuracy, latency, energy
+        (["accuracy", "latency"], chosen("highest_accuracy"), "per_call"),
+        (None, chosen("highest_throughput"), "per_sample"),
+        (["accuracy", "latency"], chosen("highest_throughput"), "per_sample"),
+        (None, chosen("lowest_energy"), "per_sample"),
+        (["accuracy", "throughput"], None, "per_sample"),
+        (["accuracy", "latency_per_sample"], None, "per_sample"),
+        (["accuracy", "latency", "throughput"], None, "per_call"),
+        (None, chosen("highest_accuracy"), None),
+        (["accuracy"], chosen("highest_accuracy"), None),
+        (None, chosen("weighted", throughput=2, latency=1), "per_sample"),
+        (None, chosen("weighted", latency_per_sample=1, latency=2), "per_call"),
+        (["accuracy"], chosen("weighted", accuracy=1), None),
+    ],
+)
+def test_batch_lean_follows_the_selection_and_objectives(
+    objectives: list[str] | None, selection: dict[str, Any] | None, lean: str | None
+) -> None:
+    fields = {"objectives": objectives, "selection": selection}
+    parsed = request(**{k: v for k, v in fields.items() if v is not None})
+    assert batch_lean(parsed.selection, parsed.objectives) == lean
+
+
+def test_designed_set_runs_large_batches_for_throughput_and_batch_one_per_call() -> None:
+    def batches(req: TuningRequest | None) -> set[Any]:
+        return {c["batch.size"] for c in designed_configs(small_space(), req)}
+
+    assert batches(PER_CALL) == {1}
+    for minded in THROUGHPUT_MINDED:
+        assert batches(minded) == {64}
+    assert batches(request(selection={"strategy": "highest_accuracy"})) == {8}
+    assert batches(None) == {8}
+    # The same precisions and engines either way: only the batch size moves (at batch 1 the
+    # baseline's own precision and engine are the baseline, which is measured anyway).
+    per_call = designed_configs(small_space(), PER_CALL)
+    per_sample = designed_configs(small_space(), THROUGHPUT_MINDED[0])
+    assert per_sample[0] == {**SMALL_BASELINE, "batch.size": 64}
+    assert [{**c, "batch.size": 64} for c in per_call] == per_sample[1:]
+
+
+@pytest.mark.parametrize(
+    ("req", "expected"),
+    [
+        # per sample: toward the larger batch first, the smaller only after the kernel choice
+        (THROUGHPUT_MINDED[0], [64, "basic", 1]),
+        # per call: the other way round
+        (PER_CALL, [1, "basic", 64]),
+        # neither: both batch sizes one step away, in the space's order, then the kernel
+        (None, [1, 64, "basic"]),
+    ],
+)
+def test_local_search_steps_batch_size_toward_the_request(
+    req: TuningRequest | None, expected: list[Any]
+) -> None:
+    ledger = Ledger(small_space(), designed=[], request=req)
+    point = {**ONNX, "batch.size": 8}
+    ledger.proposed.add(config_key(point))
+    proposals = [ledger.next_proposal([point], set()) for _ in range(SAMPLER_EVERY - 1)]
+    options = {
+        64: {**point, "batch.size": 64},
+        1: {**point, "batch.size": 1},
+        "basic": {**point, "runtime.graph_opt": "basic"},
+    }
+    assert proposals == [(options[e], "neighbour") for e in expected]
+
+
+def test_outcomes_recorded_before_per_sample_latency_load_with_it_derived() -> None:
+    study = optuna.create_study(directions=["maximize", "minimize", "minimize"])
+    old = {
+        "accuracy": 0.9, "accuracy_drop": 0.0, "latency_p50_ms": 2.0, "latency_p90_ms": 2.0,
+        "latency_p95_ms": 2.0, "latency_p99_ms": 2.0, "latency_mean_ms": 2.0, "latency_cv": 0.0,
+        "throughput_per_s": 4000.0, "energy_per_sample_j": 0.01, "energy_source": "estimate",
+        "peak_memory_mb": 10.0, "iterations": 50, "measure_seconds": 0.1,
+    }  # fmt: skip
+    attrs = {"config": {**ONNX, "batch.size": 8}, "status": "ok", "metrics": old}
+    study.add_trial(optuna.trial.create_trial(values=[0.9, 2.0, 0.01], user_attrs=attrs))
+    ledger = Ledger(small_space(), designed=[], request=PER_CALL)
+    ledger.load(study)
+    outcome = ledger.finished[config_key(attrs["config"])]
+    assert outcome.metrics is not None
+    assert outcome.metrics.latency_per_sample_ms == pytest.approx(0.25)
 
 
 def test_local_search_walks_the_fronts_neighbours_nearest_first() -> None:

@@ -43,6 +43,7 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
         "study",
         "mlflow",
         "artifact",
+        "headline",
         "revalidation",
     }
     assert tuned["metrics"]["energy_source"] == "estimate"
@@ -77,11 +78,16 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     client = MlflowClient(tuned["mlflow"]["tracking_uri"])
     revalidation = tuned["revalidation"]
     assert revalidation["chosen"] == tuned["study"]["trial_number"]
-    finalists = {f["trial"]: f for f in revalidation["rounds"][-1]}
+    finalists = {f["trial"]: f for f in revalidation["comparisons"][-1]}
     assert finalists[revalidation["chosen"]]["revalidated"] == tuned["metrics"]
     assert revalidation["baseline"] == tuned["baseline"]
-    remeasured = study.user_attrs["revalidation"]["settings"]
-    assert remeasured["min_iters"] == 5 * 10  # factor 5 on the request's measurement
+    assert study.user_attrs["revalidation"]["rounds"] == 6  # the request's validation.rounds
+    headline = tuned["headline"]
+    assert headline["rounds"] == 6
+    assert headline["conditions"] in {"quiet", "contended"}
+    assert "paired rounds" in headline["text"]
+    throughput = headline["ratios"]["throughput_per_s"]
+    assert throughput["ci_low"] <= throughput["ratio"] <= throughput["ci_high"]
     chosen_run = next(r for r in runs if int(r.data.tags[TRIAL_TAG]) == revalidation["chosen"])
     chosen_run = client.get_run(chosen_run.info.run_id)
     assert chosen_run.data.tags["revalidated"] == "true"
@@ -93,6 +99,9 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     assert parent.data.tags["energy_source"] == "estimate"
     assert parent.data.metrics["baseline.accuracy"] == tuned["baseline"]["accuracy"]
     assert parent.data.metrics["tuned.latency_p95_ms"] == tuned["metrics"]["latency_p95_ms"]
+    assert parent.data.metrics["headline.throughput_per_s.ratio"] == throughput["ratio"]
+    assert parent.data.tags["autotune.headline"] == headline["text"]
+    assert {run.data.tags["contended"] for run in runs if "contended" in run.data.tags}
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "pareto")}
     assert {
         "pareto/pareto_front.csv",

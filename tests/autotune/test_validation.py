@@ -1,31 +1,61 @@
-from autotune.contract import MeasurementSettings
+"""Re-validation: neighbours, ties within the noise resolved to the simpler configuration,
+the headline as paired ratios with their conditions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.contract import Contention, EntrantOutcome, RoundFigures
 from autotune.metrics import OBJECTIVES
 from autotune.pareto import Candidate
+from autotune.request import Selection
 from autotune.validation import (
+    changes_from,
+    decide,
+    headline,
     nearest_neighbours,
-    order_changed,
-    p95_interval,
-    scaled_settings,
-    tied_with,
+    ratio,
     with_metrics,
 )
 
 OBJ = [OBJECTIVES["accuracy"], OBJECTIVES["latency"]]
+BASELINE = {"batch.size": 1, "precision.mode": "fp32", "runtime.engine": "torch_eager"}
+LOWEST_LATENCY = Selection(strategy="lowest_latency")
 
 
-def cand(n: int, p95: float, accuracy: float = 0.9, ci: tuple[float, float] | None = None):
-    metrics = {"accuracy": accuracy, "latency_p95_ms": p95}
-    if ci is not None:
-        metrics.update(latency_p95_ci_low_ms=ci[0], latency_p95_ci_high_ms=ci[1])
-    return Candidate(trial_number=n, config={}, metrics=metrics, feasible=True)
+def cand(n: int, p95: float, accuracy: float = 0.9, config: dict | None = None) -> Candidate:
+    metrics = {"accuracy": accuracy, "latency_p95_ms": p95, "throughput_per_s": 1000 / p95}
+    return Candidate(trial_number=n, config=config or {}, metrics=metrics, feasible=True)
 
 
-def test_scaled_settings_measure_longer() -> None:
-    base = MeasurementSettings(min_iters=10, max_iters=100, min_seconds=0.5, max_seconds=2.0)
-    scaled = scaled_settings(base, 5)
-    assert (scaled.min_iters, scaled.max_iters) == (50, 500)
-    assert (scaled.min_seconds, scaled.max_seconds) == (2.5, 10.0)
-    assert scaled.warmup_iters == base.warmup_iters
+def outcome(n: int, p95_per_round: list[float], batch: int = 1) -> EntrantOutcome:
+    return EntrantOutcome(
+        trial_number=n,
+        status="ok",
+        rounds=[
+            RoundFigures(
+                calls=100,
+                latency_p50_ms=p95 * 0.9,
+                latency_p95_ms=p95,
+                throughput_per_s=1000 * batch / p95,
+                energy_per_sample_j=p95 / batch,
+            )
+            for p95 in p95_per_round
+        ],
+    )
+
+
+def busy(contended: bool) -> Contention:
+    return Contention(
+        seconds=1.0,
+        cores=2,
+        other_cpu_share=0.5 if contended else 0.0,
+        machine_other_cpu_share=0.5 if contended else 0.0,
+        steal_share=0.0,
+        cores_to_itself=1.0 if contended else 2.0,
+        contended=contended,
+        reasons=["other processes used 50% of the trial's 2 cores"] if contended else [],
+    )
 
 
 def test_nearest_neighbours_in_normalized_space() -> None:
@@ -38,70 +68,75 @@ def test_nearest_neighbours_in_normalized_space() -> None:
     assert nearest_neighbours(chosen, front, OBJ, 0) == []
 
 
-def test_overlapping_intervals_are_ties() -> None:
-    chosen = cand(0, 1.0, ci=(0.9, 1.1))
-    overlapping = cand(1, 1.15, ci=(1.05, 1.3))
-    apart = cand(2, 2.0, ci=(1.8, 2.2))
-    assert [c.trial_number for c in tied_with(chosen, [overlapping, apart])] == [1]
-
-
-def test_without_intervals_only_equal_points_tie() -> None:
-    assert p95_interval({"latency_p95_ms": 2.0}) == (2.0, 2.0)
-    assert tied_with(cand(0, 1.0), [cand(1, 1.0), cand(2, 1.01)]) == [cand(1, 1.0)]
-
-
-def test_order_changed_and_infeasible_rescoring() -> None:
-    before = [cand(0, 1.0), cand(1, 1.2)]
-    after = [cand(0, 1.3), cand(1, 1.2)]
-    assert order_changed(before, after, OBJECTIVES["latency"])
-    assert not order_changed(before, before, OBJECTIVES["latency"])
-    rescored = with_metrics(before[0], {"latency_p95_ms": 3.0}, {"max_latency_p95_ms": 1.0})
+def test_rescoring_with_remeasured_metrics() -> None:
+    rescored = with_metrics(cand(0, 1.0), {"latency_p95_ms": 3.0}, {"max_latency_p95_ms": 1.0})
     assert not rescored.feasible and rescored.metrics["latency_p95_ms"] == 3.0
 
 
-def test_an_oom_batch_skips_larger_batches_of_the_same_variant() -> None:
-    from autotune.coordinator import _exceeds_oom_batch, _record_oom
-
-    smallest: dict[str, int] = {}
-    int8 = {"precision.mode": "int8_dynamic", "batch.size": 64}
-    _record_oom(smallest, int8)
-    _record_oom(smallest, {**int8, "batch.size": 128})
-    assert _exceeds_oom_batch({**int8, "batch.size": 64}, smallest) is not None
-    assert _exceeds_oom_batch({**int8, "batch.size": 256}, smallest) is not None
-    assert _exceeds_oom_batch({**int8, "batch.size": 32}, smallest) is None
-    fp32 = {"precision.mode": "fp32", "batch.size": 256}
-    assert _exceeds_oom_batch(fp32, smallest) is None
+def test_changes_from_the_baseline_count_every_differing_setting() -> None:
+    assert changes_from(BASELINE, BASELINE) == 0
+    assert changes_from({**BASELINE, "batch.size": 8}, BASELINE) == 1
+    assert changes_from({**BASELINE, "runtime.threads": 1}, BASELINE) == 1  # one side only
 
 
-def test_derived_figures() -> None:
-    from autotune.request import Cost
-    from autotune.tuned import derived_figures
+def test_a_difference_inside_the_noise_is_a_tie_won_by_the_simpler_configuration() -> None:
+    rng = np.random.default_rng(0)
+    machine = rng.uniform(1.0, 1.5, 10)  # the machine's speed, shared by both in a round
+    noise = rng.normal(1.0, 0.03, (2, 10))  # each block's own noise, larger than 1%
+    simple = cand(1, 1.01, config={**BASELINE, "batch.size": 8})
+    complex_ = cand(2, 1.0, config={**BASELINE, "batch.size": 8, "precision.mode": "int8"})
+    outcomes = {
+        1: outcome(1, list(machine * noise[0] * 1.01)),
+        2: outcome(2, list(machine * noise[1])),
+    }
+    assert ratio(outcomes[1], outcomes[2], "latency_p95_ms").contains(1.0)
+    decision = decide([simple, complex_], outcomes, LOWEST_LATENCY, BASELINE)
+    assert decision.leader is complex_  # faster on the figures alone
+    assert decision.chosen is simple and decision.tied_with == [1]
+    assert "fewer changes from the baseline (1 vs 2)" in decision.because
 
-    metrics = {"energy_per_sample_j": 0.002, "throughput_per_s": 1000.0}
-    assert derived_figures(metrics, Cost()) == {"energy_per_1000_samples_j": 2.0}
-    priced = derived_figures(metrics, Cost(price_per_hour=3.6, grid_gco2_per_kwh=400.0))
-    # a million samples take 1000 s = 1/3.6 h; 2000 J = 1/1800 kWh
-    assert priced["cost_per_million_samples"] == 1.0
-    assert abs(priced["co2e_g_per_million_samples"] - 400 / 1800) < 1e-12
+
+def test_a_difference_beyond_the_noise_goes_to_the_faster_configuration() -> None:
+    machine = np.random.default_rng(1).uniform(1.0, 3.0, 10)  # a very noisy machine
+    simple = cand(1, 2.0, config={**BASELINE, "batch.size": 8})
+    fast = cand(2, 1.0, config={**BASELINE, "batch.size": 8, "precision.mode": "int8"})
+    outcomes = {1: outcome(1, list(machine * 2.0)), 2: outcome(2, list(machine * 1.0))}
+    decision = decide([simple, fast], outcomes, LOWEST_LATENCY, BASELINE)
+    assert decision.chosen is fast and decision.tied_with == []
+    assert decision.because == "the best latency_p95_ms of the finalists"
 
 
-def test_accuracy_is_reused_only_from_comparable_measurements() -> None:
-    import optuna
+def test_throughput_selection_ties_on_throughput() -> None:
+    batched = cand(1, 8.0, config={**BASELINE, "batch.size": 64})
+    batched.metrics["throughput_per_s"] = 8000.0
+    single = cand(2, 1.0, config=BASELINE)
+    outcomes = {1: outcome(1, [8.0] * 8, batch=64), 2: outcome(2, [1.0] * 8)}
+    decision = decide(
+        [batched, single], outcomes, Selection(strategy="highest_throughput"), BASELINE
+    )
+    assert decision.chosen is batched
 
-    from autotune.coordinator import _accuracy_by_variant
 
-    study = optuna.create_study(directions=["maximize"])
-    same = {"model_sha256": "m", "software": {"torch": "2.13"}, "hardware_fingerprint": "h"}
-    other = {**same, "software": {"torch": "2.14"}}
-    for attrs in (
-        {"baseline": True, "variant_key": "fp32", "provenance": same},
-        {"variant_key": "int8", "provenance": same},
-        {"variant_key": "bf16", "provenance": other},
-    ):
-        trial = study.ask()
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
-        trial.set_user_attr("config", {})
-        trial.set_user_attr("metrics", {"accuracy": 0.9})
-        study.tell(trial, [0.9])
-    assert _accuracy_by_variant(study) == {"fp32": 0.9, "int8": 0.9}
+def test_the_headline_is_a_paired_ratio_with_its_interval_and_conditions() -> None:
+    machine = np.random.default_rng(2).uniform(1.0, 2.0, 10)
+    base = outcome(0, list(machine * 4.0))
+    tuned = outcome(1, list(machine * 1.0), batch=1)
+    quiet = headline(
+        tuned, base, [busy(False)] * 10, Selection(strategy="highest_throughput"), True
+    )
+    assert quiet.ratios["throughput_per_s"].ratio == np.float64(4.0)
+    assert quiet.conditions == "quiet" and quiet.contended_rounds == 0
+    assert quiet.text.startswith("4× throughput (95% CI 4–4×)")
+    assert "energy per sample 0.25× the baseline's" in quiet.text and "(estimated)" in quiet.text
+    assert quiet.text.endswith("10 paired rounds, quiet")
+    loaded = headline(tuned, base, [busy(i < 3) for i in range(10)], LOWEST_LATENCY, False)
+    assert loaded.text.startswith("p95 latency per call 0.25× the baseline's")
+    assert loaded.conditions == "contended" and loaded.contended_rounds == 3
+    assert "contended: 30% of the rounds saw other load; re-run on an idle machine" in loaded.text
+
+
+def test_the_headline_of_the_unmodified_model_says_so() -> None:
+    base = outcome(0, [1.0] * 6)
+    summary = headline(base, base, [], LOWEST_LATENCY, False)
+    assert summary.same_as_baseline and summary.conditions == "replayed"
+    assert summary.text.startswith("the unmodified model is the best choice")

@@ -1,6 +1,5 @@
-"""Latency timing: the stopping rule (fake clock, synthetic timings), order-statistic
-confidence intervals (against the binomial distribution and by simulated coverage),
-concurrent timing, the energy window, peak memory."""
+"""Latency timing: the stopping rule (fake clock, synthetic timings), concurrent timing, the
+energy window, peak memory."""
 
 from __future__ import annotations
 
@@ -13,14 +12,12 @@ import numpy as np
 import pytest
 
 from autotune.contract import MeasurementSettings
+from autotune.stats import median_ci_relative_half_width, quantile_ci_ranks
 from workers.energy import EnergyReading
 from workers.meters import (
     PeakMemorySampler,
     StoppingRule,
     measure,
-    median_ci_relative_half_width,
-    quantile_ci,
-    quantile_ci_ranks,
     run_for,
     summarize,
     time_calls,
@@ -150,60 +147,6 @@ def test_a_final_check_at_the_cap_can_settle() -> None:
     assert stats.iterations == cap and stats.stopped_by == "settled"
 
 
-# ---------------------------------------------------------------------------------------------
-# Statistics
-
-
-def brute_force_ranks(n: int, q: float, confidence: float = 0.95) -> tuple[int | None, int | None]:
-    """The same ranks from exact binomial sums (math.comb), 0-based."""
-    pmf = [math.comb(n, k) * q**k * (1 - q) ** (n - k) for k in range(n + 1)]
-    tail = (1 - confidence) / 2
-    lows = [j for j in range(n) if sum(pmf[: j + 1]) <= tail]
-    highs = [j for j in range(n) if sum(pmf[j + 1 :]) <= tail]
-    return (lows[-1] if lows else None), (highs[0] if highs else None)
-
-
-@pytest.mark.parametrize("n", [1, 5, 6, 10, 50, 71, 72, 100, 333, 1000])
-@pytest.mark.parametrize("q", [0.5, 0.95])
-def test_ranks_match_the_binomial_distribution(n: int, q: float) -> None:
-    assert quantile_ci_ranks(n, q) == brute_force_ranks(n, q)
-
-
-def test_which_sides_need_more_samples() -> None:
-    assert quantile_ci_ranks(5, 0.5) == (None, None)
-    assert quantile_ci_ranks(6, 0.5) == (0, 5)
-    low, high = quantile_ci_ranks(71, 0.95)
-    assert low is not None and high is None  # 0.95^71 > 2.5%: no upper rank yet
-    assert quantile_ci_ranks(72, 0.95)[1] == 71  # 0.95^72 <= 2.5%: the maximum itself
-
-
-def test_ranks_for_many_samples_are_near_the_normal_approximation() -> None:
-    n, q = 100_000, 0.95
-    low, high = quantile_ci_ranks(n, q)
-    half = 1.96 * math.sqrt(n * q * (1 - q))
-    assert low is not None and high is not None
-    assert abs(low - (n * q - half)) <= 3 and abs(high - (n * q + half)) <= 3
-
-
-@pytest.mark.parametrize(("n", "q"), [(200, 0.95), (400, 0.95), (60, 0.5)])
-def test_the_interval_covers_the_true_quantile_95_percent_of_the_time(n: int, q: float) -> None:
-    rng = np.random.default_rng(1234)
-    trials, sigma = 4000, 0.5
-    true_quantile = math.exp(sigma * {0.95: 1.6448536269514722, 0.5: 0.0}[q])
-    samples = np.sort(rng.lognormal(0.0, sigma, (trials, n)), axis=1)
-    low, high = quantile_ci_ranks(n, q)
-    assert low is not None and high is not None
-    covered = np.mean((samples[:, low] <= true_quantile) & (true_quantile < samples[:, high]))
-    exact = brute_force_coverage(n, q, low, high)
-    assert exact >= 0.95
-    assert abs(covered - exact) <= 4 * math.sqrt(exact * (1 - exact) / trials)
-
-
-def brute_force_coverage(n: int, q: float, low: int, high: int) -> float:
-    """P(low + 1 <= B <= high), the coverage of [x_(low+1), x_(high+1)]."""
-    return sum(math.comb(n, k) * q**k * (1 - q) ** (n - k) for k in range(low + 1, high + 1))
-
-
 def test_percentiles_mean_spread_and_p95_interval_of_the_timed_calls() -> None:
     durations = [float(d) for d in range(1, 11)]
     clock = FakeClock(durations)
@@ -226,11 +169,6 @@ def test_the_p95_interval_brackets_the_p95_with_enough_calls() -> None:
     assert low is not None and high is not None
     assert (stats.p95_ci_low_ms, stats.p95_ci_high_ms) == (ordered[low], ordered[high])
     assert ordered[0] < stats.p95_ci_low_ms <= stats.p95_ms <= stats.p95_ci_high_ms < ordered[-1]
-
-
-def test_quantile_ci_falls_back_to_the_extremes() -> None:
-    values = np.arange(1.0, 4.0)
-    assert quantile_ci(values, 0.5) == (1.0, 3.0)
 
 
 def test_summarize_orders_percentiles() -> None:

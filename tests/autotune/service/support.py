@@ -36,7 +36,7 @@ def service_request(name: str = "digits-svc", trials: int = 3, **overrides: Any)
         "search_space": "cpu.yaml",
         "budget": {"trials": trials},
         "measurement": FAST,
-        "validation": {"neighbours": 0, "factor": 1},
+        "validation": {"neighbours": 0, "rounds": 6, "round_seconds": 0.05},
     }
     request.update(overrides)
     return request

@@ -1,0 +1,178 @@
+"""Head-to-head: several configurations of one workload measured in interleaved rounds.
+
+Every entrant's session is built and warmed up once; then each round times every entrant
+for one block (`round_seconds`, at least `MIN_BLOCK_CALLS` calls, stretched to the energy
+meter's window), in an order that rotates from round to round (A B C, B C A, C A B, ...), so
+neither a slow minute of the machine nor the position in a round favours one of them. Each
+round's blocks are watched together for other load (`workers.contention`). The control plane
+turns the per-round figures into paired ratios (`autotune.validation`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+
+from autotune.contract import (
+    Contention,
+    Entrant,
+    EntrantOutcome,
+    HeadToHeadResult,
+    HeadToHeadSpec,
+    MeasurementSettings,
+    RoundFigures,
+)
+from workers.config import TrialConfig
+from workers.contention import ContentionProbe, gpu_watch_for
+from workers.energy import EnergyMeter, EnergyReading, cpu_seconds_with, select_meter
+from workers.meters import Measurement, PeakMemorySampler, measure, summarize, warm_up
+from workers.runner import (
+    check_concurrency,
+    classify_failure,
+    provenance_for,
+    timing_batch,
+    trial_metrics,
+)
+from workers.runtimes import helper_pids, opened
+from workers.store import LoadedWorkload, WorkloadStore, default_store
+
+MIN_BLOCK_CALLS = 5
+
+
+@dataclass
+class _Live:
+    """An entrant whose session is open, and what its blocks measured so far."""
+
+    entrant: Entrant
+    config: TrialConfig
+    call: Callable[[], object]
+    helpers: list[int]
+    rounds: list[RoundFigures] = field(default_factory=list)
+    latencies_ms: list[np.ndarray] = field(default_factory=list)
+    joules: float = 0.0
+    window_samples: int = 0
+    seconds: float = 0.0
+    window_calls: int = 0
+    idle_power_w: float | None = None
+    meter: EnergyMeter | None = None
+
+
+def block_settings(settings: MeasurementSettings, round_seconds: float) -> MeasurementSettings:
+    """One block of a round: `round_seconds` and at least MIN_BLOCK_CALLS calls, but never
+    more than four times `round_seconds` (a slow model gets fewer calls, at least one)."""
+    return settings.model_copy(
+        update={
+            "warmup_iters": 0,
+            "min_iters": MIN_BLOCK_CALLS,
+            "max_iters": max(settings.max_iters, MIN_BLOCK_CALLS),
+            "min_seconds": round_seconds,
+            "max_seconds": 4 * round_seconds,
+            "settle_tolerance": None,
+        }
+    )
+
+
+def run_head_to_head(spec: HeadToHeadSpec, store: WorkloadStore | None = None) -> HeadToHeadResult:
+    """Measure the entrants in interleaved rounds. An entrant that cannot be built or run
+    gets its failure as its outcome; the others go on."""
+    started = time.perf_counter()
+    loaded = (store or default_store()).get(spec.workload)
+    settings = spec.measurement
+    failed: dict[int, EntrantOutcome] = {}
+    contention: list[Contention] = []
+    with ExitStack() as stack, PeakMemorySampler() as memory:
+        live: list[_Live] = []
+        for entrant in spec.entrants:
+            try:
+                live.append(_open(entrant, loaded, stack, settings))
+            except Exception as error:
+                status, reason = classify_failure(error)
+                failed[entrant.trial_number] = EntrantOutcome(
+                    trial_number=entrant.trial_number, status=status, reason=reason
+                )
+        helpers = [pid for one in live for pid in one.helpers]
+        probe = _probe(settings, live, helpers)
+        wait_left = settings.contention_max_wait_s if settings.contention == "wait" else 0.0
+        block = block_settings(settings, spec.round_seconds)
+        for index in range(spec.rounds if live else 0):
+            waited = probe.wait_for_quiet(wait_left) if wait_left > 0 else 0.0
+            wait_left = max(wait_left - waited, 0.0)
+            probe.start()
+            shift = index % len(live)
+            for one in live[shift:] + live[:shift]:
+                _time_block(one, block, settings)
+            threads = max(one.config.threads for one in live)
+            contention.append(probe.stop(threads, waited))
+        outcomes = [_outcome(one, memory.peak_mb) for one in live]
+    by_number = {o.trial_number: o for o in [*outcomes, *failed.values()]}
+    return HeadToHeadResult(
+        entrants=[by_number[e.trial_number] for e in spec.entrants],
+        contention=contention,
+        provenance=provenance_for(loaded, spec, None),
+        duration_s=time.perf_counter() - started,
+    )
+
+
+def _open(
+    entrant: Entrant, loaded: LoadedWorkload, stack: ExitStack, settings: MeasurementSettings
+) -> _Live:
+    config = loaded.parse(entrant.config)
+    check_concurrency(config)
+    session = stack.enter_context(opened(loaded.session_for(config)))
+    call = partial(session.run, timing_batch(loaded, session, config))
+    warm_up(call, settings.warmup_iters, config.concurrency)
+    return _Live(entrant, config, call, list(helper_pids(session)))
+
+
+def _probe(settings: MeasurementSettings, live: list[_Live], helpers: list[int]) -> ContentionProbe:
+    own_pids = {os.getpid(), *helpers}
+    on_gpu = next((one.config for one in live if one.config.device == "cuda"), None)
+    gpu = gpu_watch_for(on_gpu, lambda: own_pids) if on_gpu is not None else None
+    return ContentionProbe(settings, cpu_seconds_with(helpers), gpu=gpu)
+
+
+def _time_block(one: _Live, block: MeasurementSettings, settings: MeasurementSettings) -> None:
+    meter = select_meter(one.config, settings, cpu_clock=cpu_seconds_with(one.helpers))
+    try:
+        measured = measure(one.call, block, meter, one.config.concurrency)
+    finally:
+        meter.close()
+    batch = one.config.batch_size
+    latency, energy = measured.latency, measured.energy
+    samples = batch * measured.window_calls
+    one.rounds.append(
+        RoundFigures(
+            calls=latency.iterations,
+            latency_p50_ms=latency.p50_ms,
+            latency_p95_ms=latency.p95_ms,
+            throughput_per_s=batch * latency.calls_per_s,
+            energy_per_sample_j=energy.joules / samples,
+        )
+    )
+    one.latencies_ms.append(latency.latencies_ms)
+    one.joules += energy.joules
+    one.seconds += energy.seconds
+    one.window_calls += measured.window_calls
+    one.idle_power_w = energy.idle_power_w
+    one.meter = meter
+
+
+def _outcome(one: _Live, peak_memory_mb: float) -> EntrantOutcome:
+    """Every call of every round, summarised as one trial's metrics."""
+    latencies_ms = np.concatenate(one.latencies_ms)
+    latency = summarize((latencies_ms * 1e6).astype(np.int64), one.seconds)
+    assert one.meter is not None  # every live entrant has timed at least one block
+    energy = EnergyReading(one.joules, one.seconds, one.idle_power_w)
+    measured = Measurement(latency=latency, energy=energy, window_calls=one.window_calls)
+    metrics = trial_metrics(
+        one.entrant.known_accuracy, measured, one.config.batch_size, peak_memory_mb, one.meter
+    )
+    return EntrantOutcome(
+        trial_number=one.entrant.trial_number, status="ok", rounds=one.rounds, metrics=metrics
+    )
