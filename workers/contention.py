@@ -31,6 +31,9 @@ PROC_STAT = Path("/proc/stat")
 CPU_PRESSURE = Path("/proc/pressure/cpu")
 # How long one look at the machine lasts while waiting for it to become quiet.
 QUIET_POLL_S = 0.25
+# A window shorter than this is watched on (idle) until it is this long: /proc/stat counts
+# in ticks of 10 ms, too coarse for a few milliseconds of measurement.
+MIN_OBSERVED_S = 0.2
 # NVML's clock event reasons worth a user's attention (idle and the application clock
 # setting are not: they say the GPU was waiting for work or is configured so).
 _GPU_THROTTLE_REASONS = {
@@ -119,8 +122,10 @@ class ContentionProbe:
         stat: Path = PROC_STAT,
         pressure: Path = CPU_PRESSURE,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._settings = settings
+        self._sleep = sleep
         self._own = own_cpu_seconds
         self._cores = sorted(cores if cores is not None else os.sched_getaffinity(0))
         self._gpu = gpu
@@ -144,6 +149,9 @@ class ContentionProbe:
         if self._start is None:
             raise RuntimeError("stop() before start()")
         began, own_before, ticks_before, pressure_before = self._start
+        short_by = MIN_OBSERVED_S - (self._clock() - began)
+        if short_by > 0:
+            self._sleep(short_by)  # the ticks of a shorter window say little
         ticks = read_core_ticks(self._stat)
         pressure = read_pressure_us(self._pressure)
         own_s = max(self._own() - own_before, 0.0)
@@ -195,9 +203,7 @@ class ContentionProbe:
         total = sum(after[c].total - before[c].total for c in cores)
         return busy / self._hz, (steal / total if total > 0 else 0.0)
 
-    def wait_for_quiet(
-        self, max_wait_s: float, sleep: Callable[[float], None] = time.sleep
-    ) -> float:
+    def wait_for_quiet(self, max_wait_s: float) -> float:
         """Look at the machine in short windows, doing nothing ourselves, until one is quiet
         or `max_wait_s` has passed; returns the seconds waited (0 when the first look was
         quiet)."""
@@ -205,7 +211,7 @@ class ContentionProbe:
         while True:
             look_started = self._clock()
             self.start()
-            sleep(QUIET_POLL_S)
+            self._sleep(QUIET_POLL_S)
             if not self.stop().contended:
                 return look_started - began
             if self._clock() - began >= max_wait_s:
