@@ -42,9 +42,11 @@ class WarmStart:
         return kept
 
     def measurement(self, config: dict[str, Any], expected: dict[str, Any]) -> PreviousTrial | None:
-        """A previous measurement of exactly `config` whose provenance has `expected`."""
+        """A previous measurement of exactly `config` whose provenance has `expected`, taken
+        on a quiet machine (a contended one is measured again)."""
         matching = self._by_config.get(_config_key(config), [])
-        return next((t for t in matching if _agrees(t.provenance, expected)), None)
+        quiet = (t for t in matching if not (t.provenance.get("contention") or {}).get("contended"))
+        return next((t for t in quiet if _agrees(t.provenance, expected)), None)
 
     def accuracy(self, variant: str, expected: dict[str, Any]) -> float | None:
         """The accuracy of a model variant, measured under a provenance that has `expected`."""

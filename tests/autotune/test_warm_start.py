@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from autotune import tuning
 from autotune.contract import TrialSpec, variant_key
-from autotune.coordinator import REVALIDATION_ATTEMPT, TuneOutcome
+from autotune.coordinator import TuneOutcome
 from autotune.errors import RequestError
 from autotune.executors import InProcessExecutor
 from autotune.hardware import probe
@@ -25,7 +25,7 @@ from autotune.pareto import Candidate, dominates
 from autotune.space import effective_space, load_space, resolve_space_path
 from autotune.tracking import PARENT_TAG, TRIAL_TAG, Tracker, compare_tuned
 from autotune.tuning import TuneOptions, run_tune
-from autotune.warm_start import WarmStart, load_warm_start
+from autotune.warm_start import PreviousTrial, WarmStart, load_warm_start
 from tests.conftest import REPO, digits_request
 
 COLD = "digits-cold"
@@ -62,7 +62,8 @@ def storage(cold: ColdStudy, tmp_path: Path) -> str:
 
 @pytest.fixture
 def submitted(monkeypatch: pytest.MonkeyPatch) -> list[TrialSpec]:
-    """Every spec the in-process executor is handed, in order."""
+    """Every trial spec the in-process executor is handed, in order (the finalists' head-to-head
+    is not a submission)."""
     specs: list[TrialSpec] = []
 
     class Recording(InProcessExecutor):
@@ -79,11 +80,6 @@ def retune(write_request: Any, warm: WarmStart, trials: int, **request: Any) -> 
     options = TuneOptions(executor="inprocess", seed=1, warm_start=warm)
     outcome, _ = run_tune(path, options)
     return outcome
-
-
-def searched(specs: list[TrialSpec]) -> list[TrialSpec]:
-    """The search's submissions, without the re-measurements of the finalists."""
-    return [s for s in specs if s.attempt != REVALIDATION_ATTEMPT]
 
 
 def expected_queue(warm: WarmStart, storage: str) -> list[dict[str, Any]]:
@@ -131,9 +127,9 @@ def test_same_model_and_hardware_reuses_the_previous_front(
         )
     reused = {t.number for t in trials if "reused_from" in t.user_attrs}
     assert reused >= set(range(1, len(queue) + 1))
-    measured = {s.trial_number for s in searched(submitted)}
+    measured = {s.trial_number for s in submitted}
     assert measured == {t.number for t in trials} - reused
-    assert len(searched(submitted)) == len(measured)  # each measured once
+    assert len(submitted) == len(measured)  # each measured once
 
     client = MlflowClient(outcome.tuned.mlflow["tracking_uri"])
     runs = client.search_runs(
@@ -176,10 +172,10 @@ def test_changed_model_starts_from_the_front_but_measures_everything(
     assert [t.user_attrs["config"] for t in trials[1 : len(queue) + 1]] == queue
     assert all(t.user_attrs["warm_start"] == COLD for t in trials[1 : len(queue) + 1])
     assert not [t for t in trials if "reused_from" in t.user_attrs]
-    assert [s.trial_number for s in searched(submitted)] == [t.number for t in trials]
+    assert [s.trial_number for s in submitted] == [t.number for t in trials]
     # Accuracy may come only from this study's own evaluation of the same variant.
     evaluated: set[str] = set()
-    for spec in searched(submitted):
+    for spec in submitted:
         if spec.known_accuracy is not None:
             assert variant_key(spec.config) in evaluated
         evaluated.add(variant_key(spec.config))
@@ -196,7 +192,7 @@ def test_changed_hardware_reuses_accuracy_and_measures_latency(
 
     trials = finished_trials(storage)
     assert not [t for t in trials if "reused_from" in t.user_attrs]
-    specs = {s.trial_number: s for s in searched(submitted)}
+    specs = {s.trial_number: s for s in submitted}
     assert sorted(specs) == [t.number for t in trials]
     assert specs[0].known_accuracy is None  # the baseline evaluates its own accuracy
     accuracy = {variant_key(t.config): float(t.metrics["accuracy"]) for t in warm.trials}
@@ -342,3 +338,15 @@ def _copy_study(storage: str, source: str, target: str, **provenance: Any) -> No
                 system_attrs=trial.system_attrs,
             )
         )
+
+
+def test_a_measurement_taken_on_a_busy_machine_is_not_reused() -> None:
+    config = {"batch.size": 8}
+    expected = {"model_sha256": "abc"}
+    busy = {"model_sha256": "abc", "contention": {"contended": True}}
+    quiet = {"model_sha256": "abc", "contention": {"contended": False}}
+    trials = [PreviousTrial(1, config, {}, busy), PreviousTrial(2, config, {}, quiet)]
+    warm = WarmStart("old", [config], trials)
+    found = warm.measurement(config, expected)
+    assert found is not None and found.number == 2
+    assert WarmStart("old", [config], trials[:1]).measurement(config, expected) is None

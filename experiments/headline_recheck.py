@@ -1,0 +1,278 @@
+"""Does autotune's headline hold when it is checked independently, on a quiet and on a busy
+machine?
+
+For each example (digits, MiniLM) and condition (idle; one busy-loop process per core running
+throughout), tune with `autotune tune` (in-process executor, a fresh study), then re-check the
+tuned file's claim outside the tuner's measuring code: the baseline and the chosen
+configuration are built once (with the workers' own builder, so the re-check runs exactly
+the configuration that was chosen) and timed alternately A B A B ... in `--rounds` rounds of
+`--block-seconds` each, with a plain perf_counter loop. Each round gives tuned ÷ baseline for
+throughput and for p95 latency per call; the re-check's figure is the median over the rounds.
+Target: the headline's 95% interval contains the re-check's median. Writes a Markdown report
+naming the machine.
+
+    .venv/bin/python experiments/headline_recheck.py [--idle-runs 3] [--rounds 12]
+        [--digits-trials 16] [--minilm-trials 10] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from autotune.contract import DataRef, ModelRef, Workload  # noqa: E402
+from autotune.stats import paired_ratio  # noqa: E402
+from workers.runner import software_versions  # noqa: E402
+from workers.store import WorkloadStore  # noqa: E402
+
+EXAMPLES = {
+    "digits": "experiments/digits/request.yaml",
+    "minilm": "experiments/minilm/request.yaml",
+}
+BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); exec('while True: pass')"
+
+
+@dataclass
+class Run:
+    example: str
+    condition: str
+    headline: dict[str, Any]
+    chosen: dict[str, Any]
+    tune_seconds: float
+    recheck_throughput: float
+    recheck_p95: float
+    recheck_throughput_ci: tuple[float, float]
+    recheck_rounds: int
+
+    def holds(self, metric: str, value: float) -> bool:
+        ratio = self.headline["ratios"][metric]
+        return bool(ratio["ci_low"] <= value <= ratio["ci_high"])
+
+
+@contextlib.contextmanager
+def busy_cores(enabled: bool) -> Iterator[None]:
+    cores = sorted(os.sched_getaffinity(0)) if enabled else []
+    children = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(c)]) for c in cores]
+    try:
+        yield
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
+def tune(example: str, trials: int, workdir: Path) -> tuple[dict[str, Any], float]:
+    out = workdir / "tuned.yaml"
+    command = [
+        str(REPO / ".venv" / "bin" / "autotune"),
+        "tune",
+        EXAMPLES[example],
+        "--trials",
+        str(trials),
+        "--executor",
+        "inprocess",
+        "--storage",
+        f"sqlite:///{workdir / 'study.db'}",
+        "--tracking-uri",
+        f"sqlite:///{workdir / 'mlflow.db'}",
+        "--out",
+        str(out),
+        "--seed",
+        "0",
+    ]
+    started = time.perf_counter()
+    log = workdir / "tune.log"
+    with open(log, "w") as handle:
+        done = subprocess.run(command, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"tuning {example} failed ({done.returncode}); see {log}")
+    return yaml.safe_load(out.read_text()), time.perf_counter() - started
+
+
+def workload(example: str) -> Workload:
+    module = f"experiments.{example}.model"
+    return Workload(
+        model=ModelRef(entry_point=f"{module}:build_model"),
+        data=DataRef(entry_point=f"{module}:eval_data"),
+        python_path=[str(REPO)],
+    )
+
+
+def recheck(
+    example: str, baseline: dict[str, Any], chosen: dict[str, Any], rounds: int, block_s: float
+) -> tuple[list[float], list[float]]:
+    """Per round: tuned ÷ baseline throughput and p95 per call, timed alternately."""
+    from workers.evaluate import tile_batch
+
+    loaded = WorkloadStore().get(workload(example))
+    entrants = []
+    for config in (baseline, chosen):
+        parsed = loaded.parse(config)
+        session = loaded.session_for(parsed)
+        batch = tile_batch(loaded.data.inputs, parsed.batch_size)
+        for _ in range(20):
+            session.run(batch)
+        entrants.append((session, batch, parsed.batch_size))
+    throughput: list[list[float]] = [[], []]
+    p95: list[list[float]] = [[], []]
+    for index in range(rounds):
+        order = [0, 1] if index % 2 == 0 else [1, 0]
+        for which in order:
+            session, batch, size = entrants[which]
+            latencies = []
+            end = time.perf_counter() + block_s
+            while time.perf_counter() < end or len(latencies) < 3:
+                before = time.perf_counter()
+                session.run(batch)
+                latencies.append(time.perf_counter() - before)
+            throughput[which].append(size * len(latencies) / sum(latencies))
+            p95[which].append(float(np.percentile(latencies, 95)))
+    for session, _, _ in entrants:
+        with contextlib.suppress(AttributeError):
+            session.close()  # type: ignore[attr-defined]
+    thr = [t / b for t, b in zip(throughput[1], throughput[0], strict=True)]
+    lat = [t / b for t, b in zip(p95[1], p95[0], strict=True)]
+    return thr, lat
+
+
+def one_run(example: str, condition: str, trials: int, rounds: int, block_s: float) -> Run:
+    with tempfile.TemporaryDirectory() as tmp, busy_cores(condition == "busy"):
+        tuned, seconds = tune(example, trials, Path(tmp))
+        baseline_config = baseline_of(Path(tmp), tuned)
+        thr, lat = recheck(example, baseline_config, tuned["config"], rounds, block_s)
+    paired = paired_ratio(thr, [1.0] * len(thr))
+    run = Run(
+        example=example,
+        condition=condition,
+        headline=tuned["headline"],
+        chosen=tuned["config"],
+        tune_seconds=seconds,
+        recheck_throughput=statistics.median(thr),
+        recheck_p95=statistics.median(lat),
+        recheck_throughput_ci=(paired.low, paired.high),
+        recheck_rounds=len(thr),
+    )
+    print(f"{example} {condition}: {tuned['headline']['text']}", flush=True)
+    print(
+        f"  re-check: throughput {run.recheck_throughput:.3g}x, p95 {run.recheck_p95:.3g}x",
+        flush=True,
+    )
+    return run
+
+
+def baseline_of(workdir: Path, tuned: dict[str, Any]) -> dict[str, Any]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(
+        study_name=tuned["study"]["name"], storage=f"sqlite:///{workdir / 'study.db'}"
+    )
+    config: dict[str, Any] = study.trials[0].user_attrs["config"]
+    return config
+
+
+def machine() -> str:
+    model = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{model}, {os.cpu_count()} cores, {memory_gib:.0f} GiB, no GPU"
+
+
+def report(runs: list[Run], args: argparse.Namespace) -> str:
+    versions = software_versions()
+    lines = [
+        "# Headlines re-checked head to head",
+        "",
+        f"Machine: {machine()}; Python {versions['python']}, torch {versions.get('torch')}, "
+        f"onnxruntime {versions.get('onnxruntime')}. Command: `.venv/bin/python "
+        f"experiments/headline_recheck.py --idle-runs {args.idle_runs} --rounds {args.rounds} "
+        f"--digits-trials {args.digits_trials} --minilm-trials {args.minilm_trials}`.",
+        "",
+        "Each row: `autotune tune` (in-process executor, a fresh study, default "
+        "`measurement.contention: wait`), then an independent re-check of the baseline against "
+        f"the chosen configuration: {args.rounds} rounds alternating A B / B A, "
+        f"{args.block_seconds} s blocks, plain perf_counter timing. 'busy': one busy-loop "
+        "process per core ran through the tuning and the re-check. Ratios are tuned ÷ baseline "
+        "(throughput: higher is better; p95 per call: lower is better).",
+        "",
+        "| example | condition | chosen | headline throughput (95% CI) | re-check | holds | "
+        "headline p95/call (95% CI) | re-check | holds | conditions reported | tune s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        thr = run.headline["ratios"]["throughput_per_s"]
+        p95 = run.headline["ratios"]["latency_p95_ms"]
+        chosen = ", ".join(f"{k}={v}" for k, v in sorted(run.chosen.items()))
+        conditions = run.headline["conditions"]
+        if conditions == "contended":
+            conditions += f" ({run.headline['contended_rounds']}/{run.headline['rounds']} rounds)"
+        lines.append(
+            f"| {run.example} | {run.condition} | {chosen} | {thr['ratio']:.3g}× "
+            f"({thr['ci_low']:.3g}–{thr['ci_high']:.3g}) | {run.recheck_throughput:.3g}× | "
+            f"{'yes' if run.holds('throughput_per_s', run.recheck_throughput) else 'no'} | "
+            f"{p95['ratio']:.3g}× ({p95['ci_low']:.3g}–{p95['ci_high']:.3g}) | "
+            f"{run.recheck_p95:.3g}× | "
+            f"{'yes' if run.holds('latency_p95_ms', run.recheck_p95) else 'no'} | "
+            f"{conditions} | {run.tune_seconds:.0f} |"
+        )
+    idle = [r for r in runs if r.example == "digits" and r.condition == "idle"]
+    if len(idle) > 1:
+        values = [r.headline["ratios"]["throughput_per_s"]["ratio"] for r in idle]
+        lines += [
+            "",
+            f"Run-to-run spread of the digits headline over {len(idle)} idle runs (throughput "
+            f"ratio): {', '.join(f'{v:.3g}×' for v in values)}; the chosen configurations: "
+            + "; ".join(", ".join(f"{k}={v}" for k, v in sorted(r.chosen.items())) for r in idle)
+            + ".",
+        ]
+    lines += ["", "Headlines as printed:", ""]
+    lines += [f"- {r.example}, {r.condition}: {r.headline['text']}" for r in runs]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--idle-runs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--block-seconds", type=float, default=0.3)
+    parser.add_argument("--digits-trials", type=int, default=16)
+    parser.add_argument("--minilm-trials", type=int, default=10)
+    parser.add_argument("--examples", default="digits,minilm")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "experiments/results/headline-recheck-cpu.md"
+    )
+    args = parser.parse_args()
+    trials = {"digits": args.digits_trials, "minilm": args.minilm_trials}
+    runs = []
+    for example in args.examples.split(","):
+        idle_runs = args.idle_runs if example == "digits" else 1
+        for _ in range(idle_runs):
+            runs.append(one_run(example, "idle", trials[example], args.rounds, args.block_seconds))
+        runs.append(one_run(example, "busy", trials[example], args.rounds, args.block_seconds))
+        args.out.write_text(report(runs, args))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
