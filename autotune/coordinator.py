@@ -62,7 +62,7 @@ from autotune.validation import (
     decide,
     headline,
     nearest_neighbours,
-    ratio,
+    ratios_to,
     with_metrics,
 )
 
@@ -895,10 +895,7 @@ class Coordinator:
             outcome = outcomes[before.trial_number]
             ratios = None
             if after is not None:
-                ratios = {
-                    m: ratio(outcome, base_outcome, m).as_dict()
-                    for m in ("throughput_per_s", "latency_p95_ms", "energy_per_sample_j")
-                }
+                ratios = {m: r.model_dump() for m, r in ratios_to(outcome, base_outcome).items()}
             rows.append(
                 {
                     "trial": before.trial_number,

@@ -88,14 +88,6 @@ class PairedRatio:
     def contains(self, value: float) -> bool:
         return self.low <= value <= self.high
 
-    def as_dict(self) -> dict[str, float | int]:
-        return {
-            "ratio": self.median,
-            "ci_low": self.low,
-            "ci_high": self.high,
-            "rounds": self.rounds,
-        }
-
 
 def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> PairedRatio:
     """Per-round ratios numerators[i] / denominators[i] summarised by their median and its

@@ -171,6 +171,18 @@ _WORDING = {
 }
 
 
+def ratios_to(entrant: EntrantOutcome, baseline: EntrantOutcome) -> dict[str, Ratio]:
+    """Every round figure of `entrant` over the baseline's, paired per round; a figure that
+    was not measured (zero, as in a replayed table without energy) is left out."""
+    ratios = {}
+    for metric, read in ROUND_FIGURES.items():
+        if any(read(f) <= 0 for f in [*entrant.rounds, *baseline.rounds]):
+            continue
+        paired = ratio(entrant, baseline, metric)
+        ratios[metric] = Ratio(ratio=paired.median, ci_low=paired.low, ci_high=paired.high)
+    return ratios
+
+
 def headline(
     chosen: EntrantOutcome,
     baseline: EntrantOutcome,
@@ -180,12 +192,7 @@ def headline(
 ) -> Headline:
     """The paired ratios of every round figure, and one sentence that leads with the
     selection's figure, adds throughput and energy, and states the rounds and conditions."""
-    ratios = {}
-    for metric, read in ROUND_FIGURES.items():
-        if any(read(f) <= 0 for f in [*chosen.rounds, *baseline.rounds]):
-            continue  # not measured (a replayed table without energy, say)
-        paired = ratio(chosen, baseline, metric)
-        ratios[metric] = Ratio(ratio=paired.median, ci_low=paired.low, ci_high=paired.high)
+    ratios = ratios_to(chosen, baseline)
     rounds = len(chosen.rounds)
     contended = sum(c.contended for c in contention)
     conditions: Conditions = "replayed" if not contention else "contended" if contended else "quiet"
@@ -194,10 +201,13 @@ def headline(
         text = "the unmodified model is the best choice: no finalist beat it beyond the noise"
     else:
         lead = _LEAD[selection.strategy]
-        shown = [m for m in (lead, "throughput_per_s", "energy_per_sample_j") if m in ratios]
-        parts = [_phrase(m, ratios[m]) for m in dict.fromkeys(shown)]
-        if energy_estimated and "energy_per_sample_j" in ratios:
-            parts[-1 if lead != "energy_per_sample_j" else 0] += " (estimated)"
+        order = (lead, "throughput_per_s", "latency_p95_ms", "energy_per_sample_j")
+        shown = [m for m in dict.fromkeys(order) if m in ratios]
+        parts = [
+            _phrase(m, ratios[m])
+            + (" (estimated)" if m == "energy_per_sample_j" and energy_estimated else "")
+            for m in shown
+        ]
         text = "; ".join(parts)
     text += f"; {rounds} paired rounds, {_conditions(conditions, contended, rounds)}"
     return Headline(
@@ -211,10 +221,18 @@ def headline(
 
 
 def _phrase(metric: str, value: Ratio) -> str:
-    interval = f"(95% CI {value.ci_low:.3g}–{value.ci_high:.3g}×)"
+    """Throughput as its ratio; a lower-is-better figure as how many times lower (or higher)
+    it is than the baseline's, its interval turned the same way."""
     if metric == "throughput_per_s":
-        return f"{value.ratio:.3g}× throughput {interval}"
-    return f"{_WORDING[metric]} {value.ratio:.3g}× the baseline's {interval}"
+        return f"{value.ratio:.3g}× throughput {_interval(value.ci_low, value.ci_high)}"
+    if value.ratio <= 1.0:
+        low, high = 1 / value.ci_high, 1 / value.ci_low
+        return f"{1 / value.ratio:.3g}× lower {_WORDING[metric]} {_interval(low, high)}"
+    return f"{value.ratio:.3g}× higher {_WORDING[metric]} {_interval(value.ci_low, value.ci_high)}"
+
+
+def _interval(low: float, high: float) -> str:
+    return f"(95% CI {low:.3g}–{high:.3g}×)"
 
 
 def _conditions(conditions: Conditions, contended: int, rounds: int) -> str:

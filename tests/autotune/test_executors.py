@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from autotune.contract import DataRef, MeasurementSettings, ModelRef, TrialSpec, Workload
+from autotune.contract import (
+    DataRef,
+    Entrant,
+    HeadToHeadSpec,
+    MeasurementSettings,
+    ModelRef,
+    TrialSpec,
+    Workload,
+)
+from autotune.errors import AutotuneError
 from autotune.executors import RayExecutor
 from tests.conftest import FAST_MEASUREMENT, REPO
 
@@ -136,3 +145,34 @@ def test_model_and_data_files_travel_through_the_object_store(
     assert result.status == "ok", result.reason
     assert result.provenance is not None and result.provenance.model_sha256 == info.sha256
     assert (BLOB_DIR / info.sha256 / "digits.onnx").is_file()
+
+
+def head_to_head(work: Workload, timeout_s: float | None = None) -> HeadToHeadSpec:
+    return HeadToHeadSpec(
+        study="executor-test",
+        workload=work,
+        entrants=[
+            Entrant(trial_number=0, config={"batch.size": 1}, known_accuracy=0.9),
+            Entrant(trial_number=1, config={"batch.size": 8}, known_accuracy=0.9),
+        ],
+        rounds=6,
+        round_seconds=0.05,
+        measurement=MeasurementSettings(**FAST_MEASUREMENT),
+        timeout_s=timeout_s,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_head_to_head_runs_on_a_worker_and_one_past_its_timeout_is_stopped(
+    capped_executor: RayExecutor,
+) -> None:
+    digits = workload("experiments.digits.model:build_model")
+    result = capped_executor.compare(head_to_head(digits, timeout_s=120.0))
+    assert [e.status for e in result.entrants] == ["ok", "ok"]
+    assert all(len(e.rounds) == 6 for e in result.entrants) and len(result.contention) == 6
+    slow = workload("tests.autotune.misbehaving_models:sleeper")
+    with pytest.raises(AutotuneError, match="ran past 3 s"):
+        capped_executor.compare(head_to_head(slow, timeout_s=3.0))
+    again = capped_executor.compare(head_to_head(digits, timeout_s=120.0))  # a fresh worker
+    assert [e.status for e in again.entrants] == ["ok", "ok"]

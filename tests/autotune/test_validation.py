@@ -115,6 +115,13 @@ def test_throughput_selection_ties_on_throughput() -> None:
         [batched, single], outcomes, Selection(strategy="highest_throughput"), BASELINE
     )
     assert decision.chosen is batched
+    summary = headline(
+        outcomes[1], outcomes[2], [busy(False)] * 8, Selection(strategy="highest_throughput"), False
+    )
+    assert summary.text.startswith(
+        "8× throughput (95% CI 8–8×); 8× higher p95 latency per call (95% CI 8–8×); "
+        "8× lower energy per sample"
+    )
 
 
 def test_the_headline_is_a_paired_ratio_with_its_interval_and_conditions() -> None:
@@ -127,10 +134,10 @@ def test_the_headline_is_a_paired_ratio_with_its_interval_and_conditions() -> No
     assert quiet.ratios["throughput_per_s"].ratio == np.float64(4.0)
     assert quiet.conditions == "quiet" and quiet.contended_rounds == 0
     assert quiet.text.startswith("4× throughput (95% CI 4–4×)")
-    assert "energy per sample 0.25× the baseline's" in quiet.text and "(estimated)" in quiet.text
+    assert "4× lower energy per sample (95% CI 4–4×) (estimated)" in quiet.text
     assert quiet.text.endswith("10 paired rounds, quiet")
     loaded = headline(tuned, base, [busy(i < 3) for i in range(10)], LOWEST_LATENCY, False)
-    assert loaded.text.startswith("p95 latency per call 0.25× the baseline's")
+    assert loaded.text.startswith("4× lower p95 latency per call (95% CI 4–4×); 4× throughput")
     assert loaded.conditions == "contended" and loaded.contended_rounds == 3
     assert "contended: 30% of the rounds saw other load; re-run on an idle machine" in loaded.text
 
