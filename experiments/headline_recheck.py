@@ -37,8 +37,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autotune.contract import DataRef, ModelRef, Workload  # noqa: E402
+from autotune.contract import MeasurementSettings, Workload  # noqa: E402
+from autotune.request import load_request  # noqa: E402
 from autotune.stats import paired_ratio  # noqa: E402
+from workers.contention import ContentionProbe  # noqa: E402
 from workers.runner import software_versions  # noqa: E402
 from workers.store import WorkloadStore  # noqa: E402
 
@@ -60,6 +62,7 @@ class Run:
     recheck_p95: float
     recheck_throughput_ci: tuple[float, float]
     recheck_rounds: int
+    recheck_other_load: float
 
     def holds(self, metric: str, value: float) -> bool:
         ratio = self.headline["ratios"][metric]
@@ -107,18 +110,15 @@ def tune(example: str, trials: int, workdir: Path) -> tuple[dict[str, Any], floa
 
 
 def workload(example: str) -> Workload:
-    module = f"experiments.{example}.model"
-    return Workload(
-        model=ModelRef(entry_point=f"{module}:build_model"),
-        data=DataRef(entry_point=f"{module}:eval_data"),
-        python_path=[str(REPO)],
-    )
+    """The example's model and data, judged by its request's metric."""
+    return load_request(REPO / EXAMPLES[example]).workload(REPO)
 
 
 def recheck(
     example: str, baseline: dict[str, Any], chosen: dict[str, Any], rounds: int, block_s: float
-) -> tuple[list[float], list[float]]:
-    """Per round: tuned ÷ baseline throughput and p95 per call, timed alternately."""
+) -> tuple[list[float], list[float], float]:
+    """Per round: tuned ÷ baseline throughput and p95 per call, timed alternately; and the
+    share of the cores other processes used meanwhile."""
     from workers.evaluate import tile_batch
 
     loaded = WorkloadStore().get(workload(example))
@@ -132,10 +132,15 @@ def recheck(
         entrants.append((session, batch, parsed.batch_size))
     throughput: list[list[float]] = [[], []]
     p95: list[list[float]] = [[], []]
+    probe = ContentionProbe(MeasurementSettings())  # what else ran during the re-check
+    probe.start()
     for index in range(rounds):
         order = [0, 1] if index % 2 == 0 else [1, 0]
         for which in order:
             session, batch, size = entrants[which]
+            time.sleep(0.05)  # the other one's thread pools stop spinning
+            for _ in range(3):
+                session.run(batch)
             latencies = []
             end = time.perf_counter() + block_s
             while time.perf_counter() < end or len(latencies) < 3:
@@ -149,14 +154,14 @@ def recheck(
             session.close()  # type: ignore[attr-defined]
     thr = [t / b for t, b in zip(throughput[1], throughput[0], strict=True)]
     lat = [t / b for t, b in zip(p95[1], p95[0], strict=True)]
-    return thr, lat
+    return thr, lat, probe.stop().other_cpu_share
 
 
 def one_run(example: str, condition: str, trials: int, rounds: int, block_s: float) -> Run:
     with tempfile.TemporaryDirectory() as tmp, busy_cores(condition == "busy"):
         tuned, seconds = tune(example, trials, Path(tmp))
         baseline_config = baseline_of(Path(tmp), tuned)
-        thr, lat = recheck(example, baseline_config, tuned["config"], rounds, block_s)
+        thr, lat, other = recheck(example, baseline_config, tuned["config"], rounds, block_s)
     paired = paired_ratio(thr, [1.0] * len(thr))
     run = Run(
         example=example,
@@ -168,6 +173,7 @@ def one_run(example: str, condition: str, trials: int, rounds: int, block_s: flo
         recheck_p95=statistics.median(lat),
         recheck_throughput_ci=(paired.low, paired.high),
         recheck_rounds=len(thr),
+        recheck_other_load=other,
     )
     print(f"{example} {condition}: {tuned['headline']['text']}", flush=True)
     print(
@@ -217,8 +223,9 @@ def report(runs: list[Run], args: argparse.Namespace) -> str:
         "(throughput: higher is better; p95 per call: lower is better).",
         "",
         "| example | condition | chosen | headline throughput (95% CI) | re-check | holds | "
-        "headline p95/call (95% CI) | re-check | holds | conditions reported | tune s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "headline p95/call (95% CI) | re-check | holds | conditions reported | other load in "
+        "re-check | tune s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         thr = run.headline["ratios"]["throughput_per_s"]
@@ -234,7 +241,7 @@ def report(runs: list[Run], args: argparse.Namespace) -> str:
             f"{p95['ratio']:.3g}× ({p95['ci_low']:.3g}–{p95['ci_high']:.3g}) | "
             f"{run.recheck_p95:.3g}× | "
             f"{'yes' if run.holds('latency_p95_ms', run.recheck_p95) else 'no'} | "
-            f"{conditions} | {run.tune_seconds:.0f} |"
+            f"{conditions} | {run.recheck_other_load:.0%} | {run.tune_seconds:.0f} |"
         )
     idle = [r for r in runs if r.example == "digits" and r.condition == "idle"]
     if len(idle) > 1:

@@ -1,9 +1,12 @@
 """Head-to-head: several configurations of one workload measured in interleaved rounds.
 
-Every entrant's session is built and warmed up once; then each round times every entrant
-for one block (`round_seconds`, at least `MIN_BLOCK_CALLS` calls, stretched to the energy
-meter's window), in an order that rotates from round to round (A B C, B C A, C A B, ...), so
-neither a slow minute of the machine nor the position in a round favours one of them. Each
+Every entrant is built twice, for the first and for the second half of the rounds (the
+second time in reverse order), so the rounds also see how much two builds of one
+configuration differ. Each round times every entrant for one block (`round_seconds`, at least
+`MIN_BLOCK_CALLS` calls, stretched to the energy meter's window), in an order that rotates
+from round to round (A B C, B C A, C A B, ...), so neither a slow minute of the machine nor
+the position in a round favours one of them; a short pause and a few untimed calls precede
+each block, so one entrant's spinning thread pools do not slow the next. Each
 round's blocks are watched together for other load (`workers.contention`). The control plane
 turns the per-round figures into paired ratios (`autotune.validation`).
 """
@@ -43,6 +46,10 @@ from workers.runtimes import helper_pids, opened
 from workers.store import LoadedWorkload, WorkloadStore, default_store
 
 MIN_BLOCK_CALLS = 5
+# Before each block: a pause in which the previous entrant's thread pools stop spinning, and
+# a few untimed calls that bring this entrant's caches and threads back.
+SETTLE_S = 0.05
+BLOCK_WARMUP_CALLS = 3
 
 
 @dataclass
@@ -61,6 +68,10 @@ class _Live:
     window_calls: int = 0
     idle_power_w: float | None = None
     meter: EnergyMeter | None = None
+
+    def reopened(self, build: _Live) -> None:
+        """Measure `build` (a new build of the same entrant) from now on."""
+        self.call, self.helpers = build.call, build.helpers
 
 
 def block_settings(settings: MeasurementSettings, round_seconds: float) -> MeasurementSettings:
@@ -84,32 +95,41 @@ def run_head_to_head(spec: HeadToHeadSpec, store: WorkloadStore | None = None) -
     started = time.perf_counter()
     loaded = (store or default_store()).get(spec.workload)
     settings = spec.measurement
+    live: dict[int, _Live] = {}
     failed: dict[int, EntrantOutcome] = {}
     contention: list[Contention] = []
-    with ExitStack() as stack, PeakMemorySampler() as memory:
-        live: list[_Live] = []
-        for entrant in spec.entrants:
-            try:
-                live.append(_open(entrant, loaded, stack, settings))
-            except Exception as error:
-                status, reason = classify_failure(error)
-                failed[entrant.trial_number] = EntrantOutcome(
-                    trial_number=entrant.trial_number, status=status, reason=reason
-                )
-        helpers = [pid for one in live for pid in one.helpers]
-        probe = _probe(settings, live, helpers)
-        wait_left = settings.contention_max_wait_s if settings.contention == "wait" else 0.0
-        block = block_settings(settings, spec.round_seconds)
-        for index in range(spec.rounds if live else 0):
-            waited = probe.wait_for_quiet(wait_left) if wait_left > 0 else 0.0
-            wait_left = max(wait_left - waited, 0.0)
-            probe.start()
-            shift = index % len(live)
-            for one in live[shift:] + live[:shift]:
-                _time_block(one, block, settings)
-            threads = max(one.config.threads for one in live)
-            contention.append(probe.stop(threads, waited))
-        outcomes = [_outcome(one, memory.peak_mb) for one in live]
+    wait_left = settings.contention_max_wait_s if settings.contention == "wait" else 0.0
+    block = block_settings(settings, spec.round_seconds)
+    with PeakMemorySampler() as memory:
+        for build, rounds in enumerate(_halves(spec.rounds)):
+            with ExitStack() as stack:
+                order = spec.entrants if build == 0 else spec.entrants[::-1]
+                for entrant in order:
+                    if entrant.trial_number in failed:
+                        continue
+                    try:
+                        opened_now = _open(entrant, loaded, stack, settings)
+                    except Exception as error:
+                        status, reason = classify_failure(error)
+                        failed[entrant.trial_number] = EntrantOutcome(
+                            trial_number=entrant.trial_number, status=status, reason=reason
+                        )
+                        live.pop(entrant.trial_number, None)
+                        continue
+                    live.setdefault(entrant.trial_number, opened_now).reopened(opened_now)
+                entrants = [live[e.trial_number] for e in spec.entrants if e.trial_number in live]
+                helpers = [pid for one in entrants for pid in one.helpers]
+                probe = _probe(settings, entrants, helpers)
+                for index in rounds if entrants else ():
+                    waited = probe.wait_for_quiet(wait_left) if wait_left > 0 else 0.0
+                    wait_left = max(wait_left - waited, 0.0)
+                    probe.start()
+                    shift = index % len(entrants)
+                    for one in entrants[shift:] + entrants[:shift]:
+                        _time_block(one, block, settings)
+                    threads = max(one.config.threads for one in entrants)
+                    contention.append(probe.stop(threads, waited))
+        outcomes = [_outcome(one, memory.peak_mb) for one in live.values() if one.rounds]
     by_number = {o.trial_number: o for o in [*outcomes, *failed.values()]}
     return HeadToHeadResult(
         entrants=[by_number[e.trial_number] for e in spec.entrants],
@@ -117,6 +137,13 @@ def run_head_to_head(spec: HeadToHeadSpec, store: WorkloadStore | None = None) -
         provenance=provenance_for(loaded, spec, None),
         duration_s=time.perf_counter() - started,
     )
+
+
+def _halves(rounds: int) -> list[range]:
+    """The rounds of each build: every entrant is built twice, once for each half, so the
+    rounds see how much two builds of the same configuration differ."""
+    middle = rounds // 2
+    return [range(0, middle), range(middle, rounds)] if middle else [range(rounds)]
 
 
 def _open(
@@ -138,6 +165,8 @@ def _probe(settings: MeasurementSettings, live: list[_Live], helpers: list[int])
 
 
 def _time_block(one: _Live, block: MeasurementSettings, settings: MeasurementSettings) -> None:
+    time.sleep(SETTLE_S)
+    warm_up(one.call, BLOCK_WARMUP_CALLS, one.config.concurrency)
     meter = select_meter(one.config, settings, cpu_clock=cpu_seconds_with(one.helpers))
     try:
         measured = measure(one.call, block, meter, one.config.concurrency)
