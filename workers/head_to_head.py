@@ -34,7 +34,7 @@ from autotune.contract import (
 from workers.config import TrialConfig
 from workers.contention import ContentionProbe, gpu_watch_for
 from workers.energy import EnergyMeter, EnergyReading, cpu_seconds_with, select_meter
-from workers.meters import Measurement, PeakMemorySampler, measure, summarize, warm_up
+from workers.meters import Measurement, measure, summarize, warm_up
 from workers.runner import (
     check_concurrency,
     classify_failure,
@@ -100,36 +100,26 @@ def run_head_to_head(spec: HeadToHeadSpec, store: WorkloadStore | None = None) -
     contention: list[Contention] = []
     wait_left = settings.contention_max_wait_s if settings.contention == "wait" else 0.0
     block = block_settings(settings, spec.round_seconds)
-    with PeakMemorySampler() as memory:
-        for build, rounds in enumerate(_halves(spec.rounds)):
-            with ExitStack() as stack:
-                order = spec.entrants if build == 0 else spec.entrants[::-1]
-                for entrant in order:
-                    if entrant.trial_number in failed:
-                        continue
-                    try:
-                        opened_now = _open(entrant, loaded, stack, settings)
-                    except Exception as error:
-                        status, reason = classify_failure(error)
-                        failed[entrant.trial_number] = EntrantOutcome(
-                            trial_number=entrant.trial_number, status=status, reason=reason
-                        )
-                        live.pop(entrant.trial_number, None)
-                        continue
-                    live.setdefault(entrant.trial_number, opened_now).reopened(opened_now)
-                entrants = [live[e.trial_number] for e in spec.entrants if e.trial_number in live]
-                helpers = [pid for one in entrants for pid in one.helpers]
-                probe = _probe(settings, entrants, helpers)
-                for index in rounds if entrants else ():
-                    waited = probe.wait_for_quiet(wait_left) if wait_left > 0 else 0.0
-                    wait_left = max(wait_left - waited, 0.0)
-                    probe.start()
-                    shift = index % len(entrants)
-                    for one in entrants[shift:] + entrants[:shift]:
-                        _time_block(one, block, settings)
-                    threads = max(one.config.threads for one in entrants)
-                    contention.append(probe.stop(threads, waited))
-        outcomes = [_outcome(one, memory.peak_mb) for one in live.values() if one.rounds]
+    for build, rounds in enumerate(_halves(spec.rounds)):
+        with ExitStack() as stack:
+            order = spec.entrants if build == 0 else spec.entrants[::-1]
+            _build_all(order, loaded, stack, settings, live, failed)
+            entrants = [live[e.trial_number] for e in spec.entrants if e.trial_number in live]
+            helpers = [pid for one in entrants for pid in one.helpers]
+            probe = _probe(settings, entrants, helpers)
+            for index in rounds if entrants else ():
+                waited = probe.wait_for_quiet(wait_left) if wait_left > 0 else 0.0
+                wait_left = max(wait_left - waited, 0.0)
+                probe.start()
+                shift = index % len(entrants)
+                for one in entrants[shift:] + entrants[:shift]:
+                    _time_block(one, block, settings)
+                threads = max(one.config.threads for one in entrants)
+                contention.append(probe.stop(threads, waited))
+    # No memory sampler thread here: its wake-ups would land in the timed calls, and the
+    # comparison holds every entrant at once, so its peak says nothing of one of them.
+    resident_mb = _resident_mb()
+    outcomes = [_outcome(one, resident_mb) for one in live.values() if one.rounds]
     by_number = {o.trial_number: o for o in [*outcomes, *failed.values()]}
     return HeadToHeadResult(
         entrants=[by_number[e.trial_number] for e in spec.entrants],
@@ -144,6 +134,31 @@ def _halves(rounds: int) -> list[range]:
     rounds see how much two builds of the same configuration differ."""
     middle = rounds // 2
     return [range(0, middle), range(middle, rounds)] if middle else [range(rounds)]
+
+
+def _build_all(
+    entrants: list[Entrant],
+    loaded: LoadedWorkload,
+    stack: ExitStack,
+    settings: MeasurementSettings,
+    live: dict[int, _Live],
+    failed: dict[int, EntrantOutcome],
+) -> None:
+    """A new build of every entrant that has not failed, into `live`; one that fails to build
+    moves to `failed` with its reason."""
+    for entrant in entrants:
+        if entrant.trial_number in failed:
+            continue
+        try:
+            build = _open(entrant, loaded, stack, settings)
+        except Exception as error:
+            status, reason = classify_failure(error)
+            failed[entrant.trial_number] = EntrantOutcome(
+                trial_number=entrant.trial_number, status=status, reason=reason
+            )
+            live.pop(entrant.trial_number, None)
+            continue
+        live.setdefault(entrant.trial_number, build).reopened(build)
 
 
 def _open(
@@ -205,3 +220,9 @@ def _outcome(one: _Live, peak_memory_mb: float) -> EntrantOutcome:
     return EntrantOutcome(
         trial_number=one.entrant.trial_number, status="ok", rounds=one.rounds, metrics=metrics
     )
+
+
+def _resident_mb() -> float:
+    import psutil
+
+    return float(psutil.Process().memory_info().rss) / 2**20
