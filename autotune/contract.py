@@ -107,30 +107,40 @@ class MetricRef(Strict):
 
 ContentionPolicy = Literal["wait", "warn", "fail"]
 
+# Upper bounds of a request's numbers: generous, but finite, so that no number a user sends
+# overflows a database column or keeps a worker busy for ever.
+MAX_SECONDS = 7 * 24 * 3600  # a week
+MAX_ITERATIONS = 10_000_000
+MAX_WATTS_PER_CORE = 1000.0
+
 
 class MeasurementSettings(Strict):
     """How latency is timed and energy estimated."""
 
-    warmup_iters: int = Field(default=10, ge=0)
-    min_iters: int = Field(default=50, ge=5)
-    max_iters: int = Field(default=2000, ge=5)
-    min_seconds: float = Field(default=0.5, ge=0.0)
-    max_seconds: float = Field(default=5.0, gt=0.0)
-    cpu_watts_per_core: float = Field(
-        default=10.0,
+    warmup_iters: int = Field(default=10, ge=0, le=MAX_ITERATIONS)
+    min_iters: int = Field(default=50, ge=5, le=MAX_ITERATIONS)
+    max_iters: int = Field(default=2000, ge=5, le=MAX_ITERATIONS)
+    min_seconds: float = Field(default=0.5, ge=0.0, le=MAX_SECONDS)
+    max_seconds: float = Field(default=5.0, gt=0.0, le=MAX_SECONDS)
+    cpu_watts_per_core: float | None = Field(
+        default=None,
         gt=0.0,
+        le=MAX_WATTS_PER_CORE,
         description="flat power model of the energy estimate: watts drawn per fully busy "
-        "core; set, it wins over the CPU's TDP per core (which is used where known)",
+        "core; set, it wins over the CPU's TDP per core; unset: the TDP per core where the "
+        "CPU is known, else 10 W",
     )
     settle_tolerance: float | None = Field(
         default=0.02,
         gt=0.0,
+        le=1.0,
         description="once the minimums are met, stop when the 95% confidence interval of the "
         "median latency is within this fraction of it; None: stop at the minimums",
     )
     energy_window_s: float = Field(
         default=1.0,
         gt=0.0,
+        le=MAX_SECONDS,
         description="an energy counter is read over a window of at least this long, the "
         "workload repeated inside it (NVML updates about every 100 ms)",
     )

@@ -30,6 +30,8 @@ from autotune.errors import AutotuneError
 from workers.config import TrialConfig
 
 POWERCAP_ROOT = "/sys/class/powercap"
+# The flat estimate's watts per busy core where neither the request nor a TDP says better.
+DEFAULT_WATTS_PER_CORE = 10.0
 IDLE_SECONDS = 0.5
 # How long a counter meter waits for its counter to move at the window's edges: NVML updates
 # about every 100 ms, RAPL about every millisecond.
@@ -117,8 +119,9 @@ class CpuTimeEnergyEstimate:
       of a thread is normally a core's second (torch runs one thread per physical core by
       default), while two SMT siblings busy at once share one core's power but are each
       charged a full share, so there the estimate errs high. Boost above TDP is not counted.
-    - flat (`flat:<w> W/core`): `MeasurementSettings.cpu_watts_per_core` per busy core, where
-      the request sets it or the TDP model is unavailable (`power.why` says why).
+    - flat (`flat:<w> W/core`): `MeasurementSettings.cpu_watts_per_core` per busy core where
+      the request sets it, else `DEFAULT_WATTS_PER_CORE` where the TDP model is unavailable
+      (`power.why` says why).
 
     Either way idle, uncore-at-idle and DRAM power are not charged, so there is no above-idle
     figure. CPU time of helper threads that are not the workload (the memory sampler) can be
@@ -317,11 +320,11 @@ def tdp_power_model(cpuinfo: str = CPUINFO) -> CpuPowerModel | str:
 def estimate_power_model(settings: MeasurementSettings, cpuinfo: str = CPUINFO) -> CpuPowerModel:
     """The estimate's power model: `cpu_watts_per_core` flat where the request sets it (an
     explicit figure wins), else the TDP model where there is one, else the flat default."""
-    if "cpu_watts_per_core" in settings.model_fields_set:
+    if settings.cpu_watts_per_core is not None:
         return CpuPowerModel.flat(settings.cpu_watts_per_core, "cpu_watts_per_core is set")
     found = tdp_power_model(cpuinfo)
     if isinstance(found, str):
-        return CpuPowerModel.flat(settings.cpu_watts_per_core, found)
+        return CpuPowerModel.flat(DEFAULT_WATTS_PER_CORE, found)
     return found
 
 

@@ -563,13 +563,16 @@ def longer(settings: MeasurementSettings) -> MeasurementSettings:
 def test_cpu_watts_per_core_set_in_the_request_wins_over_the_tdp(tmp_path: Path) -> None:
     info = cpuinfo(tmp_path, "AMD EPYC 7763 64-Core Processor")
     assert estimate_power_model(MeasurementSettings(), info).name.startswith("tdp:codecarbon:")
-    explicit = MeasurementSettings.model_validate({"cpu_watts_per_core": 10.0})  # the default
+    explicit = MeasurementSettings.model_validate({"cpu_watts_per_core": 10.0})
     power = estimate_power_model(explicit, info)
     assert power.name == "flat:10.0 W/core" and power.why == "cpu_watts_per_core is set"
-    # ...and stays set when the settings are copied with changes and shipped to a worker
-    shipped = pickle.loads(pickle.dumps(longer(explicit)))
-    assert estimate_power_model(shipped, info).name == "flat:10.0 W/core"
-    unset = pickle.loads(pickle.dumps(longer(MeasurementSettings())))
+    # ...and stays so when the settings are copied with changes, dumped (a stored request)
+    # and shipped to a worker
+    stored = MeasurementSettings.model_validate(longer(explicit).model_dump(exclude_none=True))
+    assert estimate_power_model(pickle.loads(pickle.dumps(stored)), info).name == (
+        "flat:10.0 W/core"
+    )
+    unset = MeasurementSettings.model_validate(MeasurementSettings().model_dump(mode="json"))
     assert estimate_power_model(unset, info).name.startswith("tdp:codecarbon:")
 
 
