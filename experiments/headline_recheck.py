@@ -81,7 +81,7 @@ def busy_cores(enabled: bool) -> Iterator[None]:
             child.wait()
 
 
-def tune(example: str, trials: int, workdir: Path) -> tuple[dict[str, Any], float]:
+def tune(example: str, trials: int, workdir: Path) -> tuple[dict[str, Any] | None, float]:
     out = workdir / "tuned.yaml"
     command = [
         str(REPO / ".venv" / "bin" / "autotune"),
@@ -104,8 +104,10 @@ def tune(example: str, trials: int, workdir: Path) -> tuple[dict[str, Any], floa
     log = workdir / "tune.log"
     with open(log, "w") as handle:
         done = subprocess.run(command, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT)
+    if done.returncode == 3:  # finished, but nothing met the constraints
+        return None, time.perf_counter() - started
     if done.returncode != 0:
-        raise SystemExit(f"tuning {example} failed ({done.returncode}); see {log}")
+        raise SystemExit(f"tuning {example} failed ({done.returncode}):\n{log.read_text()}")
     return yaml.safe_load(out.read_text()), time.perf_counter() - started
 
 
@@ -141,7 +143,7 @@ def recheck(
             time.sleep(0.05)  # the other one's thread pools stop spinning
             for _ in range(3):
                 session.run(batch)
-            latencies = []
+            latencies: list[float] = []
             end = time.perf_counter() + block_s
             while time.perf_counter() < end or len(latencies) < 3:
                 before = time.perf_counter()
@@ -157,9 +159,23 @@ def recheck(
     return thr, lat, probe.stop().other_cpu_share
 
 
-def one_run(example: str, condition: str, trials: int, rounds: int, block_s: float) -> Run:
+@dataclass
+class Infeasible:
+    """A tuning that finished without any configuration meeting the constraints (exit 3)."""
+
+    example: str
+    condition: str
+    tune_seconds: float
+
+
+def one_run(
+    example: str, condition: str, trials: int, rounds: int, block_s: float
+) -> Run | Infeasible:
     with tempfile.TemporaryDirectory() as tmp, busy_cores(condition == "busy"):
         tuned, seconds = tune(example, trials, Path(tmp))
+        if tuned is None:
+            print(f"{example} {condition}: no configuration met the constraints", flush=True)
+            return Infeasible(example, condition, seconds)
         baseline_config = baseline_of(Path(tmp), tuned)
         thr, lat, other = recheck(example, baseline_config, tuned["config"], rounds, block_s)
     paired = paired_ratio(thr, [1.0] * len(thr))
@@ -205,7 +221,7 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, {memory_gib:.0f} GiB, no GPU"
 
 
-def report(runs: list[Run], args: argparse.Namespace) -> str:
+def report(runs: list[Run | Infeasible], args: argparse.Namespace) -> str:
     versions = software_versions()
     lines = [
         "# Headlines re-checked head to head",
@@ -228,6 +244,12 @@ def report(runs: list[Run], args: argparse.Namespace) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
+        if isinstance(run, Infeasible):
+            lines.append(
+                f"| {run.example} | {run.condition} | none: no configuration met the "
+                f"constraints (exit 3) | | | | | | | | | {run.tune_seconds:.0f} |"
+            )
+            continue
         thr = run.headline["ratios"]["throughput_per_s"]
         p95 = run.headline["ratios"]["latency_p95_ms"]
         chosen = ", ".join(f"{k}={v}" for k, v in sorted(run.chosen.items()))
@@ -243,7 +265,8 @@ def report(runs: list[Run], args: argparse.Namespace) -> str:
             f"{'yes' if run.holds('latency_p95_ms', run.recheck_p95) else 'no'} | "
             f"{conditions} | {run.recheck_other_load:.0%} | {run.tune_seconds:.0f} |"
         )
-    idle = [r for r in runs if r.example == "digits" and r.condition == "idle"]
+    done = [r for r in runs if isinstance(r, Run)]
+    idle = [r for r in done if r.example == "digits" and r.condition == "idle"]
     if len(idle) > 1:
         values = [r.headline["ratios"]["throughput_per_s"]["ratio"] for r in idle]
         lines += [
@@ -254,7 +277,7 @@ def report(runs: list[Run], args: argparse.Namespace) -> str:
             + ".",
         ]
     lines += ["", "Headlines as printed:", ""]
-    lines += [f"- {r.example}, {r.condition}: {r.headline['text']}" for r in runs]
+    lines += [f"- {r.example}, {r.condition}: {r.headline['text']}" for r in done]
     return "\n".join(lines) + "\n"
 
 
@@ -271,7 +294,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     trials = {"digits": args.digits_trials, "minilm": args.minilm_trials}
-    runs = []
+    runs: list[Run | Infeasible] = []
     for example in args.examples.split(","):
         idle_runs = args.idle_runs if example == "digits" else 1
         for _ in range(idle_runs):
