@@ -41,8 +41,11 @@ class JobDraft:
 
     @property
     def dedupe_key(self) -> str:
-        """Same model bytes, same request, same hardware: the same tuning."""
+        """Same model bytes, same request, same hardware, for the same team (or the same
+        token without a team): the same tuning. Another team's identical submission is a job
+        of its own, which it can see."""
         identity = {
+            "namespace": self.principal.namespace,
             "request": {k: v for k, v in self.request.items() if k != "model"},
             "model_sha256": self.model_sha256,
             "hardware": self.hardware_fingerprint,

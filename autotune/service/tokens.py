@@ -32,6 +32,12 @@ class Principal:
     name: str
     team: str | None
 
+    @property
+    def namespace(self) -> str:
+        """Whose jobs and registered models these are: the team's, or for a token without a
+        team, the token's own (the same sharing as `can_see`)."""
+        return namespace(self.name, self.team)
+
     def can_see(self, token_id: int, team: str | None) -> bool:
         return token_id == self.token_id or (team is not None and team == self.team)
 
@@ -47,6 +53,12 @@ class Principal:
         if row is None or not self.can_see(row.token_id, row.team):
             raise NotFound(f"no {noun} {row_id!r}")
         return row
+
+
+def namespace(token_name: str, team: str | None) -> str:
+    """'team~TEAM', or 'token~NAME' for a token without a team; '~' is in neither a team's
+    nor a token's name, so two namespaces never read alike."""
+    return f"team~{team}" if team is not None else f"token~{token_name}"
 
 
 def _hash(token: str) -> str:

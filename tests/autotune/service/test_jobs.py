@@ -147,3 +147,22 @@ def test_jobs_are_visible_to_their_token_and_team_only(db: Database) -> None:
     with pytest.raises(NotFound):
         store.cancel(carol, job.id)
     assert store.list(carol) == []
+
+
+def test_identical_submissions_are_shared_within_a_team_only(db: Database) -> None:
+    store = JobStore(db)
+    alice, bob, carol, dave = (
+        principal(db, "alice", "red"),
+        principal(db, "bob", "red"),
+        principal(db, "carol", "blue"),
+        principal(db, "dave"),
+    )
+    job, _ = store.submit(draft(alice))
+    same, created = store.submit(draft(bob))
+    assert not created and same.id == job.id
+    theirs, created = store.submit(draft(carol))
+    assert created and theirs.id != job.id
+    assert store.get(carol, theirs.id).team == "blue"
+    alone, created = store.submit(draft(dave))
+    assert created and alone.id not in {job.id, theirs.id}
+    assert store.submit(draft(dave))[0].id == alone.id
