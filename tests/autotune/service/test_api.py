@@ -116,6 +116,17 @@ def test_a_json_submission_is_queued_and_an_identical_one_answers_with_it(
     assert other["id"] != first["id"] and other["created"] is True
 
 
+def test_another_teams_identical_submission_is_a_job_of_its_own(
+    client: TestClient, alice: dict[str, str], bob: dict[str, str], carol: dict[str, str]
+) -> None:
+    first = submit(client, alice)
+    assert submit(client, bob) == {**first, "created": False}
+    theirs = submit(client, carol)
+    assert theirs["created"] is True and theirs["id"] != first["id"]
+    assert client.get(f"/v1/jobs/{theirs['id']}", headers=carol).json()["state"] == "queued"
+    assert client.get(f"/v1/jobs/{theirs['id']}", headers=alice).status_code == 404
+
+
 @pytest.mark.parametrize("media_type", YAML_TYPES)
 def test_a_yaml_submission_is_queued(
     client: TestClient, alice: dict[str, str], media_type: str
@@ -194,17 +205,6 @@ def test_an_upload_over_the_cap_is_413(
         detail = problem(client.post("/v1/jobs", files=files, headers=alice), 413)
     assert detail["field"] == "model"
     assert str(len(data) - 1) in detail["rule"]
-def test_another_teams_identical_submission_is_a_job_of_its_own(
-    client: TestClient, alice: dict[str, str], bob: dict[str, str], carol: dict[str, str]
-) -> None:
-    first = submit(client, alice)
-    assert submit(client, bob) == {**first, "created": False}
-    theirs = submit(client, carol)
-    assert theirs["created"] is True and theirs["id"] != first["id"]
-    assert client.get(f"/v1/jobs/{theirs['id']}", headers=carol).json()["state"] == "queued"
-    assert client.get(f"/v1/jobs/{theirs['id']}", headers=alice).status_code == 404
-
-
     assert not list(settings.uploads_dir.glob("[0-9a-f]*"))
 
 
