@@ -151,7 +151,10 @@ class MeasurementSettings(Strict):
         "measure at once and mark it; 'fail' end the trial (status 'contended')",
     )
     contention_max_wait_s: float = Field(
-        default=10.0, ge=0.0, description="the longest 'wait' waits for quiet before measuring"
+        default=10.0,
+        ge=0.0,
+        le=MAX_SECONDS,
+        description="the longest 'wait' waits for quiet before measuring",
     )
     contention_threshold: float = Field(
         default=0.1,

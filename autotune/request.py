@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from autotune.contract import DataRef, MeasurementSettings, MetricRef, ModelRef, Strict, Workload
+from autotune.contract import (
+    MAX_SECONDS,
+    DataRef,
+    MeasurementSettings,
+    MetricRef,
+    ModelRef,
+    Strict,
+    Workload,
+)
 from autotune.errors import RequestError
 
 # `latency` is the p95 of one call (one batch); `latency_per_sample` (ms per sample at the
@@ -17,27 +25,50 @@ Objective = Literal["accuracy", "latency", "latency_per_sample", "throughput", "
 
 REQUIRED_UNLESS_REPLAY = "is required (except with --replay)"
 
+# Upper bounds of the request's numbers (MeasurementSettings has its own): generous, but
+# finite, so that no number overflows a database column or asks for a study without end.
+MAX_TRIALS = 100_000
+MAX_MS = MAX_SECONDS * 1000.0
+MAX_ACCURACY_DROP = 1e6  # in the quality metric's own units (a custom metric's may be large)
+MAX_ENERGY_J = 1e6
+MAX_MEMORY_MB = 1e9
+MAX_THROUGHPUT_PER_S = 1e12
+MAX_WEIGHT = 1e6
+MAX_NEIGHBOURS = 100
+MAX_ROUNDS = 1000
+MAX_ROUND_SECONDS = 3600.0
+MAX_PRICE_PER_HOUR = 1e6
+MAX_GCO2_PER_KWH = 1e4
+
 
 class Constraints(Strict):
     max_accuracy_drop: float | None = Field(
-        default=None, ge=0.0, description="absolute drop against the baseline, e.g. 0.01 = 1 point"
+        default=None,
+        ge=0.0,
+        le=MAX_ACCURACY_DROP,
+        description="absolute drop against the baseline, e.g. 0.01 = 1 point",
     )
-    max_latency_p95_ms: float | None = Field(default=None, gt=0.0, description="per call")
+    max_latency_p95_ms: float | None = Field(
+        default=None, gt=0.0, le=MAX_MS, description="per call"
+    )
     max_latency_per_sample_ms: float | None = Field(
-        default=None, gt=0.0, description="per sample: 1000 / throughput_per_s"
+        default=None, gt=0.0, le=MAX_MS, description="per sample: 1000 / throughput_per_s"
     )
-    max_energy_per_sample_j: float | None = Field(default=None, gt=0.0)
-    max_memory_mb: float | None = Field(default=None, gt=0.0)
-    min_throughput_per_s: float | None = Field(default=None, gt=0.0)
+    max_energy_per_sample_j: float | None = Field(default=None, gt=0.0, le=MAX_ENERGY_J)
+    max_memory_mb: float | None = Field(default=None, gt=0.0, le=MAX_MEMORY_MB)
+    min_throughput_per_s: float | None = Field(default=None, gt=0.0, le=MAX_THROUGHPUT_PER_S)
 
 
 class Budget(Strict):
     trials: int | None = Field(
-        default=30, ge=1, description="trials in the study, baseline included"
+        default=30, ge=1, le=MAX_TRIALS, description="trials in the study, baseline included"
     )
-    timeout_s: float | None = Field(default=None, gt=0.0)
+    timeout_s: float | None = Field(default=None, gt=0.0, le=MAX_SECONDS)
     trial_timeout_s: float = Field(
-        default=600.0, gt=0.0, description="a trial still running after this is a 'timeout'"
+        default=600.0,
+        gt=0.0,
+        le=MAX_SECONDS,
+        description="a trial still running after this is a 'timeout'",
     )
 
     @model_validator(mode="after")
@@ -57,7 +88,7 @@ class Selection(Strict):
         description="lowest_latency: the lowest p95 per call; highest_throughput: the most "
         "samples per second",
     )
-    weights: dict[Objective, float] | None = Field(
+    weights: dict[Objective, Annotated[float, Field(le=MAX_WEIGHT)]] | None = Field(
         default=None, description="for 'weighted': objective -> weight on min-max normalized values"
     )
 
@@ -73,15 +104,21 @@ class Selection(Strict):
 class Validation(Strict):
     """The finalists and the baseline measured head to head before one is returned."""
 
-    neighbours: int = Field(default=2, ge=0, description="nearest Pareto neighbours re-measured")
+    neighbours: int = Field(
+        default=2, ge=0, le=MAX_NEIGHBOURS, description="nearest Pareto neighbours re-measured"
+    )
     rounds: int = Field(
         default=10,
         ge=6,
+        le=MAX_ROUNDS,
         description="interleaved rounds; 6 is the fewest for which the median of paired "
         "ratios has a distribution-free 95% interval",
     )
     round_seconds: float = Field(
-        default=0.3, gt=0.0, description="each configuration's timed block in a round"
+        default=0.3,
+        gt=0.0,
+        le=MAX_ROUND_SECONDS,
+        description="each configuration's timed block in a round",
     )
 
 
@@ -89,10 +126,16 @@ class Cost(Strict):
     """Prices that turn measurements into money and emissions (optional)."""
 
     price_per_hour: float | None = Field(
-        default=None, ge=0.0, description="what an hour of this hardware costs, any currency"
+        default=None,
+        ge=0.0,
+        le=MAX_PRICE_PER_HOUR,
+        description="what an hour of this hardware costs, any currency",
     )
     grid_gco2_per_kwh: float | None = Field(
-        default=None, ge=0.0, description="grid carbon intensity, grams CO2e per kWh"
+        default=None,
+        ge=0.0,
+        le=MAX_GCO2_PER_KWH,
+        description="grid carbon intensity, grams CO2e per kWh",
     )
 
 

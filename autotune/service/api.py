@@ -21,7 +21,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.datastructures import FormData, UploadFile
@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autotune.errors import Conflict, NotFound, RequestError, Unauthorized
-from autotune.request import TuningRequest
+from autotune.request import MAX_TRIALS, TuningRequest
 from autotune.service.db import Database, Job, Watch
 from autotune.service.jobs import JobState, JobStore
 from autotune.service.settings import ServiceSettings
@@ -141,7 +141,7 @@ class WatchCreate(Strict):
     request: Annotated[dict[str, Any], WithJsonSchema({"allOf": [{"$ref": REQUEST_REF}]})]
     every: str | None = None
     cron: str | None = None
-    retune_trials: int | None = None
+    retune_trials: int | None = Field(default=None, le=MAX_TRIALS)
 
 
 class WatchOut(Strict):

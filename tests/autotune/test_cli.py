@@ -48,6 +48,17 @@ def test_bad_request_exits_2_naming_the_field(write_request) -> None:
     assert "-3" in result.output
 
 
+@pytest.mark.parametrize("from_option", [False, True])
+def test_a_number_over_its_maximum_exits_2(write_request, from_option: bool) -> None:
+    path = write_request() if from_option else write_request(budget={"trials": 3_000_000_000})
+    option = ["--trials", "3000000000"] if from_option else []
+    result = runner.invoke(app, ["tune", str(path), "--executor", "inprocess", *option])
+    assert result.exit_code == 2
+    assert "budget.trials" in result.output
+    assert "less than or equal to 100000" in result.output
+    assert "3000000000" in result.output
+
+
 def test_missing_request_exits_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["tune", str(tmp_path / "nope.yaml")])
     assert result.exit_code == 2

@@ -62,6 +62,83 @@ def test_bad_input_names_field_rule_and_value(patch: dict, field: str, rule_frag
     assert rule_fragment in info.value.rule
 
 
+# Every number of a request has a finite maximum, named in the error.
+TOO_LARGE = [
+    ({"budget": {"trials": 3_000_000_000}}, "budget.trials", 100000),
+    ({"budget": {"trials": 10**18}}, "budget.trials", 100000),
+    ({"budget": {"timeout_s": 1e18}}, "budget.timeout_s", 604800),
+    ({"budget": {"trial_timeout_s": 1e9}}, "budget.trial_timeout_s", 604800),
+    ({"constraints": {"max_accuracy_drop": 1e7}}, "constraints.max_accuracy_drop", 1e6),
+    ({"constraints": {"max_latency_p95_ms": 1e300}}, "constraints.max_latency_p95_ms", 6.048e8),
+    (
+        {"constraints": {"max_latency_per_sample_ms": 1e10}},
+        "constraints.max_latency_per_sample_ms",
+        6.048e8,
+    ),
+    ({"constraints": {"max_energy_per_sample_j": 1e7}}, "constraints.max_energy_per_sample_j", 1e6),
+    ({"constraints": {"max_memory_mb": 1e10}}, "constraints.max_memory_mb", 1e9),
+    ({"constraints": {"min_throughput_per_s": 1e13}}, "constraints.min_throughput_per_s", 1e12),
+    (
+        {"selection": {"strategy": "weighted", "weights": {"latency": 1e7}}},
+        "selection.weights.latency",
+        1e6,
+    ),
+    ({"validation": {"neighbours": 101}}, "validation.neighbours", 100),
+    ({"validation": {"rounds": 1001}}, "validation.rounds", 1000),
+    ({"validation": {"round_seconds": 3601}}, "validation.round_seconds", 3600),
+    ({"cost": {"price_per_hour": 1e7}}, "cost.price_per_hour", 1e6),
+    ({"cost": {"grid_gco2_per_kwh": 1e5}}, "cost.grid_gco2_per_kwh", 1e4),
+    ({"measurement": {"warmup_iters": 10**8}}, "measurement.warmup_iters", 10**7),
+    ({"measurement": {"min_iters": 10**8}}, "measurement.min_iters", 10**7),
+    ({"measurement": {"max_iters": 10**8}}, "measurement.max_iters", 10**7),
+    ({"measurement": {"min_seconds": 1e6}}, "measurement.min_seconds", 604800),
+    ({"measurement": {"max_seconds": 1e6}}, "measurement.max_seconds", 604800),
+    ({"measurement": {"cpu_watts_per_core": 1e4}}, "measurement.cpu_watts_per_core", 1000),
+    ({"measurement": {"settle_tolerance": 2.0}}, "measurement.settle_tolerance", 1),
+    ({"measurement": {"energy_window_s": 1e6}}, "measurement.energy_window_s", 604800),
+    (
+        {"measurement": {"contention_max_wait_s": 1e6}},
+        "measurement.contention_max_wait_s",
+        604800,
+    ),
+    ({"measurement": {"contention_threshold": 1.5}}, "measurement.contention_threshold", 1),
+]
+
+
+@pytest.mark.parametrize(("patch", "field", "maximum"), TOO_LARGE)
+def test_every_number_has_a_maximum(patch: dict, field: str, maximum: float) -> None:
+    with pytest.raises(RequestError) as info:
+        parse_request({**VALID, **patch})
+    assert info.value.field == field
+    rule, _, bound = info.value.rule.rpartition(" ")
+    assert (rule, float(bound)) == ("Input should be less than or equal to", maximum)
+    leaf = patch
+    for key in field.split("."):
+        leaf = leaf[key]
+    assert info.value.value == leaf
+
+
+def test_every_number_of_the_request_schema_has_a_maximum() -> None:
+    """A numeric field added without a maximum fails here."""
+    from autotune.request import TuningRequest
+
+    schema = TuningRequest.model_json_schema()
+    unbounded = []
+
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            if node.get("type") in ("integer", "number") and "maximum" not in node:
+                unbounded.append(path)
+            for key, value in node.items():
+                walk(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{path}[{index}]")
+
+    walk(schema, "TuningRequest")
+    assert unbounded == []
+
+
 def test_both_views_of_latency_are_accepted() -> None:
     request = parse_request(
         {

@@ -238,6 +238,14 @@ BAD_REQUESTS = [
     ({"data": {"npz": "../../data.npz"}}, "data.npz", "inside", "../../data.npz"),
     ({"search_space": "../default.yaml"}, "search_space", "no path", "../default.yaml"),
     ({"budget": {"trials": 2.5}}, "budget.trials", "integer", 2.5),
+    ({"budget": {"trials": 3 * 10**9}}, "budget.trials", "less than or equal to 100000", 3 * 10**9),
+    ({"budget": {"trials": 10**18}}, "budget.trials", "less than or equal to 100000", 10**18),
+    (
+        {"measurement": {"max_iters": 10**12}},
+        "measurement.max_iters",
+        "less than or equal to 10000000",
+        10**12,
+    ),
     ({"model": [1, 2]}, "model", "mapping", [1, 2]),
     ({"data": "x"}, "data", "mapping", "x"),
 ]
@@ -465,6 +473,7 @@ def test_a_cron_watch_is_created(
         ({"cron": "every day"}, "cron", "every day"),
         ({"every": "soon"}, "every", "soon"),
         ({"every": "0s"}, "every", "0s"),
+        ({"every": "1h", "retune_trials": 10**12}, "retune_trials", 10**12),
         ({"every": "1h", "retune_trials": 0}, "retune_trials", 0),
         ({"every": "1h", "colour": "red"}, "colour", "red"),
         ({"every": 30}, "every", 30),
