@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, cast
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autotune.errors import (
@@ -34,24 +35,30 @@ err = Console(stderr=True)
 out = Console(width=None if Console().is_terminal else _PIPED_WIDTH)
 
 
+def _error(label: str, exc: Exception) -> None:
+    """One line, however long (the terminal may fold it): the label and the message, whose
+    values are printed as they are, never read as markup."""
+    err.print(f"{label} {escape(str(exc))}", highlight=False, soft_wrap=True)
+
+
 @contextmanager
 def _exit_codes() -> Iterator[None]:
     try:
         yield
     except RequestError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _error("[red]error:[/red]", exc)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except Unauthorized as exc:
-        err.print(f"[red]unauthorized:[/red] {exc}", highlight=False)
+        _error("[red]unauthorized:[/red]", exc)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except Interrupted as exc:
-        err.print(f"[yellow]interrupted:[/yellow] {exc}", highlight=False)
+        _error("[yellow]interrupted:[/yellow]", exc)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except NoFeasibleConfiguration as exc:
-        err.print(f"[yellow]no tuned configuration:[/yellow] {exc}", highlight=False)
+        _error("[yellow]no tuned configuration:[/yellow]", exc)
         raise typer.Exit(EXIT_INFEASIBLE) from None
     except AutotuneError as exc:
-        err.print(f"[red]failed:[/red] {exc}", highlight=False)
+        _error("[red]failed:[/red]", exc)
         raise typer.Exit(1) from None
 
 

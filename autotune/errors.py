@@ -6,7 +6,21 @@ from typing import Any
 
 
 class AutotuneError(Exception):
-    """Root of every error autotune raises on purpose."""
+    """Root of every error autotune raises on purpose.
+
+    Every subclass survives pickling with its message and attributes, whatever its
+    `__init__` takes (Ray hands a worker's exception to the driver pickled)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuilt(cls: type[AutotuneError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    """An exception as pickled: its args and attributes, without calling its `__init__`."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class RequestError(AutotuneError):

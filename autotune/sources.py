@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import struct
+import sys
 import tempfile
 import zipfile
 import zlib
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
-from autotune.contract import REGISTERED_URI, REGISTERED_URI_RULE, ModelRef
+from autotune.contract import REGISTERED_URI, REGISTERED_URI_RULE, ModelRef, Workload
 from autotune.errors import RequestError
 
 if TYPE_CHECKING:
@@ -285,6 +286,58 @@ def _describe(file: Path) -> str:
     if head[0] == 0x80 and 2 <= head[1] <= 5:
         return "a Python pickle"
     return f"no ONNX graph nodes; {file.stat().st_size} bytes starting {head.hex()}"
+
+
+def check_workload(workload: Workload) -> None:
+    """What can be told about a workload without a worker, checked before one starts, so
+    that bad input is answered in seconds: its files exist, an ONNX file holds an ONNX graph
+    (external data inside its directory), entry points import and name an attribute.
+    Raises RequestError naming the field; what only loading can tell (a factory that fails,
+    data that does not fit the model) is left to the worker's inspection."""
+    model, data = workload.model, workload.data
+    if model.onnx is not None:
+        _check_onnx_file(model.onnx, "model.onnx")
+    if model.weights is not None and not Path(model.weights).is_file():
+        raise RequestError("model.weights", "file must exist", model.weights)
+    if data.npz is not None and not Path(data.npz).is_file():
+        raise RequestError("data.npz", "file must exist", data.npz)
+    entry_points = {
+        "model.entry_point": model.entry_point,
+        "data.entry_point": data.entry_point,
+        "metric.entry_point": workload.metric.entry_point,
+    }
+    for field, entry_point in entry_points.items():
+        if entry_point is not None:
+            _check_entry_point(entry_point, workload.python_path, field)
+
+
+def _check_onnx_file(path: str, field: str) -> None:
+    import onnx
+
+    from workers.loading import external_data_files
+
+    file = Path(path)
+    if not file.is_file():
+        raise RequestError(field, "file must exist", path)
+    try:
+        model = onnx.load_model(str(file), load_external_data=False)
+    except Exception as error:
+        raise RequestError(field, f"must be an ONNX model ({_describe(file)})", path) from error
+    if not model.graph.node:
+        raise RequestError(field, f"must be an ONNX model ({_describe(file)})", path)
+    external_data_files(model, file, field)
+
+
+def _check_entry_point(entry_point: str, python_path: list[str], field: str) -> None:
+    """Import the entry point's module as a worker would (`python_path` first on sys.path);
+    sys.path is left as it was."""
+    from workers.loading import resolve_entry_point
+
+    saved = list(sys.path)
+    try:
+        resolve_entry_point(entry_point, python_path, field)
+    finally:
+        sys.path[:] = saved
 
 
 def resolve_under_root(path: str, root: Path, field: str) -> Path:

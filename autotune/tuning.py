@@ -23,6 +23,7 @@ from autotune.hardware import HardwareProfile, probe
 from autotune.pareto import Candidate
 from autotune.replay import ReplayExecutor, ReplayTable
 from autotune.request import TuningRequest, load_request
+from autotune.sources import check_workload
 from autotune.space import EffectiveSpace, effective_space, load_space, resolve_space_path
 from autotune.strategy import NAME as STRATEGY
 from autotune.warm_start import WarmStart
@@ -111,6 +112,7 @@ def _measured_plan(request: TuningRequest, base_dir: Path, options: TuneOptions)
     space_path = resolve_space_path(options.space or request.search_space)
     space_file = load_space(space_path)
     workload = request.workload(base_dir)
+    check_workload(workload)  # before an executor (a Ray cluster) starts
     slots = _local_slots(options)
     return _Plan(
         profile,

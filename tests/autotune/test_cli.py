@@ -111,3 +111,33 @@ def test_tune_through_ray_end_to_end(write_request, tmp_path: Path) -> None:
     measured = [t.user_attrs["provenance"] for t in study.trials if "provenance" in t.user_attrs]
     pids = {p["pid"] for p in measured}
     assert len(pids) == 1 and None not in pids  # one Ray actor measured every trial
+
+
+class _RayMustNotStart:
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("the Ray executor started before the request's model was checked")
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [
+        ({"onnx": "missing.onnx"}, "model.onnx"),
+        ({"onnx": "notes.onnx"}, "model.onnx"),  # a text file named .onnx
+        ({"entry_point": "unimportable_model:build"}, "model.entry_point"),
+    ],
+    ids=["missing-file", "text-file", "module-does-not-import"],
+)
+def test_bad_model_exits_2_with_one_line_before_ray_starts(
+    write_request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: dict, field: str
+) -> None:
+    """The default executor (Ray) is never started for a model that is bad on its face."""
+    (tmp_path / "notes.onnx").write_text("these are notes about a model, not a model\n" * 40)
+    module = "import no_such_dependency_of_the_model\n\n\ndef build():\n    return None\n"
+    (tmp_path / "unimportable_model.py").write_text(module)
+    monkeypatch.setattr("autotune.tuning.RayExecutor", _RayMustNotStart)
+    result = runner.invoke(app, ["tune", str(write_request(model=model))])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: {field}: "), lines[0]
+    assert not (tmp_path / "study.db").exists()
