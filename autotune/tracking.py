@@ -2,6 +2,11 @@
 
 Child runs are keyed by (study, trial number): logging a trial that already has a run
 does nothing, so a resumed study never logs the same trial twice.
+
+Each run of a study (the first tuning, then every resume) is one round, numbered in the
+parent run's tag `autotune.round`. Every metric is logged at step = that round's number and
+timestamp = now, so MLflow's latest value of a parent metric is the latest round's (the
+tuned file's), and a metric history tells the rounds apart.
 """
 
 from __future__ import annotations
@@ -10,7 +15,9 @@ import csv
 import io
 import json
 import logging
+import math
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +26,7 @@ from autotune.metrics import OBJECTIVES, Metric
 from autotune.pareto import Candidate
 
 if TYPE_CHECKING:
+    from mlflow.entities import Metric as MlflowMetric
     from mlflow.tracking import MlflowClient
 
 STUDY_TAG = "autotune.study"
@@ -26,6 +34,10 @@ ROLE_TAG = "autotune.role"
 TRIAL_TAG = "autotune.trial_number"
 PARENT_TAG = "mlflow.parentRunId"
 PREVIOUS_RUN_TAG = "autotune.previous_run_id"
+ROUND_TAG = "autotune.round"
+# Parent-run figures that describe one round's outcome: a key an earlier round logged and
+# this one does not is logged as NaN, so that no figure outlives its round.
+ROUND_FIGURES = ("baseline.", "tuned.", "headline.")
 
 
 class Tracker:
@@ -42,6 +54,7 @@ class Tracker:
         )
         self.study = study
         self.parent_run_id = self._find_or_create_parent()
+        self.round = self._next_round()
         self._trial_runs = self._existing_trial_runs()
 
     def _find_or_create_parent(self) -> str:
@@ -56,6 +69,21 @@ class Tracker:
             self.experiment_id, run_name=self.study, tags={STUDY_TAG: self.study, ROLE_TAG: "study"}
         )
         return run.info.run_id
+
+    def _next_round(self) -> int:
+        """This round's number: one more than the parent run's last (coordinators sharing a
+        study create their trackers under the study lock)."""
+        tags = self.client.get_run(self.parent_run_id).data.tags
+        number = int(tags.get(ROUND_TAG, "0")) + 1
+        self.client.set_tag(self.parent_run_id, ROUND_TAG, str(number))
+        return number
+
+    def _metrics(self, values: dict[str, float]) -> list[MlflowMetric]:
+        """MLflow metrics of this round: step = the round's number, timestamp = now."""
+        from mlflow.entities import Metric as MlflowMetric
+
+        now = int(time.time() * 1000)
+        return [MlflowMetric(k, float(v), now, self.round) for k, v in values.items()]
 
     def _existing_trial_runs(self) -> dict[int, str]:
         runs = self.client.search_runs(
@@ -88,7 +116,6 @@ class Tracker:
         metrics: dict[str, Any] | None,
         tags: dict[str, str],
     ) -> None:
-        from mlflow.entities import Metric as MlflowMetric
         from mlflow.entities import Param, RunTag
 
         if trial_number in self._trial_runs:
@@ -108,7 +135,7 @@ class Tracker:
         numeric = {k: float(v) for k, v in (metrics or {}).items() if is_number(v)}
         self.client.log_batch(
             run.info.run_id,
-            metrics=[MlflowMetric(k, v, 0, 0) for k, v in numeric.items()],
+            metrics=self._metrics(numeric),
             params=[Param(k, _param(v)) for k, v in config.items()],
             tags=[RunTag(k, str(v)) for k, v in (metrics or {}).items() if not is_number(v)],
         )
@@ -118,18 +145,13 @@ class Tracker:
 
     def log_revalidation(self, report: dict[str, Any]) -> None:
         """Re-measured figures go next to the search figures on each finalist's run."""
-        from mlflow.entities import Metric as MlflowMetric
-
         for finalist in (f for comparison in report["comparisons"] for f in comparison):
             run_id = self._trial_runs.get(finalist["trial"])
             if run_id is None or finalist["revalidated"] is None:
                 continue
             values = {k: v for k, v in finalist["revalidated"].items() if is_number(v)}
             self.client.log_batch(
-                run_id,
-                metrics=[
-                    MlflowMetric(f"revalidated.{k}", float(v), 0, 0) for k, v in values.items()
-                ],
+                run_id, metrics=self._metrics({f"revalidated.{k}": v for k, v in values.items()})
             )
             self.client.set_tag(run_id, "revalidated", "true")
         self.client.log_text(self.parent_run_id, _as_text("r.json", report), "revalidation.json")
@@ -148,12 +170,13 @@ class Tracker:
         artifact_dir: str | None,
         tags: dict[str, str],
     ) -> None:
-        from mlflow.entities import Metric as MlflowMetric
         from mlflow.entities import RunTag
 
+        logged = self.client.get_run(self.parent_run_id).data.metrics
+        stale = {k: math.nan for k in logged if k.startswith(ROUND_FIGURES) and k not in metrics}
         self.client.log_batch(
             self.parent_run_id,
-            metrics=[MlflowMetric(k, float(v), 0, 0) for k, v in metrics.items()],
+            metrics=self._metrics({**stale, **metrics}),
             tags=[RunTag(k, v) for k, v in tags.items()],
         )
         self.client.log_text(self.parent_run_id, pareto_csv(front), "pareto/pareto_front.csv")
@@ -172,18 +195,13 @@ class Tracker:
         """How this study's tuned config differs from a previous one (both tuned-config
         documents): comparison.json, a `change.<metric>` relative change per numeric metric,
         and a tag naming the previous parent run."""
-        from mlflow.entities import Metric as MlflowMetric
-
         comparison = compare_tuned(previous, current)
         changes = {
             f"change.{name}": change["relative_change"]
             for name, change in comparison["metric_changes"].items()
             if change["relative_change"] is not None
         }
-        self.client.log_batch(
-            self.parent_run_id,
-            metrics=[MlflowMetric(k, v, 0, 0) for k, v in changes.items()],
-        )
+        self.client.log_batch(self.parent_run_id, metrics=self._metrics(changes))
         self.client.set_tag(self.parent_run_id, PREVIOUS_RUN_TAG, comparison["previous"]["run_id"])
         self.client.log_text(self.parent_run_id, _as_text("c.json", comparison), "comparison.json")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -12,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from autotune.errors import NoFeasibleConfiguration, RequestError
 from autotune.request import load_request
-from autotune.tracking import PARENT_TAG, STUDY_TAG, TRIAL_TAG
+from autotune.tracking import PARENT_TAG, ROUND_TAG, STUDY_TAG, TRIAL_TAG, is_number
 from autotune.tuning import TuneOptions, run_tune, study_front
 from autotune.warm_start import load_warm_start
 from tests.conftest import ADMIN_URL, postgres_databases
@@ -200,3 +201,31 @@ def connections_to(database: str) -> int:
     with engine.connect() as connection:
         query = "SELECT count(*) FROM pg_stat_activity WHERE datname = :name"
         return connection.execute(sqlalchemy.text(query), {"name": database}).scalar_one()
+
+
+@pytest.mark.slow
+def test_after_a_resume_the_parent_run_shows_the_tuned_file(write_request) -> None:
+    """Each round logs its figures at its own step: MLflow's latest parent metrics are the
+    second tuned file's, not the larger of the two rounds'."""
+    path = write_request(budget={"trials": 3})
+    run_tune(path, INPROCESS)
+    _, written = run_tune(path, replace(INPROCESS, trials=4))
+    tuned = yaml.safe_load(written.read_text())
+    client = MlflowClient(tuned["mlflow"]["tracking_uri"])
+    parent = client.get_run(tuned["mlflow"]["run_id"])
+    latest = parent.data.metrics
+    expected = {
+        f"{prefix}.{name}": value
+        for prefix, figures in (("tuned", tuned["metrics"]), ("baseline", tuned["baseline"]))
+        for name, value in figures.items()
+        if is_number(value) and f"{prefix}.{name}" in latest
+    }
+    for metric, ratio in tuned["headline"]["ratios"].items():
+        expected.update({f"headline.{metric}.{part}": v for part, v in ratio.items()})
+    assert {"tuned.latency_p95_ms", "baseline.latency_p95_ms", "tuned.throughput_per_s"} <= set(
+        expected
+    )
+    assert {key: latest[key] for key in expected} == expected
+    history = client.get_metric_history(parent.info.run_id, "tuned.latency_p95_ms")
+    assert sorted(m.step for m in history) == [1, 2]
+    assert parent.data.tags[ROUND_TAG] == "2"
