@@ -83,6 +83,8 @@ CONSTRAINT_METRICS: dict[str, tuple[str, bool]] = {
 }
 
 ProgressCallback = Callable[[int, int | None, TrialResult], None]
+# A line for the user (a resumed study), or the phase the study is in after its search.
+NoteCallback = Callable[[str], None]
 
 
 # A trial lost to a dead worker or coordinator runs at most this many times in all.
@@ -93,6 +95,9 @@ REAP_EVERY_S = 10.0
 STALE_AFTER_S = 60.0
 # How long storage calls keep retrying while the database is unreachable.
 DATABASE_PATIENCE_S = 120.0
+# Study user attribute: what the stored head-to-head ("revalidation") was decided on and the
+# figures it gave, so that a resume that measured nothing new can reuse it.
+REVALIDATION_STATE = "revalidation_state"
 
 
 @dataclass
@@ -101,6 +106,7 @@ class Revalidation:
     baseline: Candidate
     report: dict[str, Any]
     headline: Headline
+    reused: bool = False  # the stored head-to-head of an earlier round, not measured now
 
 
 @dataclass
@@ -188,6 +194,8 @@ class Coordinator:
         stop: threading.Event | None = None,
         warm_start: WarmStart | None = None,
         previous_tuned: dict[str, Any] | None = None,
+        on_note: NoteCallback | None = None,
+        on_phase: NoteCallback | None = None,
     ) -> None:
         self.request = request
         self.workload = workload
@@ -199,6 +207,8 @@ class Coordinator:
         self.tracking_uri = tracking_uri
         self.experiment = experiment
         self.on_progress = on_progress or (lambda done, total, result: None)
+        self.on_note = on_note or (lambda text: None)
+        self.on_phase = on_phase or (lambda text: None)
         self.objectives: list[Metric] = [OBJECTIVES[o] for o in request.objectives]
         self.owner = Owner()
         self.stale_after_s = STALE_AFTER_S
@@ -228,6 +238,7 @@ class Coordinator:
             study = self._open_study(info, rdb)
             with study_lock(self.settings.storage, self.settings.study_name):
                 tracker = Tracker(self.tracking_uri, self.experiment, self.settings.study_name)
+        self._note_resume(study)
         tags = {"energy_source": "pending", "hardware_fingerprint": self.profile.fingerprint}
         if self.warm_start is not None:
             tags["autotune.warm_start"] = self.warm_start.source_study
@@ -290,6 +301,13 @@ class Coordinator:
                 self.settings.study_name,
             )
         return study
+
+    def _note_resume(self, study: optuna.Study) -> None:
+        done = _retrying(_counted_trials, study)
+        if done:
+            budget = self.settings.n_trials
+            of = "" if budget is None else f" of {budget}"
+            self.on_note(f"study {study.study_name}: {done}{of} trials done, re-using them")
 
     def _study_params(self, info: ModelInfo) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -748,6 +766,11 @@ class Coordinator:
                 f"none of {len(candidates)} measured configurations meets the constraints"
             )
         revalidation = self._revalidate(study, front, baseline)
+        if revalidation.reused:
+            outcome.notes.append(
+                "nothing new was measured since the last head-to-head: its figures are reused "
+                "(validation.remeasure_on_resume: true measures the finalists again)"
+            )
         tracker.log_revalidation(revalidation.report)
         chosen = revalidation.chosen
         outcome.baseline = revalidation.baseline
@@ -785,7 +808,13 @@ class Coordinator:
     ) -> Revalidation:
         """Measure the provisional choice, its nearest front neighbours and the baseline head
         to head (`autotune.validation`); choose on those figures. When none of the finalists
-        is feasible on the re-measured figures, the next ones are tried."""
+        is feasible on the re-measured figures, the next ones are tried. On a resume that
+        measured nothing new the stored comparison is reused, unless the request asks for
+        `validation.remeasure_on_resume`."""
+        basis = self._revalidation_basis(study, front)
+        stored = self._stored_revalidation(study, front, baseline, basis)
+        if stored is not None:
+            return stored
         remaining = list(front)
         comparisons: list[list[dict[str, Any]]] = []
         while remaining:
@@ -831,10 +860,65 @@ class Coordinator:
                     "baseline": reported(remeasured_baseline.metrics, self.request.cost),
                 }
                 study.set_user_attr("revalidation", report)
+                state = {
+                    "basis": basis,
+                    "chosen_metrics": chosen.metrics,
+                    "baseline_metrics": remeasured_baseline.metrics,
+                    "headline": summary.model_dump(mode="json"),
+                }
+                study.set_user_attr(REVALIDATION_STATE, state)
                 return Revalidation(chosen, remeasured_baseline, report, summary)
             done = {c.trial_number for c in finalists}
             remaining = [c for c in remaining if c.trial_number not in done]
         raise NoFeasibleConfiguration("no finalist met the constraints when re-measured")
+
+    def _revalidation_basis(self, study: optuna.Study, front: list[Candidate]) -> dict[str, Any]:
+        """What a head-to-head's outcome depends on besides the machine: the trials measured,
+        the front, and the request's settings that pick, compare and report the finalists."""
+        request = self.request
+        return {
+            "n_trials": _retrying(_counted_trials, study),
+            "front": sorted(c.trial_number for c in front),
+            "selection": request.selection.model_dump(mode="json"),
+            "validation": request.validation.model_dump(
+                mode="json", exclude={"remeasure_on_resume"}
+            ),
+            "constraints": request.constraints.model_dump(mode="json"),
+            "cost": request.cost.model_dump(mode="json"),
+            "measurement": request.measurement.model_dump(mode="json"),
+        }
+
+    def _stored_revalidation(
+        self,
+        study: optuna.Study,
+        front: list[Candidate],
+        baseline: Candidate,
+        basis: dict[str, Any],
+    ) -> Revalidation | None:
+        """The stored head-to-head, when it was decided on this very basis (nothing new was
+        measured since) and the request does not ask to measure it again."""
+        if self.request.validation.remeasure_on_resume:
+            return None
+        state = study.user_attrs.get(REVALIDATION_STATE)
+        report = study.user_attrs.get("revalidation")
+        if state is None or report is None or state["basis"] != basis:
+            return None
+        chosen = next((c for c in front if c.trial_number == report["chosen"]), None)
+        if chosen is None:
+            return None
+        constraints = self.request.constraints
+        chosen_metrics, baseline_metrics = state["chosen_metrics"], state["baseline_metrics"]
+        return Revalidation(
+            with_metrics(
+                chosen, chosen_metrics, constraint_violations(constraints, chosen_metrics)
+            ),
+            with_metrics(
+                baseline, baseline_metrics, constraint_violations(constraints, baseline_metrics)
+            ),
+            report,
+            Headline.model_validate(state["headline"]),
+            reused=True,
+        )
 
     def _head_to_head(self, baseline: Candidate, finalists: list[Candidate]) -> HeadToHeadResult:
         """The baseline and the finalists in interleaved rounds on one slot."""
@@ -856,6 +940,10 @@ class Coordinator:
             round_seconds=validation.round_seconds,
             measurement=self.request.measurement,
             timeout_s=self.request.budget.trial_timeout_s * len(entrants),
+        )
+        finalists_count = len(entrants) - 1
+        self.on_phase(
+            f"head to head: baseline and {finalists_count} finalists, {validation.rounds} rounds"
         )
         result = self.executor.compare(spec)
         contended = [c for c in result.contention if c.contended]
@@ -922,6 +1010,7 @@ class Coordinator:
             measurement=self.request.measurement,
         )
         self.settings.artifact_dir.mkdir(parents=True, exist_ok=True)
+        self.on_phase("export: the optimized model")
         return self.executor.export(spec, str(self.settings.artifact_dir.resolve()))
 
     def _tuned_config(

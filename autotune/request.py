@@ -120,6 +120,11 @@ class Validation(Strict):
         le=MAX_ROUND_SECONDS,
         description="each configuration's timed block in a round",
     )
+    remeasure_on_resume: bool = Field(
+        default=False,
+        description="on a resume that measured nothing new, compare the finalists head to "
+        "head again; false: the stored comparison, and so the same figures, are reused",
+    )
 
 
 class Cost(Strict):

@@ -9,21 +9,24 @@
   per sample when it selects `highest_throughput` or `lowest_energy`, or when its objectives
   name only per-sample figures (`throughput`, `latency_per_sample`, `energy`) and not
   `latency`: the designed set runs at the largest batch size, where those points will be. It
-  leans per call when it selects `lowest_latency` (the default) or its objectives name
-  `latency` and no per-sample figure: the designed set runs at the smallest batch size (batch
-  1 in the bundled spaces), since a large batch cannot win on the p95 of one call. When both
+  leans per call when it selects `lowest_latency` or its objectives name `latency` and no
+  per-sample figure: the designed set runs at the smallest batch size (batch 1 in the
+  bundled spaces), since a large batch cannot win on the p95 of one call. When both
   leanings are present the per-sample one wins: `highest_throughput` is never a default, and
   under per-sample-only objectives a batch-1 point is dominated by the same variant at a
   larger batch, so a per-call selection never gets to pick it. A weighted selection leans as
-  its heavier weights do. Without a leaning (say `highest_accuracy` over accuracy, latency
-  and energy) the designed set uses the middle batch size.
+  its heavier weights do. Objectives that name both views (the default: accuracy, latency
+  and energy) have a front that spans both ends of the range, so there is no leaning: the
+  designed set uses the middle batch size, and only the order of two batch sizes the same
+  step away follows the selection.
 - Then a Pareto local search: the unmeasured neighbours (one dimension changed) of the
   feasible front found so far, the point with the largest hypervolume contribution first;
   nearest first (one step along a numeric dimension before two), and at each step
   throughput dimensions (batch size, threads) before the other kernel choices, and those
   before the model variant. With a leaning, a batch-size step toward its end of the range
   comes first and one away from it only after the other kernel choices of that step;
-  without one, a smaller batch comes before a larger one at the same step.
+  without one, of two batch sizes the same step away the one on the selection's side comes
+  first (the smaller one where the selection has no side).
   Every few proposals, and whenever the front has no unmeasured neighbour left, the sampler
   proposes.
 - A proposal that repeats a finished configuration is told from that trial without being
@@ -107,14 +110,22 @@ def make_strategy_sampler(seed: int | None) -> Any:
 
 
 def batch_lean(selection: Selection, objectives: Sequence[str]) -> Lean | None:
-    """The batch-size end a request favours (see the module's docstring): per sample when
-    its selection or its objectives alone lean so, else per call when either does, else
-    None."""
+    """The batch-size end a request favours (see the module's docstring): None when its
+    objectives name both views (its front spans both ends); else per sample when its
+    selection or its objectives lean so, else per call when either does, else None."""
     named = {_OBJECTIVE_LEANS[o] for o in objectives if o in _OBJECTIVE_LEANS}
-    leans = {_selection_lean(selection), *(named if len(named) == 1 else ())}
+    if len(named) > 1:
+        return None
+    leans = {_selection_lean(selection), *named}
     if "per_sample" in leans:
         return "per_sample"
     return "per_call" if "per_call" in leans else None
+
+
+def step_preference(selection: Selection, objectives: Sequence[str]) -> Lean | None:
+    """Which of two batch sizes the same step away the local search tries first: the
+    request's lean, or where its objectives span both views, its selection's."""
+    return batch_lean(selection, objectives) or _selection_lean(selection)
 
 
 def _selection_lean(selection: Selection) -> Lean | None:
@@ -223,6 +234,11 @@ class Ledger:
     def lean(self) -> Lean | None:
         return request_lean(self.request)
 
+    @property
+    def preference(self) -> Lean | None:
+        request = self.request
+        return None if request is None else step_preference(request.selection, request.objectives)
+
     def load(self, study: optuna.Study) -> None:
         """The outcomes a resumed study already holds."""
         from optuna.trial import TrialState
@@ -294,8 +310,8 @@ class Ledger:
         numeric value one step along its dimension before two steps, and at each step
         throughput dimensions, then other kernel choices, then the model variant. With a
         `lean`, a batch size away from its end of the range comes after the kernel choices."""
-        lean = self.lean
-        ranked: list[tuple[tuple[int, int, int], dict[str, ConfigValue]]] = []
+        lean, preference = self.lean, self.preference
+        ranked: list[tuple[tuple[int, int, bool, int], dict[str, ConfigValue]]] = []
         for position, dim in enumerate(self.space.dimensions):
             if dim.name not in config or dim.values is None or config[dim.name] not in dim.values:
                 continue
@@ -305,9 +321,10 @@ class Ledger:
                 if index != here:
                     step = abs(index - here) if numeric else 1
                     kind = _neighbour_class(dim.name)
-                    if dim.name == BATCH and _against(lean, config[dim.name], value):
+                    against = dim.name == BATCH and _against(preference, config[dim.name], value)
+                    if against and _against(lean, config[dim.name], value):
                         kind = 2
-                    order = (step, kind, position)
+                    order = (step, kind, against, position)
                     ranked.append((order, changed(self.space, config, {dim.name: value})))
         ranked.sort(key=lambda pair: pair[0])
         return [option for _, option in ranked]

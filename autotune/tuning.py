@@ -55,6 +55,10 @@ class TuneOptions:
     replay: Path | None = None
     space: str | None = None  # a space file in place of the request's search_space
     sampler: str = STRATEGY
+    # Told a line for the user (a study is resumed), and each phase after the search (the
+    # finalists' head-to-head, the export).
+    on_note: Callable[[str], None] | None = None
+    on_phase: Callable[[str], None] | None = None
 
     def overrides(self) -> dict[str, Any]:
         pairs = {
@@ -177,6 +181,8 @@ def tune_request(
                 stop=options.stop,
                 warm_start=options.warm_start,
                 previous_tuned=options.previous_tuned,
+                on_note=options.on_note,
+                on_phase=options.on_phase,
             )
             if options.stale_after_s is not None:
                 coordinator.stale_after_s = options.stale_after_s

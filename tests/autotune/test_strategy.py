@@ -110,9 +110,9 @@ def test_designed_set_follows_the_baseline(tmp_path: Path) -> None:
     study = tune(tmp_path, budget=6)
     configs = [t.user_attrs["config"] for t in study.trials]
     assert configs[0] == BASELINE
-    # One engine besides the baseline's, unpruned, at the smallest batch size: the default
-    # selection is the lowest p95 per call.
-    assert configs[1] == {**BASELINE, "runtime.engine": "onnxruntime", "batch.size": 1}
+    # One engine besides the baseline's, unpruned, at the middle batch size: the default
+    # objectives (accuracy, p95 per call, energy per sample) span both ends of the range.
+    assert configs[1] == {**BASELINE, "runtime.engine": "onnxruntime", "batch.size": 8}
     assert study.trials[1].user_attrs["proposed"] == "designed"
 
 
@@ -228,12 +228,13 @@ def request(**fields: Any) -> TuningRequest:
     return parse_request({"name": "r", **fields}, replay=True)
 
 
-PER_CALL = request()  # lowest_latency over accuracy, latency and energy
+PER_CALL = request(objectives=["accuracy", "latency"])  # lowest_latency, the default
 THROUGHPUT_MINDED = [
-    request(selection={"strategy": "highest_throughput"}),
+    request(objectives=["accuracy", "latency"], selection={"strategy": "highest_throughput"}),
     request(objectives=["accuracy", "throughput"]),
     request(objectives=["accuracy", "latency_per_sample", "energy"]),
 ]
+BOTH_VIEWS = request()  # lowest_latency over accuracy, latency and energy
 
 
 def chosen(strategy: str, **weights: float) -> dict[str, Any]:
@@ -243,18 +244,22 @@ def chosen(strategy: str, **weights: float) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("objectives", "selection", "lean"),
     [
-        (None, None, "per_call"),  # the defaults: lowest_latency over accuracy, latency, energy
+        # the defaults, lowest_latency over accuracy, latency and energy: a front over both
+        # views spans both ends of the batch range, whatever the selection
+        (None, None, None),
+        (None, chosen("highest_throughput"), None),
+        (["accuracy", "latency", "throughput"], None, None),
+        (None, chosen("weighted", throughput=2, latency=1), None),
+        (["accuracy", "latency"], None, "per_call"),
         (["accuracy", "latency"], chosen("highest_accuracy"), "per_call"),
-        (None, chosen("highest_throughput"), "per_sample"),
         (["accuracy", "latency"], chosen("highest_throughput"), "per_sample"),
-        (None, chosen("lowest_energy"), "per_sample"),
+        (["accuracy", "energy"], chosen("lowest_energy"), "per_sample"),
         (["accuracy", "throughput"], None, "per_sample"),
         (["accuracy", "latency_per_sample"], None, "per_sample"),
-        (["accuracy", "latency", "throughput"], None, "per_call"),
-        (None, chosen("highest_accuracy"), None),
+        (["accuracy"], chosen("highest_throughput"), "per_sample"),
         (["accuracy"], chosen("highest_accuracy"), None),
-        (None, chosen("weighted", throughput=2, latency=1), "per_sample"),
-        (None, chosen("weighted", latency_per_sample=1, latency=2), "per_call"),
+        (["accuracy"], chosen("weighted", throughput=2, latency=1), "per_sample"),
+        (["accuracy"], chosen("weighted", latency_per_sample=1, latency=2), "per_call"),
         (["accuracy"], chosen("weighted", accuracy=1), None),
     ],
 )
@@ -274,6 +279,8 @@ def test_designed_set_runs_large_batches_for_throughput_and_batch_one_per_call()
     for minded in THROUGHPUT_MINDED:
         assert batches(minded) == {64}
     assert batches(request(selection={"strategy": "highest_accuracy"})) == {8}
+    assert batches(BOTH_VIEWS) == {8}
+    assert batches(request(selection={"strategy": "highest_throughput"})) == {8}
     assert batches(None) == {8}
     # The same precisions and engines either way: only the batch size moves (at batch 1 the
     # baseline's own precision and engine are the baseline, which is measured anyway).
@@ -292,6 +299,10 @@ def test_designed_set_runs_large_batches_for_throughput_and_batch_one_per_call()
         (PER_CALL, [1, "basic", 64]),
         # neither: both batch sizes one step away, in the space's order, then the kernel
         (None, [1, 64, "basic"]),
+        # objectives over both views: both batch sizes before the kernel choice, the
+        # selection's side first
+        (BOTH_VIEWS, [1, 64, "basic"]),
+        (request(selection={"strategy": "highest_throughput"}), [64, 1, "basic"]),
     ],
 )
 def test_local_search_steps_batch_size_toward_the_request(

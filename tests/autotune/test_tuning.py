@@ -11,12 +11,14 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from autotune.contract import HeadToHeadResult, HeadToHeadSpec
 from autotune.errors import NoFeasibleConfiguration, RequestError
+from autotune.executors import InProcessExecutor
 from autotune.request import load_request
 from autotune.tracking import PARENT_TAG, ROUND_TAG, STUDY_TAG, TRIAL_TAG, is_number
 from autotune.tuning import TuneOptions, run_tune, study_front
 from autotune.warm_start import load_warm_start
-from tests.conftest import ADMIN_URL, postgres_databases
+from tests.conftest import ADMIN_URL, FAST_VALIDATION, postgres_databases
 
 INPROCESS = TuneOptions(executor="inprocess", seed=0)
 
@@ -229,3 +231,36 @@ def test_after_a_resume_the_parent_run_shows_the_tuned_file(write_request) -> No
     history = client.get_metric_history(parent.info.run_id, "tuned.latency_p95_ms")
     assert sorted(m.step for m in history) == [1, 2]
     assert parent.data.tags[ROUND_TAG] == "2"
+
+
+@pytest.mark.slow
+def test_a_resume_that_measured_nothing_reuses_the_head_to_head(
+    write_request, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    compare = InProcessExecutor.compare
+
+    def counted(executor: InProcessExecutor, spec: HeadToHeadSpec) -> HeadToHeadResult:
+        events.append("compare")
+        return compare(executor, spec)
+
+    monkeypatch.setattr(InProcessExecutor, "compare", counted)
+    path = write_request(budget={"trials": 3})
+    _, written = run_tune(path, replace(INPROCESS, on_phase=events.append, on_note=events.append))
+    first = yaml.safe_load(written.read_text())
+    # The head-to-head is announced before the blocking call that runs it.
+    assert events[0].startswith("head to head: baseline and")
+    assert events[1:] == ["compare", "export: the optimized model"]
+
+    events.clear()
+    outcome, written = run_tune(path, replace(INPROCESS, on_note=events.append))
+    second = yaml.safe_load(written.read_text())
+    assert events == ["study digits-test: 3 of 3 trials done, re-using them"]
+    for key in ("config", "metrics", "baseline", "constraints", "headline", "revalidation"):
+        assert second[key] == first[key], key
+    assert any("its figures are reused" in note for note in outcome.notes)
+
+    events.clear()
+    validation = {**FAST_VALIDATION, "remeasure_on_resume": True}
+    run_tune(write_request(budget={"trials": 3}, validation=validation), INPROCESS)
+    assert events == ["compare"]
