@@ -660,6 +660,8 @@ class Coordinator:
     def _spec(
         self, trial: optuna.Trial, config: dict[str, Any], known_accuracy: float | None
     ) -> TrialSpec:
+        """The trial's spec; a reaped trial's retry (enqueued with its attempt number in
+        its user attrs) keeps counting attempts from there."""
         return TrialSpec(
             study=self.settings.study_name,
             trial_number=trial.number,
@@ -668,6 +670,7 @@ class Coordinator:
             measurement=self.request.measurement,
             known_accuracy=known_accuracy,
             timeout_s=self.request.budget.trial_timeout_s,
+            attempt=int(_retrying(lambda: trial.user_attrs).get("attempt", 0)),
         )
 
     def _tell(
