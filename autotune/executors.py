@@ -111,6 +111,10 @@ class _Running:
 # Outcomes after which a worker process is replaced: its memory or device state may be
 # poisoned, and a killed or hung process cannot measure the next trial.
 RECYCLE_AFTER = frozenset({"oom", "timeout", "lost"})
+# A call outside a trial (inspect, compare, export) whose worker died before it answered
+# (killed by the OOM killer or Ray's memory monitor while starting, its node lost) goes to
+# a fresh worker, like a lost trial: at most this many times in all.
+LOST_CALL_ATTEMPTS = 3
 
 
 class RayExecutor:
@@ -166,15 +170,45 @@ class RayExecutor:
         return len(self._actors)
 
     def inspect(self, workload: Workload) -> ModelInfo:
-        info: ModelInfo = self._ray.get(
-            self._actors[0].inspect.remote(workload, self._ship(workload))
-        )
+        blobs = self._ship(workload)
+        info: ModelInfo = self._on_first_slot(lambda actor: actor.inspect.remote(workload, blobs))
         return info
 
     def pings(self) -> list[dict[str, Any]]:
         """Each slot's worker process: pid, host and the cores it may run on."""
         pings: list[dict[str, Any]] = self._ray.get([a.ping.remote() for a in self._actors])
         return pings
+
+    def _on_first_slot(self, call: Any, timeout_s: float | None = None) -> Any:
+        """`call(actor)`'s answer from the first slot's worker. A worker that died before it
+        answered is replaced and asked again; an exception the call raised, or a timeout,
+        is the caller's."""
+        exceptions = self._ray.exceptions
+        attempt = 1
+        while True:
+            try:
+                return self._ray.get(call(self._actors[0]), timeout=timeout_s)
+            except (exceptions.RayTaskError, exceptions.GetTimeoutError):
+                raise
+            except exceptions.RayError as exc:
+                if attempt == LOST_CALL_ATTEMPTS:
+                    first_line = (str(exc).splitlines() or [""])[0]
+                    raise AutotuneError(
+                        f"the worker died {attempt} times before it answered; "
+                        f"last: {type(exc).__name__}: {first_line}"
+                    ) from exc
+                self._replace(0)
+                attempt += 1
+
+    def _replace(self, slot: int) -> Any:
+        """A fresh worker for the slot (the old one is stopped); idle if the old one was."""
+        old = self._actors[slot]
+        self._ray.kill(old)
+        fresh = self._new_actor(slot)
+        self._actors[slot] = fresh
+        if old in self._idle:
+            self._idle[self._idle.index(old)] = fresh
+        return fresh
 
     def submit(self, spec: TrialSpec) -> None:
         needed = self._slots_needed(spec)
@@ -262,11 +296,7 @@ class RayExecutor:
             return result
         actor = running.actor
         if result.status in RECYCLE_AFTER or _cuda_error(result):
-            self._ray.kill(actor)
-            slot = self._actors.index(actor)
-            replacement = self._new_actor(slot)
-            self._actors[slot] = replacement
-            actor = replacement
+            actor = self._replace(self._actors.index(actor))
         self._idle.append(actor)
         return result
 
@@ -297,15 +327,13 @@ class RayExecutor:
         comparison fails."""
         if self.pending():
             raise AutotuneError("compare called while trials are running")
-        actor = self._actors[0]
-        ref = actor.compare.remote(spec, self._ship(spec.workload))
+        blobs = self._ship(spec.workload)
         try:
-            result: HeadToHeadResult = self._ray.get(ref, timeout=spec.timeout_s)
+            result: HeadToHeadResult = self._on_first_slot(
+                lambda actor: actor.compare.remote(spec, blobs), spec.timeout_s
+            )
         except self._ray.exceptions.GetTimeoutError:
-            self._ray.kill(actor)
-            self._idle.remove(actor)
-            self._actors[0] = self._new_actor(0)
-            self._idle.append(self._actors[0])
+            self._replace(0)
             raise AutotuneError(
                 f"the head-to-head comparison ran past {spec.timeout_s:g} s; its worker was stopped"
             ) from None
@@ -313,7 +341,9 @@ class RayExecutor:
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
         blobs = self._ship(spec.workload)
-        artifact: ArtifactInfo = self._ray.get(self._actors[0].export.remote(spec, out_dir, blobs))
+        artifact: ArtifactInfo = self._on_first_slot(
+            lambda actor: actor.export.remote(spec, out_dir, blobs)
+        )
         return artifact
 
     def _ship(self, workload: Workload) -> dict[str, Any]:

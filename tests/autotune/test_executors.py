@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,9 @@ from autotune.contract import (
 )
 from autotune.errors import AutotuneError
 from autotune.executors import RayExecutor
-from tests.conftest import FAST_MEASUREMENT, REPO
+from autotune.tuning import TuneOptions, run_tune
+from tests.autotune.dying_workers import dying_worker
+from tests.conftest import FAST_MEASUREMENT, REPO, stored_trials
 
 DIGITS_DATA = DataRef(entry_point="experiments.digits.model:eval_data")
 
@@ -66,6 +68,39 @@ def test_a_sharded_trial_runs_as_a_gang_on_the_gpus_of_several_slots() -> None:
         assert result.status == "unsupported" and "has 2" in (result.reason or "")
     finally:
         executor.close()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_worker_killed_while_starting_is_replaced_and_the_study_goes_on(
+    write_request: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers killed on their first call, as the OOM killer kills one that is starting up:
+    the model's inspection (before the study) is asked of a fresh worker instead of failing
+    the tuning, and the baseline trial, lost with its worker, runs again as attempt 1."""
+    import ray
+
+    from autotune import executors, tuning
+
+    assert not ray.is_initialized(), "runs before the module's shared executor starts Ray"
+    armed = tmp_path / "armed"
+    armed.mkdir()
+    (armed / "inspect").touch()
+    (armed / "run").touch()
+    path = write_request(budget={"trials": 3})
+    monkeypatch.setattr(executors, "_worker_class", lambda: dying_worker(armed))
+    executor = RayExecutor(workers=1)
+    monkeypatch.setattr(tuning, "make_executor", lambda options: executor)
+
+    outcome, _ = run_tune(path, TuneOptions(seed=0))
+
+    assert not list(armed.iterdir()), "both armed calls killed a worker"
+    assert outcome.tuned is not None and outcome.n_trials == 3
+    stored = stored_trials(f"sqlite:///{tmp_path / 'study.db'}", "digits-test")
+    trials = {t.number: t for t in stored}
+    assert {t.state.name for t in trials.values()} == {"COMPLETE"}
+    assert trials[0].user_attrs["baseline"] and trials[0].user_attrs["attempt"] == 1
+    assert all(trials[n].user_attrs["attempt"] == 0 for n in trials if n != 0)
 
 
 @pytest.fixture(scope="module")
