@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal, cast
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from autotune.errors import (
@@ -35,30 +34,24 @@ err = Console(stderr=True)
 out = Console(width=None if Console().is_terminal else _PIPED_WIDTH)
 
 
-def _error(label: str, exc: Exception) -> None:
-    """One line, however long (the terminal may fold it): the label and the message, whose
-    values are printed as they are, never read as markup."""
-    err.print(f"{label} {escape(str(exc))}", highlight=False, soft_wrap=True)
-
-
 @contextmanager
 def _exit_codes() -> Iterator[None]:
     try:
         yield
     except RequestError as exc:
-        _error("[red]error:[/red]", exc)
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except Unauthorized as exc:
-        _error("[red]unauthorized:[/red]", exc)
+        err.print(f"[red]unauthorized:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except Interrupted as exc:
-        _error("[yellow]interrupted:[/yellow]", exc)
+        err.print(f"[yellow]interrupted:[/yellow] {exc}", highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except NoFeasibleConfiguration as exc:
-        _error("[yellow]no tuned configuration:[/yellow]", exc)
+        err.print(f"[yellow]no tuned configuration:[/yellow] {exc}", highlight=False)
         raise typer.Exit(EXIT_INFEASIBLE) from None
     except AutotuneError as exc:
-        _error("[red]failed:[/red]", exc)
+        err.print(f"[red]failed:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None
 
 
@@ -103,7 +96,6 @@ def tune(
     clock."""
     from autotune.tuning import TuneOptions, run_tune
 
-    display = _TuneProgress()
     options = TuneOptions(
         trials=trials,
         timeout_s=timeout,
@@ -119,11 +111,9 @@ def tune(
         replay=replay,
         space=space_file,
         sampler=sampler,
-        on_note=display.note,
-        on_phase=display.phase,
     )
     with _exit_codes():
-        outcome, written = run_tune(request_file, options, progress=display.trials)
+        outcome, written = run_tune(request_file, options, progress=_progress_bar)
     if as_json:
         assert outcome.tuned is not None
         print(json.dumps(outcome.tuned.model_dump(mode="json"), indent=2))
@@ -156,69 +146,27 @@ def tune(
     out.print(f"\n[bold {colour}]Against the baseline:[/bold {colour}] {tuned.headline.text}")
 
 
-class _TuneProgress:
-    """The tune command's progress on stderr: a bar of the trials; then, for each phase
-    after the search (the finalists' head-to-head, the export), its line with an
-    elapsed-time bar, since one blocking call does its work; and notes above them."""
+@contextmanager
+def _progress_bar(total: int | None) -> Iterator[Callable[[int, Any], None]]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    def __init__(self) -> None:
-        self._progress: Any = None
-        self._trials: Any = None
-        self._phase: Any = None
+    columns = [
+        TextColumn("tuning"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    ]
+    with Progress(*columns, console=err, transient=False) as progress:
+        task = progress.add_task("", total=total)
 
-    @contextmanager
-    def trials(self, total: int | None) -> Iterator[Callable[[int, Any], None]]:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        def update(done: int, result: Any) -> None:
+            last = f"trial {result.trial_number}: {result.status}"
+            if result.metrics is not None:
+                last += f", p95 {result.metrics.latency_p95_ms:.3f} ms"
+            progress.update(task, completed=done, description=last)
 
-        columns = [
-            TextColumn("{task.fields[label]}"),
-            BarColumn(bar_width=20),
-            TextColumn("{task.fields[count]}"),
-            TimeElapsedColumn(),
-            TextColumn("{task.description}"),
-        ]
-        with Progress(*columns, console=err, transient=False) as progress:
-            task = progress.add_task("", total=total, label="tuning", count=_count(0, total))
-            self._progress, self._trials = progress, task
-
-            def update(done: int, result: Any) -> None:
-                last = f"trial {result.trial_number}: {result.status}"
-                if result.metrics is not None:
-                    last += f", p95 {result.metrics.latency_p95_ms:.3f} ms"
-                progress.update(task, completed=done, description=last, count=_count(done, total))
-
-            try:
-                yield update
-            finally:
-                self._end_phase()
-                self._progress = None
-
-    def phase(self, text: str) -> None:
-        """A phase told as "name: what it does" (the name in the label column)."""
-        if self._progress is None:
-            err.print(escape(text), highlight=False)
-            return
-        self._end_phase()
-        self._progress.stop_task(self._trials)
-        name, told, detail = text.partition(": ")
-        if not told:
-            name, detail = "phase", text
-        self._phase = self._progress.add_task(
-            escape(detail), total=None, label=escape(name), count=""
-        )
-
-    def _end_phase(self) -> None:
-        if self._phase is not None:
-            self._progress.update(self._phase, total=1, completed=1)
-            self._progress.stop_task(self._phase)
-            self._phase = None
-
-    def note(self, text: str) -> None:
-        err.print(escape(text), highlight=False)
-
-
-def _count(done: int, total: int | None) -> str:
-    return f"{done}/{total}" if total is not None else str(done)
+        yield update
 
 
 def _print_front(front: list[Any], chosen: int | None) -> None:
@@ -454,6 +402,10 @@ def serve_command(
     poll_s: Annotated[
         float | None, typer.Option(min=0.01, help="seconds between queue and schedule checks")
     ] = None,
+    min_watch_every: Annotated[
+        float | None,
+        typer.Option(min=1.0, help="shortest interval, seconds, a watch may check at (default 60)"),
+    ] = None,
 ) -> None:
     """Run the service: REST API, job runners and watch scheduler (each can be left out)."""
     from autotune.service.server import serve
@@ -472,6 +424,7 @@ def serve_command(
         "lease_s": lease_s,
         "poll_s": poll_s,
         "max_upload_bytes": None if max_upload_mb is None else max_upload_mb << 20,
+        "min_watch_every_s": min_watch_every,
     }
     trusted = tuple(p.strip() for item in trust or [] for p in item.split(",") if p.strip())
     with _exit_codes():
@@ -713,7 +666,8 @@ def watch(
     request_file: Annotated[Path, typer.Argument(metavar="REQUEST.yaml", help=REQUEST_HELP)],
     server: Server,
     every: Annotated[
-        str | None, typer.Option(help="check this often: '90s', '30m', '6h' or '1d'")
+        str | None,
+        typer.Option(help="check this often: '90s', '30m', '6h' or '1d' (at least 60s by default)"),
     ] = None,
     cron: Annotated[
         str | None, typer.Option(help="check on this crontab schedule (UTC): '0 3 * * *'")

@@ -70,6 +70,8 @@ def main() -> None:
             "experiments.digits",
             "--poll-s",
             "2",
+            "--min-watch-every",  # the watch below checks every 5 s, under the default 60 s
+            "5",
         ],
         cwd=REPO,
         env=env,

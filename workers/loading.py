@@ -202,16 +202,22 @@ def external_data_files(model: onnx.ModelProto, file: Path, field: str) -> dict[
 
 def _all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
     """Every tensor that may point at external data: initializers and tensor attributes,
-    in subgraphs too."""
+    sparse ones' values and indices both, in subgraphs too."""
     from onnx import AttributeProto
 
     tensors = list(graph.initializer)
-    tensors += [sparse.values for sparse in graph.sparse_initializer]
+    for sparse in graph.sparse_initializer:
+        tensors += [sparse.values, sparse.indices]
     for node in graph.node:
         for attribute in node.attribute:
             if attribute.type == AttributeProto.TENSOR:
                 tensors.append(attribute.t)
             tensors += list(attribute.tensors)
+            sparse_tensors = list(attribute.sparse_tensors)
+            if attribute.type == AttributeProto.SPARSE_TENSOR:
+                sparse_tensors.append(attribute.sparse_tensor)
+            for sparse in sparse_tensors:
+                tensors += [sparse.values, sparse.indices]
             if attribute.type == AttributeProto.GRAPH:
                 tensors += _all_tensors(attribute.g)
             for subgraph in attribute.graphs:

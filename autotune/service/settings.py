@@ -27,6 +27,8 @@ class ServiceSettings:
     # A coordinator whose heartbeat is older than this has died; its trials are retried.
     stale_after_s: float = 60.0
     registered_alias: str = "tuned"
+    # The shortest interval a watch may check at (`every`).
+    min_watch_every_s: float = 60.0
 
     @property
     def uploads_dir(self) -> Path:

@@ -33,19 +33,24 @@ log = logging.getLogger("autotune.watches")
 
 _EVERY = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MIN_EVERY_S = 1.0
+# A watch checks at most once a minute (a server may allow less: `min_watch_every_s`) and
+# at least once a year.
+MIN_EVERY_S = 60.0
+MAX_EVERY_S = 366 * 86400.0
 # A re-tune measures at least this many new configurations beyond the previous front.
 RETUNE_EXPLORATION = 4
 
 
-def parse_every(text: str) -> float:
-    """'30m' -> 1800.0; units s, m, h, d."""
+def parse_every(text: str, minimum_s: float = MIN_EVERY_S) -> float:
+    """'30m' -> 1800.0; units s, m, h, d; from `minimum_s` to a year."""
     match = _EVERY.match(text.strip())
     if match is None:
         raise RequestError("every", "must look like '90s', '30m', '6h' or '1d'", text)
     seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
-    if seconds < MIN_EVERY_S:
-        raise RequestError("every", f"must be at least {MIN_EVERY_S:g}s", text)
+    if seconds < minimum_s:
+        raise RequestError("every", f"must be at least {minimum_s:g}s", text)
+    if seconds > MAX_EVERY_S:
+        raise RequestError("every", f"must be at most {MAX_EVERY_S / 86400:g}d", text)
     return seconds
 
 
@@ -88,7 +93,8 @@ class WatchStore:
         """A new watch; its first tick (due at once) submits the first tuning."""
         if (every is None) == (cron is None):
             raise RequestError("schedule", "give exactly one of 'every' or 'cron'", None)
-        every_s = parse_every(every) if every is not None else None
+        minimum_s = self.settings.min_watch_every_s
+        every_s = parse_every(every, minimum_s) if every is not None else None
         if cron is not None:
             next_run(None, cron, now())  # validates the expression
         if retune_trials is not None and retune_trials < 1:

@@ -73,6 +73,31 @@ def escaping_onnx() -> bytes:
     return model.SerializeToString()
 
 
+def sparse_escaping_onnx(where: str) -> bytes:
+    """A model with a sparse tensor whose indices claim their data lies in '../secret': a
+    sparse initializer, or the sparse value of a Constant node."""
+    values = numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "W")
+    indices = numpy_helper.from_array(np.array([0, 3], np.int64), "W_indices")
+    set_external_data(indices, location="../secret")
+    indices.data_location = TensorProto.EXTERNAL
+    indices.ClearField("raw_data")
+    indices.ClearField("int64_data")
+    sparse = helper.make_sparse_tensor(values, indices, [4])
+    nodes = [helper.make_node("Add", ["X", "W"], ["Y"])]
+    if where == "attribute":
+        nodes.insert(0, helper.make_node("Constant", [], ["W"], sparse_value=sparse))
+    graph = helper.make_graph(
+        nodes,
+        "sparse",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4])],
+        sparse_initializer=[sparse] if where == "initializer" else None,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
 def zipped(entries: dict[str, bytes], links: tuple[str, ...] = ()) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -226,6 +251,34 @@ def test_external_data_outside_the_model_directory_is_refused(
             attempt()
         assert "inside the model's directory" in info.value.rule
         assert info.value.value == "../secret"
+    assert not any(store.root.iterdir())
+
+
+@pytest.mark.parametrize("where", ["initializer", "attribute"])
+def test_sparse_tensor_indices_outside_the_model_directory_are_refused(
+    store: ModelStore, tmp_path: Path, where: str
+) -> None:
+    """Not left to onnx.checker: the external-data check itself refuses them."""
+    from workers.loading import external_data_files
+
+    data = sparse_escaping_onnx(where)
+    (tmp_path / "secret").write_bytes(bytes(16))
+    (tmp_path / "dir").mkdir()
+    server_file = tmp_path / "dir" / "model.onnx"
+    server_file.write_bytes(data)
+    attempts = [
+        lambda: external_data_files(
+            onnx.load_model(str(server_file), load_external_data=False), server_file, "model"
+        ),
+        lambda: upload(store, data),
+        lambda: upload(store, zipped({"model.onnx": data})),
+        lambda: store.put_file(server_file),
+    ]
+    for attempt in attempts:
+        with pytest.raises(RequestError) as info:
+            attempt()
+        assert (info.value.field, info.value.value) == ("model", "../secret")
+        assert info.value.rule == "external data must stay inside the model's directory"
     assert not any(store.root.iterdir())
 
 

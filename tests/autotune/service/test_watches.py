@@ -26,14 +26,16 @@ from tests.autotune.service.support import (
     sqlite_settings,
     wait_for,
 )
+from tests.autotune.test_sources import tiny_onnx
 from tests.conftest import postgres_databases, stored_trials
 
 
 def test_intervals_and_cron_schedules() -> None:
     assert parse_every("90s") == 90 and parse_every("30m") == 1800 and parse_every("1d") == 86400
-    for bad in ("30", "m", "-5m", "0.1s"):
+    for bad in ("30", "m", "-5m", "0.1s", "59s", "367d", "9" * 400 + "s"):
         with pytest.raises(RequestError, match="every"):
             parse_every(bad)
+    assert parse_every("1s", minimum_s=1.0) == 1.0
     at = datetime(2026, 11, 30, 2, 59, 30, tzinfo=UTC).timestamp()
     assert next_run(1800.0, None, at) == at + 1800
     daily = datetime.fromtimestamp(next_run(None, "0 3 * * *", at), tz=UTC)
@@ -54,6 +56,27 @@ def test_a_watch_needs_one_schedule_and_a_model_file(tmp_path: Path) -> None:
         watches.create(alice, service_request(), every="1m")  # an entry point cannot change
 
 
+def test_a_watch_checks_at_most_once_a_minute_unless_the_server_allows_more(
+    tmp_path: Path,
+) -> None:
+    settings = sqlite_settings(tmp_path)
+    (settings.models_root / "tiny.onnx").write_bytes(tiny_onnx().SerializeToString())  # type: ignore[operator]
+    request = service_request(model={"onnx": "tiny.onnx"})
+    db = Database(settings.db)
+    watches, alice = WatchStore(db, settings), principal(db)
+    with pytest.raises(RequestError) as info:
+        watches.create(alice, request, every="1s")
+    assert (info.value.field, info.value.rule, info.value.value) == (
+        "every",
+        "must be at least 60s",
+        "1s",
+    )
+    assert watches.create(alice, request, every="60s").every_s == 60.0
+    settings.min_watch_every_s = 1.0
+    assert watches.create(alice, request, every="1s").every_s == 1.0
+    db.close()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
 def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServiceSettings]:
     """Service settings on SQLite files, or on three fresh PostgreSQL databases."""
@@ -68,6 +91,7 @@ def test_a_changed_model_file_is_retuned_from_the_previous_front(
     stores: ServiceSettings, tmp_path: Path
 ) -> None:
     settings = stores
+    settings.min_watch_every_s = 1.0  # ticks a second apart keep the test short
     weights = settings.models_root / "digits.safetensors"  # type: ignore[operator]
     export_weights(weights, seed=0, epochs=3)
     db = Database(settings.db)
