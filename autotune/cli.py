@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, cast
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autotune.errors import (
@@ -34,24 +35,30 @@ err = Console(stderr=True)
 out = Console(width=None if Console().is_terminal else _PIPED_WIDTH)
 
 
+def _error(label: str, exc: Exception) -> None:
+    """One line, however long (the terminal may fold it): the label and the message, whose
+    values are printed as they are, never read as markup."""
+    err.print(f"{label} {escape(str(exc))}", highlight=False, soft_wrap=True)
+
+
 @contextmanager
 def _exit_codes() -> Iterator[None]:
     try:
         yield
     except RequestError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _error("[red]error:[/red]", exc)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except Unauthorized as exc:
-        err.print(f"[red]unauthorized:[/red] {exc}", highlight=False)
+        _error("[red]unauthorized:[/red]", exc)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except Interrupted as exc:
-        err.print(f"[yellow]interrupted:[/yellow] {exc}", highlight=False)
+        _error("[yellow]interrupted:[/yellow]", exc)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except NoFeasibleConfiguration as exc:
-        err.print(f"[yellow]no tuned configuration:[/yellow] {exc}", highlight=False)
+        _error("[yellow]no tuned configuration:[/yellow]", exc)
         raise typer.Exit(EXIT_INFEASIBLE) from None
     except AutotuneError as exc:
-        err.print(f"[red]failed:[/red] {exc}", highlight=False)
+        _error("[red]failed:[/red]", exc)
         raise typer.Exit(1) from None
 
 
@@ -96,6 +103,7 @@ def tune(
     clock."""
     from autotune.tuning import TuneOptions, run_tune
 
+    display = _TuneProgress()
     options = TuneOptions(
         trials=trials,
         timeout_s=timeout,
@@ -111,9 +119,11 @@ def tune(
         replay=replay,
         space=space_file,
         sampler=sampler,
+        on_note=display.note,
+        on_phase=display.phase,
     )
     with _exit_codes():
-        outcome, written = run_tune(request_file, options, progress=_progress_bar)
+        outcome, written = run_tune(request_file, options, progress=display.trials)
     if as_json:
         assert outcome.tuned is not None
         print(json.dumps(outcome.tuned.model_dump(mode="json"), indent=2))
@@ -146,27 +156,69 @@ def tune(
     out.print(f"\n[bold {colour}]Against the baseline:[/bold {colour}] {tuned.headline.text}")
 
 
-@contextmanager
-def _progress_bar(total: int | None) -> Iterator[Callable[[int, Any], None]]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+class _TuneProgress:
+    """The tune command's progress on stderr: a bar of the trials; then, for each phase
+    after the search (the finalists' head-to-head, the export), its line with an
+    elapsed-time bar, since one blocking call does its work; and notes above them."""
 
-    columns = [
-        TextColumn("tuning"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-    ]
-    with Progress(*columns, console=err, transient=False) as progress:
-        task = progress.add_task("", total=total)
+    def __init__(self) -> None:
+        self._progress: Any = None
+        self._trials: Any = None
+        self._phase: Any = None
 
-        def update(done: int, result: Any) -> None:
-            last = f"trial {result.trial_number}: {result.status}"
-            if result.metrics is not None:
-                last += f", p95 {result.metrics.latency_p95_ms:.3f} ms"
-            progress.update(task, completed=done, description=last)
+    @contextmanager
+    def trials(self, total: int | None) -> Iterator[Callable[[int, Any], None]]:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        yield update
+        columns = [
+            TextColumn("{task.fields[label]}"),
+            BarColumn(bar_width=20),
+            TextColumn("{task.fields[count]}"),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+        ]
+        with Progress(*columns, console=err, transient=False) as progress:
+            task = progress.add_task("", total=total, label="tuning", count=_count(0, total))
+            self._progress, self._trials = progress, task
+
+            def update(done: int, result: Any) -> None:
+                last = f"trial {result.trial_number}: {result.status}"
+                if result.metrics is not None:
+                    last += f", p95 {result.metrics.latency_p95_ms:.3f} ms"
+                progress.update(task, completed=done, description=last, count=_count(done, total))
+
+            try:
+                yield update
+            finally:
+                self._end_phase()
+                self._progress = None
+
+    def phase(self, text: str) -> None:
+        """A phase told as "name: what it does" (the name in the label column)."""
+        if self._progress is None:
+            err.print(escape(text), highlight=False)
+            return
+        self._end_phase()
+        self._progress.stop_task(self._trials)
+        name, told, detail = text.partition(": ")
+        if not told:
+            name, detail = "phase", text
+        self._phase = self._progress.add_task(
+            escape(detail), total=None, label=escape(name), count=""
+        )
+
+    def _end_phase(self) -> None:
+        if self._phase is not None:
+            self._progress.update(self._phase, total=1, completed=1)
+            self._progress.stop_task(self._phase)
+            self._phase = None
+
+    def note(self, text: str) -> None:
+        err.print(escape(text), highlight=False)
+
+
+def _count(done: int, total: int | None) -> str:
+    return f"{done}/{total}" if total is not None else str(done)
 
 
 def _print_front(front: list[Any], chosen: int | None) -> None:
