@@ -45,6 +45,8 @@ TUNED_TAG = "autotune.tuned"
 TUNED_ARTIFACT_PATH = "optimized_model"
 _CHUNK = 1 << 20
 _NOT_FOUND = {"RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"}
+# Between a namespace and a model's name in MLflow: in neither a namespace nor a NAME.
+NAMESPACE_SEPARATOR = "~"
 
 Transfer = Callable[[Path, Path], Any]
 
@@ -379,25 +381,40 @@ def _client(tracking_uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri, registry_uri=tracking_uri)
 
 
-def resolve_registered(uri: str, tracking_uri: str) -> RegisteredVersion:
-    """The version `models:/NAME/VERSION` or `models:/NAME@ALIAS` names now."""
+def registered_name(name: str, namespace: str | None) -> str:
+    """The MLflow name of registered model `name` in `namespace` (the service's: a team's or
+    a token's): 'NAMESPACE~NAME'. A request's NAME cannot hold '~', so no request names a
+    model outside its own namespace. Without a namespace (the CLI), `name` itself."""
+    return name if namespace is None else f"{namespace}{NAMESPACE_SEPARATOR}{name}"
+
+
+def resolve_registered(
+    uri: str, tracking_uri: str, namespace: str | None = None
+) -> RegisteredVersion:
+    """The version `models:/NAME/VERSION` or `models:/NAME@ALIAS` names now; with a
+    `namespace`, NAME is looked up inside it, and a model that is missing there gets one
+    error, whether or not a model of that name exists in another namespace."""
     from mlflow.exceptions import MlflowException
 
     match = REGISTERED_URI.match(uri)
     if match is None:
         raise RequestError("model.registered", REGISTERED_URI_RULE, uri)
+    name = registered_name(match["name"], namespace)
     client = _client(tracking_uri)
     try:
         if match["alias"] is not None:
-            found = client.get_model_version_by_alias(match["name"], match["alias"])
+            found = client.get_model_version_by_alias(name, match["alias"])
         else:
-            found = client.get_model_version(match["name"], match["version"])
+            found = client.get_model_version(name, match["version"])
     except MlflowException as error:
         if error.error_code not in _NOT_FOUND:
             raise
-        raise RequestError(
-            "model.registered", f"must name an existing model version ({error.message})", uri
-        ) from error
+        rule = (
+            f"must name an existing model version ({error.message})"
+            if namespace is None
+            else "must name an existing version of a registered model this token can see"
+        )
+        raise RequestError("model.registered", rule, uri) from error
     return RegisteredVersion(
         name=found.name,
         version=str(found.version),
@@ -445,9 +462,11 @@ def register_tuned(
     run_id: str,
     tags: dict[str, str],
     alias: str = "tuned",
+    namespace: str | None = None,
 ) -> str:
-    """Register `artifact_dir` as a version of registered model `name` (created if missing),
-    tag it (`autotune.tuned=true` and `tags`), point `alias` at it and return the version.
+    """Register `artifact_dir` as a version of registered model `name` (created if missing;
+    inside `namespace`, see `registered_name`), tag it (`autotune.tuned=true` and `tags`),
+    point `alias` at it and return the version.
 
     The directory is logged to the run under `optimized_model` and the version's source is
     that artifact location: `models:/NAME@ALIAS` then downloads these very files. Registering
@@ -457,6 +476,7 @@ def register_tuned(
 
     if REGISTERED_URI.match(f"models:/{name}@{alias}") is None:
         raise RequestError("name", REGISTERED_URI_RULE, f"models:/{name}@{alias}")
+    name = registered_name(name, namespace)
     client = _client(tracking_uri)
     try:
         client.create_registered_model(name)
@@ -482,7 +502,11 @@ def register_tuned(
 
 
 def source_fingerprint(
-    ref: ModelRef, base_dir: Path, models_root: Path | None, tracking_uri: str
+    ref: ModelRef,
+    base_dir: Path,
+    models_root: Path | None,
+    tracking_uri: str,
+    namespace: str | None = None,
 ) -> str:
     """What a watch compares between ticks to tell whether the model changed.
 
@@ -490,9 +514,9 @@ def source_fingerprint(
     paths are resolved against `base_dir`, or, with `models_root`, confined to it as a client's
     paths are. A registered model gives "NAME/VERSION" resolved now, so a moved alias or a new
     version changes it. A bare entry point gives the entry point itself: changes to its code
-    or to what it trains are not detected."""
+    or to what it trains are not detected. A registered model is looked up in `namespace`."""
     if ref.registered is not None:
-        version = resolve_registered(ref.registered, tracking_uri)
+        version = resolve_registered(ref.registered, tracking_uri, namespace)
         return f"{version.name}/{version.version}"
     if ref.onnx is not None:
         return model_file_sha256(_local_file(ref.onnx, base_dir, models_root, "model.onnx"))

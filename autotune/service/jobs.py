@@ -19,8 +19,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autotune.errors import Conflict
-from autotune.service.db import Database, Job, now
-from autotune.service.tokens import Principal
+from autotune.service.db import Database, Job, Token, now
+from autotune.service.tokens import Principal, namespace
 
 JobState = Literal["queued", "running", "succeeded", "infeasible", "failed", "cancelled"]
 FINAL_STATES = ("succeeded", "infeasible", "failed", "cancelled")
@@ -114,6 +114,13 @@ class JobStore:
 
     def get(self, principal: Principal, job_id: str) -> Job:
         return principal.fetch(self.db, Job, job_id, "job")
+
+    def namespace(self, job: Job) -> str:
+        """The namespace of the job's team, or of its token when that has no team (what
+        `Principal.namespace` of the submitting token is)."""
+        with self.db.transaction() as session:
+            token_name = session.scalar(select(Token.name).where(Token.id == job.token_id))
+        return namespace(str(token_name), job.team)
 
     def get_any(self, job_id: str) -> Job | None:
         with self.db.transaction() as session:

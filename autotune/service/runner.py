@@ -166,10 +166,13 @@ class JobRunner:
         options.previous_tuned = previous.result
 
     def _register(self, job: Job, name: str, tuned: dict[str, Any]) -> dict[str, Any]:
-        """The tuned artifact becomes a version of the registered model, under the alias."""
-        from autotune.sources import register_tuned
+        """The tuned artifact becomes a version of the registered model, under the alias, in
+        the job's team's namespace: `uri` is what the team names it by in requests,
+        `mlflow_name` its name in MLflow."""
+        from autotune.sources import register_tuned, registered_name
 
         alias = self.settings.registered_alias
+        namespace = self.store.namespace(job)
         version = register_tuned(
             self.settings.tracking_uri,
             name,
@@ -177,8 +180,15 @@ class JobRunner:
             tuned["mlflow"]["run_id"],
             {"autotune.job": job.id, "autotune.study": job.study_name},
             alias=alias,
+            namespace=namespace,
         )
-        return {"name": name, "version": version, "alias": alias, "uri": f"models:/{name}@{alias}"}
+        return {
+            "name": name,
+            "version": version,
+            "alias": alias,
+            "uri": f"models:/{name}@{alias}",
+            "mlflow_name": registered_name(name, namespace),
+        }
 
     def _progress(self, job: Job, request: Any) -> Callable[[int | None], Any]:
         """Progress for the job's status: trials done, and the best feasible so far."""

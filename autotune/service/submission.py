@@ -40,7 +40,9 @@ def prepare_job(
         if key in request:
             raise RequestError(key, "is chosen by the service, leave it out", request[key])
     _check_space_name(request.get("search_space"))
-    model, source, model_sha256 = _resolve_model(request.get("model"), upload, settings)
+    model, source, model_sha256 = _resolve_model(
+        request.get("model"), upload, settings, principal.namespace
+    )
     request["model"] = model
     request["data"] = _resolve_data(request.get("data"), settings)
     _check_metric(request.get("metric"), settings)
@@ -72,9 +74,10 @@ def _check_space_name(space: Any) -> None:
 
 
 def _resolve_model(
-    model: Any, upload: StoredModel | None, settings: ServiceSettings
+    model: Any, upload: StoredModel | None, settings: ServiceSettings, namespace: str
 ) -> tuple[dict[str, Any], dict[str, Any], str]:
-    """The server-side model reference, how it was given, and its content hash."""
+    """The server-side model reference, how it was given, and its content hash; a registered
+    model is looked up among the caller's team's (`namespace`)."""
     model = _mapping(model, "model")
     if upload is not None:
         return _uploaded(model, upload, settings)
@@ -90,7 +93,7 @@ def _resolve_model(
         path = _under_root(model["onnx"], settings, "model.onnx")
         return {"onnx": str(path)}, {"kind": "path", "onnx": str(path)}, model_file_sha256(path)
     if "registered" in model:
-        return _registered(str(model["registered"]), settings)
+        return _registered(str(model["registered"]), settings, namespace)
     _check_trusted(model.get("entry_point"), settings, "model.entry_point")
     entry_point = str(model.get("entry_point"))
     return model, {"kind": "entry_point", "entry_point": entry_point}, entry_point
@@ -113,10 +116,13 @@ def _uploaded(
     return resolved, source, f"{model['entry_point']}|{upload.sha256}"
 
 
-def _registered(uri: str, settings: ServiceSettings) -> tuple[dict[str, Any], dict[str, Any], str]:
-    version = resolve_registered(uri, settings.tracking_uri)
+def _registered(
+    uri: str, settings: ServiceSettings, namespace: str
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    version = resolve_registered(uri, settings.tracking_uri, namespace)
     stored = download_registered(version, settings.tracking_uri, ModelStore(settings.uploads_dir))
-    source = {"kind": "registered", "uri": uri, "name": version.name, "version": version.version}
+    name = uri.removeprefix("models:/").split("@")[0].split("/")[0]  # as the client wrote it
+    source = {"kind": "registered", "uri": uri, "name": name, "version": version.version}
     return {"onnx": str(stored.path)}, source, stored.sha256
 
 

@@ -194,14 +194,14 @@ class Scheduler:
         token = session.get(Token, watch.token_id)
         if token is None or token.revoked_at is not None:
             return None
+        principal = Principal(token_id=token.id, name=token.name, team=token.team)
         try:
-            model = self._model_fingerprint(watch)
+            model = self._model_fingerprint(watch, principal.namespace)
         except AutotuneError as error:
             log.warning("watch %s: cannot read its model: %s", watch.id, error)
             return None
         if (model, hardware) == (watch.last_model_fingerprint, watch.last_hardware_fingerprint):
             return None
-        principal = Principal(token_id=token.id, name=token.name, team=token.team)
         job_id = self._submit(watch, principal)
         watch.last_model_fingerprint = model
         watch.last_hardware_fingerprint = hardware
@@ -241,7 +241,8 @@ class Scheduler:
         front = study_front(previous.study_name, self.settings.storage)
         return min(trials, max(math.ceil(trials / 3), len(front) + 1 + RETUNE_EXPLORATION))
 
-    def _model_fingerprint(self, watch: Watch) -> str:
+    def _model_fingerprint(self, watch: Watch, namespace: str) -> str:
+        """A registered model is looked up among the watch's team's (`namespace`)."""
         from autotune.sources import source_fingerprint
 
         model = dict(watch.request.get("model", {}))
@@ -250,6 +251,7 @@ class Scheduler:
             base_dir(self.settings),
             self.settings.models_root,
             self.settings.tracking_uri,
+            namespace,
         )
 
     def _hardware_fingerprint(self) -> str:

@@ -8,15 +8,21 @@ import os
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
+import onnx
 import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from autotune.contract import ModelRef
+from autotune.errors import RequestError
 from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
 from autotune.service.submission import prepare_job
+from autotune.service.tokens import Principal
+from autotune.sources import source_fingerprint
 from tests.autotune.service.support import (
     job_states,
     principal,
@@ -26,6 +32,7 @@ from tests.autotune.service.support import (
     sqlite_settings,
     wait_for,
 )
+from tests.autotune.test_sources import tiny_onnx
 from tests.conftest import postgres_databases, stored_trials
 
 
@@ -44,10 +51,71 @@ def test_a_job_is_tuned_and_its_artifact_registered(tmp_path: Path) -> None:
     assert set(done.result["config"]) and "latency_p95_ms" in done.result["metrics"]
     registered = done.registered_model
     assert registered is not None and registered["uri"] == "models:/digits-svc@tuned"
-    version = MlflowClient(settings.tracking_uri).get_model_version_by_alias("digits-svc", "tuned")
+    assert registered["mlflow_name"] == "token~alice~digits-svc"  # alice's, she has no team
+    client = MlflowClient(settings.tracking_uri)
+    version = client.get_model_version_by_alias("token~alice~digits-svc", "tuned")
     assert str(version.version) == registered["version"]
     assert version.tags["autotune.job"] == job.id
     assert JobRunner(db, settings).run_once() is None  # nothing left to claim
+
+
+def test_registered_models_are_scoped_to_their_team(tmp_path: Path) -> None:
+    """Team y's job of the same name neither adds a version to team x's registered model
+    nor moves its alias; each team's `models:/NAME` is its own; another team's model reads
+    exactly like a missing one, and no request can name another team's namespace."""
+    settings = sqlite_settings(tmp_path)
+    db = Database(settings.db)
+    store, runner = JobStore(db), JobRunner(db, settings)
+    xavier, xena = principal(db, "xavier", "x"), principal(db, "xena", "x")
+    yves, zoe = principal(db, "yves", "y"), principal(db, "zoe")
+    client = MlflowClient(settings.tracking_uri)
+    experiment = client.create_experiment("t", artifact_location=str(tmp_path / "artifacts"))
+
+    def tuned(owner: Principal, offset: float) -> dict[str, Any]:
+        """What the runner registers when `owner`'s job 'shared' succeeds."""
+        job, created = store.submit(prepare_job(service_request(name="shared"), owner, settings))
+        assert created
+        artifact = tmp_path / f"tuned-{offset}" / "model.onnx"
+        artifact.parent.mkdir()
+        onnx.save_model(tiny_onnx(offset), str(artifact))
+        run_id = client.create_run(experiment).info.run_id
+        return runner._register(
+            job, "shared", {"artifact": str(artifact), "mlflow": {"run_id": run_id}}
+        )
+
+    x, y = tuned(xavier, 1.0), tuned(yves, 2.0)
+    assert x["uri"] == y["uri"] == "models:/shared@tuned" and x["version"] == y["version"] == "1"
+    assert (x["mlflow_name"], y["mlflow_name"]) == ("team~x~shared", "team~y~shared")
+    assert [str(v.version) for v in client.search_model_versions("name = 'team~x~shared'")] == ["1"]
+    assert client.get_model_version_by_alias("team~x~shared", "tuned").tags["autotune.job"]
+
+    def model_sha256(owner: Principal, uri: str) -> str:
+        request = service_request(name="reader", model={"registered": uri})
+        return prepare_job(request, owner, settings).model_sha256
+
+    by_x = model_sha256(xena, "models:/shared@tuned")
+    assert by_x == model_sha256(xavier, "models:/shared/1")
+    assert model_sha256(yves, "models:/shared@tuned") != by_x
+    refusals = set()
+    for owner, uri in [
+        (zoe, "models:/shared@tuned"),  # another team's
+        (zoe, "models:/shared/1"),
+        (zoe, "models:/never@tuned"),  # nobody's
+        (yves, "models:/shared/2"),  # no such version of its own
+    ]:
+        with pytest.raises(RequestError) as info:
+            model_sha256(owner, uri)
+        assert (info.value.field, info.value.value) == ("model.registered", uri)
+        refusals.add(info.value.rule)
+    assert len(refusals) == 1, refusals
+    with pytest.raises(RequestError) as info:
+        model_sha256(yves, "models:/team~x~shared@tuned")
+    assert info.value.field == "model.registered"
+    ref = ModelRef(registered="models:/shared@tuned")
+    assert source_fingerprint(ref, tmp_path, None, settings.tracking_uri, yves.namespace) == (
+        "team~y~shared/1"
+    )
+    db.close()
 
 
 def test_cancel_stops_the_study_cleanly(tmp_path: Path) -> None:
@@ -108,7 +176,8 @@ def test_twenty_jobs_on_two_runners_each_run_exactly_once(tmp_path: Path) -> Non
         for job in jobs:
             trials = stored_trials(settings.storage, job.study_name)
             assert len(trials) == 2, job.study_name  # measured once, not twice
-            (version,) = client.search_model_versions(f"name = '{job.request['name']}'")
+            name = f"token~alice~{job.request['name']}"
+            (version,) = client.search_model_versions(f"name = '{name}'")
             assert version.tags["autotune.job"] == job.id
         db.close()
 

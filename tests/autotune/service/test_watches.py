@@ -130,7 +130,8 @@ def test_a_changed_model_file_is_retuned_from_the_previous_front(
     path = client.download_artifacts(run_id, "comparison.json", str(tmp_path))
     comparison = json.loads(Path(path).read_text())
     assert "metric_changes" in comparison
-    assert client.get_model_version_by_alias("watched", "tuned").tags["autotune.job"] == retune
+    registered = client.get_model_version_by_alias("token~alice~watched", "tuned")
+    assert registered.tags["autotune.job"] == retune
     db.close()
 
 
