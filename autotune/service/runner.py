@@ -27,6 +27,8 @@ log = logging.getLogger("autotune.runner")
 
 # The best-so-far summary is refreshed at most this often (it reads the whole study).
 PROGRESS_EVERY_S = 2.0
+# A job's error message, as its status shows it, is cut to this length.
+MAX_ERROR_CHARS = 1000
 
 
 class LeaseKeeper(threading.Thread):
@@ -119,14 +121,15 @@ class JobRunner:
         try:
             return "succeeded", self._tune(job, keeper.stop_study)
         except NoFeasibleConfiguration as error:
-            return "infeasible", {"error": str(error)}
+            return "infeasible", {"error": job_error(error)}
         except Interrupted:
             return "cancelled", {"error": "cancelled; the study stopped cleanly"}
         except AutotuneError as error:
-            return "failed", {"error": str(error)}
+            log.warning("job %s failed: %s", job.id, error)
+            return "failed", {"error": job_error(error)}
         except Exception as error:
             log.exception("job %s failed", job.id)
-            return "failed", {"error": f"internal error: {type(error).__name__}: {error}"}
+            return "failed", {"error": job_error(error)}
 
     def _tune(self, job: Job, stop: threading.Event) -> dict[str, Any]:
         from autotune.request import parse_request
@@ -216,3 +219,27 @@ class JobRunner:
             yield update
 
         return factory
+
+
+def job_error(error: BaseException) -> str:
+    """What a job's status says of the error that ended it, on one line of at most
+    `MAX_ERROR_CHARS`: an AutotuneError's own message (bad input: the field, the rule and
+    the value), anything else only its type. Tracebacks, server paths and pids stay in the
+    server's log."""
+    cause = _original(error)
+    if not isinstance(cause, AutotuneError):
+        return f"internal error ({type(cause).__name__}); the server's log has the details"
+    text = str(cause).split("Traceback (most recent call last)")[0]
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def _original(error: BaseException) -> BaseException:
+    """The exception a Ray worker raised, out of the RayTaskError that carried it (whose
+    message is the worker's traceback)."""
+    for _ in range(8):
+        cause = getattr(error, "cause", None)
+        if not (type(error).__module__.startswith("ray.") and isinstance(cause, BaseException)):
+            break
+        error = cause
+    return error

@@ -118,6 +118,78 @@ def test_registered_models_are_scoped_to_their_team(tmp_path: Path) -> None:
     db.close()
 
 
+def test_a_failed_jobs_error_is_one_line_without_the_workers_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What GET /v1/jobs/{id} shows as `error`: bad input as field, rule and value; anything
+    else as its type. The worker's traceback (server paths, pids) goes to the log only."""
+    from ray.exceptions import RayTaskError, UnserializableException
+
+    settings = sqlite_settings(tmp_path)
+    db = Database(settings.db)
+    store, alice = JobStore(db), principal(db)
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/autotune/workers/inspection.py", line 53, in _probe\n'
+        "    outputs = run_all(session, inputs)\n"
+        "RuntimeError: (pid=4242, ip=10.0.0.7) boom"
+    )
+    mismatch = RequestError(
+        "data.entry_point",
+        "inputs must fit the model (InvalidArgument: Got invalid dimensions for input: X\n"
+        " index: 0 Got: 1 Expected: 4)",
+        "float32[1, 8, 8] per sample",
+    )
+    over_ray = RayTaskError(
+        "TrialWorker.inspect()", traceback, mismatch, "ray::TrialWorker", 4242, "10.0.0.7"
+    ).as_instanceof_cause()
+    assert "/srv/autotune" in str(over_ray)  # what ray.get raises: the traceback is its message
+    raised: list[BaseException] = [
+        over_ray,
+        UnserializableException(traceback),
+        RuntimeError("boom\n" + traceback),
+    ]
+    errors = []
+    for index, error in enumerate(raised):
+        job, _ = store.submit(prepare_job(service_request(name=f"broken-{index}"), alice, settings))
+
+        def fail(*args: Any, error: BaseException = error) -> Any:
+            raise error
+
+        monkeypatch.setattr(JobRunner, "_tune", fail)
+        assert JobRunner(db, settings).run_once() == job.id
+        failed = store.get(alice, job.id)
+        assert failed.state == "failed"
+        errors.append(failed.error)
+    assert errors == [
+        "data.entry_point: inputs must fit the model (InvalidArgument: Got invalid dimensions "
+        "for input: X index: 0 Got: 1 Expected: 4) (got 'float32[1, 8, 8] per sample')",
+        "internal error (UnserializableException); the server's log has the details",
+        "internal error (RuntimeError); the server's log has the details",
+    ]
+    db.close()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_model_that_does_not_fit_the_data_fails_naming_the_field_on_ray(tmp_path: Path) -> None:
+    """An ONNX model with an input of shape [4] and the digits data, inspected by a Ray
+    worker: the job's error names the field and the rule, on one line."""
+    settings = sqlite_settings(tmp_path, executor="ray")
+    assert settings.models_root is not None
+    onnx.save_model(tiny_onnx(), str(settings.models_root / "tiny.onnx"))
+    db = Database(settings.db)
+    store, alice = JobStore(db), principal(db)
+    request = service_request(model={"onnx": "tiny.onnx"})
+    job, _ = store.submit(prepare_job(request, alice, settings))
+    assert JobRunner(db, settings).run_once() == job.id
+    failed = store.get(alice, job.id)
+    assert failed.state == "failed" and failed.error is not None
+    assert failed.error.startswith("data.entry_point: inputs must fit the model"), failed.error
+    assert "\n" not in failed.error and "Traceback" not in failed.error
+    db.close()
+
+
 def test_cancel_stops_the_study_cleanly(tmp_path: Path) -> None:
     settings = sqlite_settings(tmp_path, lease_s=0.6)
     db = Database(settings.db)
