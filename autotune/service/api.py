@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, BinaryIO, Literal, cast
 
@@ -22,7 +22,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
-from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -34,6 +33,7 @@ from autotune.service.db import Database, Job, Watch
 from autotune.service.jobs import JobState, JobStore
 from autotune.service.settings import ServiceSettings
 from autotune.service.submission import SERVICE_FIELDS, prepare_job
+from autotune.service.supervisor import RunnerCounts
 from autotune.service.tokens import Principal, authenticate
 from autotune.service.watches import WatchStore
 from autotune.sources import ModelStore, UploadTooLarge
@@ -70,8 +70,20 @@ class MessageBody(Strict):
     detail: str
 
 
+class Runners(Strict):
+    """This server's job runner processes (absent where it runs none)."""
+
+    expected: int
+    alive: int
+    restarts: int
+
+
 class Health(Strict):
-    status: Literal["ok", "unavailable"]
+    status: Literal["ok", "degraded", "unavailable"]
+    reason: str | None = None
+    runners: Runners | None = None
+    # Running jobs whose runner stopped renewing the lease, not yet back in the queue.
+    expired_leases: int | None = None
 
 
 class Submitted(Strict):
@@ -167,6 +179,7 @@ class Service:
     jobs: JobStore
     watches: WatchStore
     models: ModelStore
+    runner_counts: Callable[[], RunnerCounts] | None = None
 
 
 class ServiceApp(FastAPI):
@@ -194,8 +207,13 @@ def _add_request_schema(document: dict[str, Any]) -> None:
     components["TuningRequest"] = schema
 
 
-def create_app(settings: ServiceSettings, db: Database | None = None) -> FastAPI:
-    """The API over `db` (opened, and migrated, from `settings.db` when not given)."""
+def create_app(
+    settings: ServiceSettings,
+    db: Database | None = None,
+    runner_counts: Callable[[], RunnerCounts] | None = None,
+) -> FastAPI:
+    """The API over `db` (opened, and migrated, from `settings.db` when not given);
+    `runner_counts` tells /healthz about the job runners this server supervises."""
     db = db if db is not None else Database(settings.db)
     app = ServiceApp(
         title="autotune",
@@ -208,6 +226,7 @@ def create_app(settings: ServiceSettings, db: Database | None = None) -> FastAPI
         jobs=JobStore(db),
         watches=WatchStore(db, settings),
         models=ModelStore(settings.uploads_dir),
+        runner_counts=runner_counts,
     )
     app.include_router(public)
     app.include_router(router)
@@ -361,16 +380,44 @@ router = APIRouter(
 )
 
 
-@public.get("/healthz", responses={503: {"model": Health}})
+@public.get("/healthz", responses={503: {"model": Health}}, response_model_exclude_none=True)
 def healthz(request: Request, response: Response) -> Health:
-    """The service is up and its database answers."""
+    """Status "ok": the database answers and, where this server runs job runners, they are
+    alive. "degraded" (still 200): some of its runners are being restarted, or running jobs
+    wait with an expired lease. "unavailable" (503): the database does not answer, or none
+    of this server's runners is alive."""
+    service = _service(request)
     try:
-        with _service(request).db.transaction() as session:
-            session.execute(text("SELECT 1"))
+        expired = service.jobs.expired_leases()
     except SQLAlchemyError:
         response.status_code = 503
-        return Health(status="unavailable")
-    return Health(status="ok")
+        return Health(status="unavailable", reason="the database does not answer")
+    counts = service.runner_counts() if service.runner_counts is not None else None
+    health = _health(counts, expired)
+    if health.status == "unavailable":
+        response.status_code = 503
+    return health
+
+
+def _health(counts: RunnerCounts | None, expired: int) -> Health:
+    health = Health(
+        status="ok",
+        runners=None if counts is None else Runners(**asdict(counts)),
+        expired_leases=expired or None,
+    )
+    if counts is not None and counts.expected and not counts.alive:
+        reason = f"none of this server's {counts.expected} job runners is alive; restarting"
+        return health.model_copy(update={"status": "unavailable", "reason": reason})
+    problems = []
+    if counts is not None and counts.alive < counts.expected:
+        problems.append(
+            f"{counts.alive} of {counts.expected} job runners alive; the others are restarting"
+        )
+    if expired:
+        problems.append(f"{expired} running job(s) with an expired lease (their runner stopped)")
+    if problems:
+        return health.model_copy(update={"status": "degraded", "reason": "; ".join(problems)})
+    return health
 
 
 # -- jobs ----------------------------------------------------------------------------------

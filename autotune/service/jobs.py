@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -242,6 +243,44 @@ class JobStore:
                 .values(state="queued", lease_owner=None, lease_expires_at=None)
             )
 
+    def release_owner(self, owner: str) -> Sequence[str]:
+        """Give back every job a runner held: the runner died, or was killed on shutdown."""
+        return self._give_back(and_(Job.state == "running", Job.lease_owner == owner))
+
+    def requeue_expired(self) -> Sequence[str]:
+        """Give back the running jobs whose lease expired: their runner stopped renewing it
+        (it died, here or on another machine)."""
+        return self._give_back(_expired(now()))
+
+    def expired_leases(self) -> int:
+        """Running jobs whose lease expired, not yet given back or claimed again."""
+        with self.db.transaction() as session:
+            query = select(func.count()).select_from(Job).where(_expired(now()))
+            return int(session.scalar(query) or 0)
+
+    def _give_back(self, held: Any) -> Sequence[str]:
+        """The jobs `held` selects back to the queue, where the next runner resumes each
+        study; one whose cancel was requested ends as cancelled instead."""
+        lease = {"lease_owner": None, "lease_expires_at": None}
+        with self.db.transaction() as session:
+            cancelled = session.execute(
+                update(Job)
+                .where(held, Job.cancel_requested.is_(True))
+                .values(
+                    state="cancelled",
+                    finished_at=now(),
+                    active_key=None,
+                    error="cancelled; its runner stopped before the study did",
+                    **lease,
+                )
+                .returning(Job.id)
+            )
+            ids = list(cancelled.scalars())
+            queued = session.execute(
+                update(Job).where(held).values(state="queued", **lease).returning(Job.id)
+            )
+            return ids + list(queued.scalars())
+
     def latest_outcome(self, watch_id: str) -> Job | None:
         """The newest job of a watch that produced a tuned configuration."""
         with self.db.transaction() as session:
@@ -259,9 +298,12 @@ def _rowcount(result: Any) -> int:
     return int(result.rowcount)
 
 
+def _expired(at: float) -> Any:
+    return and_(Job.state == "running", Job.lease_expires_at < at)
+
+
 def _claimable(at: float) -> Any:
-    expired = and_(Job.state == "running", Job.lease_expires_at < at)
-    return or_(Job.state == "queued", expired)
+    return or_(Job.state == "queued", _expired(at))
 
 
 def _fresh(session: Session, job_id: str) -> Job:

@@ -66,11 +66,16 @@ class LeaseKeeper(threading.Thread):
         self.join()
 
 
+def runner_owner(pid: int, token: str) -> str:
+    """The lease owner a runner process claims jobs as (its supervisor knows the token)."""
+    return f"{socket.gethostname()}:{pid}:{token}"
+
+
 class JobRunner:
-    def __init__(self, db: Database, settings: ServiceSettings) -> None:
+    def __init__(self, db: Database, settings: ServiceSettings, token: str | None = None) -> None:
         self.store = JobStore(db)
         self.settings = settings
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = runner_owner(os.getpid(), token or uuid.uuid4().hex[:8])
         self.stopped = threading.Event()
         self._keeper: LeaseKeeper | None = None
 

@@ -1,8 +1,12 @@
 """`autotune serve`: the REST API, job runners and the watch scheduler in one command.
 
 Each job runner is a process of its own: a job's Ray runtime is per process, and a runner
-that crashes takes only its own job down (the job's lease expires and another runner
-resumes it). The API and the scheduler share the main process.
+that crashes takes only its own job down. The main process supervises them
+(`autotune.service.supervisor`): a runner that ended is replaced and its job goes back to
+the queue, where the next runner resumes its study. The API and the scheduler share the
+main process. SIGTERM or SIGINT stops the API, then the runners (each gives its job back
+after its running trials, or is killed after the grace period), then exits 0; a second
+signal kills the runners that are still stopping.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import threading
 from typing import Any
 
 from autotune.service.db import Database
+from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
+from autotune.service.supervisor import Supervisor
 
 log = logging.getLogger("autotune.server")
 
@@ -35,29 +41,33 @@ def serve(
 ) -> None:
     _configure_logging()
     db = Database(settings.db)  # migrates before anything else starts
-    processes = [_start_runner(settings, index) for index in range(runners)]
-    ticker = _start_scheduler(db, settings) if scheduler else None
+    supervisor = Supervisor(settings, JobStore(db), runners, _start_runner) if runners else None
+    signals = _Signals(supervisor)
+    ticker = None
     try:
-        if api:
-            _serve_api(db, settings, host, port)
+        if supervisor is not None:
+            supervisor.start()
+        ticker = _start_scheduler(db, settings) if scheduler else None
+        if api and not signals.received.is_set():
+            _serve_api(db, settings, host, port, supervisor)
         else:
-            _wait_for_signal()
+            signals.received.wait()
     finally:
         if ticker is not None:
             ticker.stopped.set()
-        for process in processes:
-            process.terminate()  # SIGTERM: the runner hands its job back to the queue
-        for process in processes:
-            process.join()
+        if supervisor is not None:
+            log.info("stopping the job runners")
+            supervisor.stop()
         db.close()
+        log.info("stopped")
 
 
-def run_runner(settings: ServiceSettings) -> None:
+def run_runner(settings: ServiceSettings, token: str | None = None) -> None:
     """One runner, until SIGTERM or SIGINT; the job it holds goes back to the queue."""
     from autotune.service.runner import JobRunner
 
     _configure_logging()
-    runner = JobRunner(Database(settings.db), settings)
+    runner = JobRunner(Database(settings.db), settings, token)
 
     def stop(signum: int, frame: Any) -> None:
         runner.shutdown()
@@ -67,11 +77,30 @@ def run_runner(settings: ServiceSettings) -> None:
     runner.run_forever()
 
 
-def _start_runner(settings: ServiceSettings, index: int) -> Any:
+def _start_runner(settings: ServiceSettings, index: int, token: str) -> Any:
     context = multiprocessing.get_context("spawn")
-    process = context.Process(target=run_runner, args=(settings,), name=f"runner-{index}")
+    process = context.Process(target=run_runner, args=(settings, token), name=f"runner-{index}")
     process.start()
     return process
+
+
+class _Signals:
+    """SIGTERM and SIGINT end `serve` through its clean-up; a second one hurries it.
+
+    Installed before the API starts: uvicorn catches the first signal itself, shuts down,
+    puts these handlers back and raises the signal again, which lands here (with the
+    default handlers the process would die there, leaving its runners behind)."""
+
+    def __init__(self, supervisor: Supervisor | None) -> None:
+        self.received = threading.Event()
+        self.supervisor = supervisor
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received.is_set() and self.supervisor is not None:
+            self.supervisor.hurry()
+        self.received.set()
 
 
 def _start_scheduler(db: Database, settings: ServiceSettings) -> Any:
@@ -82,20 +111,13 @@ def _start_scheduler(db: Database, settings: ServiceSettings) -> Any:
     return ticker
 
 
-def _serve_api(db: Database, settings: ServiceSettings, host: str, port: int) -> None:
+def _serve_api(
+    db: Database, settings: ServiceSettings, host: str, port: int, supervisor: Supervisor | None
+) -> None:
     import uvicorn
 
     from autotune.service.api import create_app
 
-    uvicorn.run(create_app(settings, db), host=host, port=port, log_level="info")
-
-
-def _wait_for_signal() -> None:
-    done = threading.Event()
-
-    def stop(signum: int, frame: Any) -> None:
-        done.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    done.wait()
+    counts = supervisor.counts if supervisor is not None else None
+    app = create_app(settings, db, runner_counts=counts)
+    uvicorn.run(app, host=host, port=port, log_level="info")

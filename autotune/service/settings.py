@@ -26,6 +26,8 @@ class ServiceSettings:
     poll_s: float = 1.0
     # A coordinator whose heartbeat is older than this has died; its trials are retried.
     stale_after_s: float = 60.0
+    # On shutdown, how long runners get to stop their studies before they are killed.
+    shutdown_grace_s: float = 60.0
     registered_alias: str = "tuned"
     # The shortest interval a watch may check at (`every`).
     min_watch_every_s: float = 60.0

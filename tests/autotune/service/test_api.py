@@ -55,7 +55,8 @@ def test_healthz_is_503_when_the_database_is_down(
 
     monkeypatch.setattr(db, "transaction", down)
     response = client.get("/healthz")
-    assert (response.status_code, response.json()) == (503, {"status": "unavailable"})
+    body = {"status": "unavailable", "reason": "the database does not answer"}
+    assert (response.status_code, response.json()) == (503, body)
 
 
 def test_docs_and_schema_are_served(client: TestClient) -> None:
