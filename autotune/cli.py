@@ -339,11 +339,12 @@ def report(
     storage: Annotated[str, typer.Option(help="SQLAlchemy URL")] = "sqlite:///autotune.db",
     as_json: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
 ) -> None:
-    """Print the feasible Pareto front of a stored study."""
+    """Print the feasible Pareto front of a stored study (read only: a storage that does
+    not exist is an error, never created)."""
     from autotune.tuning import study_front
 
     with _exit_codes():
-        front = study_front(study_name, storage)
+        front = study_front(study_name, storage, storage_field="--storage")
     if as_json:
         rows = [{"trial": c.trial_number, "config": c.config, "metrics": c.metrics} for c in front]
         print(json.dumps(rows, indent=2))
@@ -491,11 +492,13 @@ def serve_command(
 
 
 @contextmanager
-def _service_database(url: str | None) -> Iterator[Any]:
+def _service_database(url: str | None, read_only: bool = False) -> Iterator[Any]:
+    """The service database; `read_only` for a command that only reads: it must exist, and
+    it is neither created nor migrated."""
     from autotune.service.db import Database
     from autotune.service.settings import ServiceSettings
 
-    database = Database(url or ServiceSettings().db)
+    database = Database(url or ServiceSettings().db, read_only=read_only, field="--db")
     try:
         yield database
     finally:
@@ -541,7 +544,7 @@ def token_list(db: ServiceDb = None, as_json: AsJson = False) -> None:
     """List the tokens (names, teams, whether revoked; never the secrets)."""
     from autotune.service.tokens import list_tokens
 
-    with _exit_codes(), _service_database(db) as database:
+    with _exit_codes(), _service_database(db, read_only=True) as database:
         tokens = list_tokens(database)
     if as_json:
         print(json.dumps(tokens, indent=2))

@@ -44,6 +44,7 @@ from autotune.metrics import OBJECTIVES, Metric
 from autotune.pareto import Candidate, by_contribution, pareto_front, select
 from autotune.request import Constraints, Cost, TuningRequest
 from autotune.space import EffectiveSpace
+from autotune.stores import require_existing
 from autotune.strategy import (
     ACCURACY_VIOLATION,
     UNSUPPORTED_LIKE,
@@ -1074,6 +1075,23 @@ def _storage(url: str) -> Any:
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
 
 
+# What an Optuna storage holds, and without which reading it would write to it first.
+_OPTUNA_TABLES = frozenset({"studies", "version_info", "alembic_version"})
+
+
+def _existing_storage(url: str, field: str) -> Any:
+    """Optuna's storage at `url`, to read: a database that does not exist (a missing SQLite
+    file) or holds no Optuna storage is a bad `field`; nothing is created or migrated.
+    The caller disposes of its engine."""
+    import optuna
+
+    require_existing(url, field, _OPTUNA_TABLES, "autotune's studies")
+    engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if not url.startswith("sqlite"):
+        engine_kwargs.update(pool_size=5, max_overflow=5)
+    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=True)
+
+
 def _failed_state(result: TrialResult) -> Any:
     """A candidate that could not be measured (unsupported, out of memory, timed out,
     broken) is an outcome of that candidate: PRUNED. FAIL is kept for trials lost to the
@@ -1153,14 +1171,17 @@ def feasible_front(study: optuna.Study) -> list[Candidate]:
 
 
 @contextmanager
-def opened_study(study_name: str, storage: str, field: str) -> Iterator[optuna.Study]:
+def opened_study(
+    study_name: str, storage: str, field: str, storage_field: str = "storage"
+) -> Iterator[optuna.Study]:
     """A stored study, its connections closed on exit (a long-lived service reads many
     studies; an engine left to the garbage collector holds its connections until then).
-    A name the storage does not hold is a bad `field`."""
+    A name the storage does not hold is a bad `field`; a storage that does not exist is a
+    bad `storage_field`, and reading never creates or migrates one."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    rdb = _storage(storage)
+    rdb = _existing_storage(storage, storage_field)
     try:
         try:
             study = optuna.load_study(study_name=study_name, storage=rdb)

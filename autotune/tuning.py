@@ -205,7 +205,8 @@ def _replay_note(executor: ReplayExecutor) -> str:
     )
 
 
-def study_front(study_name: str, storage: str) -> list[Candidate]:
-    """The feasible Pareto front of a stored study, over the objectives it was run with."""
-    with opened_study(study_name, storage, "study") as study:
+def study_front(study_name: str, storage: str, storage_field: str = "storage") -> list[Candidate]:
+    """The feasible Pareto front of a stored study, over the objectives it was run with;
+    a storage that does not exist is a bad `storage_field` (nothing is created)."""
+    with opened_study(study_name, storage, "study", storage_field) as study:
         return feasible_front(study)

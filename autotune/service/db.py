@@ -90,10 +90,16 @@ class Job(Base):
 
 
 class Database:
-    """An engine on the service database, migrated to the newest schema on open."""
+    """An engine on the service database, migrated to the newest schema on open; with
+    `read_only`, one that must exist already and is neither created nor migrated."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, read_only: bool = False, field: str = "db") -> None:
         import sqlalchemy
+
+        if read_only:
+            from autotune.stores import require_existing
+
+            require_existing(url, field, frozenset({VERSION_TABLE}), "the service's tables")
 
         self.url = url
         self.is_postgres = url.startswith("postgresql")
@@ -106,7 +112,8 @@ class Database:
             kwargs["connect_args"] = {"options": "-c lock_timeout=60000"}
         self.engine: Engine = sqlalchemy.create_engine(url, **kwargs)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        migrate(url)
+        if not read_only:
+            migrate(url)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:

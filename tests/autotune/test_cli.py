@@ -141,3 +141,30 @@ def test_bad_model_exits_2_with_one_line_before_ray_starts(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"error: {field}: "), lines[0]
     assert not (tmp_path / "study.db").exists()
+
+
+def test_report_without_a_store_exits_2_and_creates_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["report", "digits-test"])  # the default: sqlite:///autotune.db
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --storage: must name an existing SQLite file")
+    assert list(tmp_path.iterdir()) == []
+
+    (tmp_path / "empty.db").write_bytes(b"")
+    result = runner.invoke(app, ["report", "s", "--storage", "sqlite:///empty.db"])
+    assert result.exit_code == 2
+    assert "--storage" in result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["empty.db"]
+    assert (tmp_path / "empty.db").read_bytes() == b""
+
+
+def test_token_list_without_a_database_exits_2_and_creates_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["token", "list", "--db", "sqlite:///service.db"])
+    assert result.exit_code == 2
+    assert "--db" in result.stderr
+    assert list(tmp_path.iterdir()) == []
