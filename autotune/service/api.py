@@ -2,12 +2,14 @@
 
 Errors keep one shape: bad input is `{"detail": {"field", "rule", "value"}}` (422, or 413
 when something is too large); a missing or bad token is 401, an unknown job (or another
-team's) 404, a job whose state does not allow the call 409.
+team's) 404, a job whose state does not allow the call 409, and any call while the job
+database is unreachable 503.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -22,7 +24,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import (
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -50,6 +58,12 @@ YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 MULTIPART_TYPE = "multipart/form-data"
 JOBS_PATH = "/v1/jobs"
 REQUEST_REF = "#/components/schemas/TuningRequest"
+DATABASE_DOWN = "the service's job database is unavailable; try again later"
+# What the job database raises when it cannot be reached (refused, gone, timed out): the
+# service is unavailable (503), not broken (500).
+UNAVAILABLE = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
+
+log = logging.getLogger("autotune.api")
 
 
 class Strict(BaseModel):
@@ -244,6 +258,8 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Unauthorized, _unauthorized)
     app.add_exception_handler(NotFound, _message(404))
     app.add_exception_handler(Conflict, _message(409))
+    for unavailable in UNAVAILABLE:
+        app.add_exception_handler(unavailable, _database_unavailable)
 
 
 async def _request_error(request: Request, exc: Exception) -> JSONResponse:
@@ -257,6 +273,12 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     # ("body", "every") names the field "every"; a body that is not JSON names "body".
     field = "body" if first.get("type") == "json_invalid" else ".".join(loc[1:]) or loc[0]
     return _problem(422, RequestError(field, first.get("msg", "invalid"), first.get("input")))
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    path = request.url.path
+    log.warning("%s %s: the job database is unavailable: %s", request.method, path, exc)
+    return JSONResponse({"detail": DATABASE_DOWN}, status_code=503, headers={"Retry-After": "10"})
 
 
 async def _unauthorized(request: Request, exc: Exception) -> JSONResponse:
@@ -376,7 +398,10 @@ ENDED: dict[int | str, dict[str, Any]] = {
 public = APIRouter()
 router = APIRouter(
     prefix="/v1",
-    responses={401: {"model": MessageBody, "description": "missing, unknown or revoked token"}},
+    responses={
+        401: {"model": MessageBody, "description": "missing, unknown or revoked token"},
+        503: {"model": MessageBody, "description": "the job database is unavailable"},
+    },
 )
 
 

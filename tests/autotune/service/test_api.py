@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import shutil
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +21,7 @@ from autotune.service import Database, JobRunner, JobStore, ServiceSettings, cre
 from autotune.service.api import MAX_DOCUMENT_BYTES
 from autotune.service.tokens import create_token, revoke_token
 from tests.autotune.service.conftest import bearer, tiny_onnx_bytes
-from tests.autotune.service.support import service_request, sqlite_settings
+from tests.autotune.service.support import service_request, settings_for, sqlite_settings
 
 YAML_TYPES = ["application/yaml", "application/x-yaml", "text/yaml"]
 
@@ -92,6 +95,55 @@ def test_every_route_needs_a_valid_token(
     response = client.request(method, path, headers=headers, json=service_request())
     assert response.status_code == 401
     assert response.headers["www-authenticate"] == "Bearer"
+
+
+def down_settings(tmp_path: Path, db: str) -> ServiceSettings:
+    studies, mlflow = f"sqlite:///{tmp_path / 'studies.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return settings_for(tmp_path, db, studies, mlflow)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_down(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[TestClient, dict[str, str]]]:
+    """A service whose job database is really unreachable, and a token it issued while the
+    database was up (SQLite: the database's directory removed; PostgreSQL: nothing listens
+    on the URL's port)."""
+    if request.param == "sqlite":
+        (tmp_path / "jobs").mkdir()
+        settings = down_settings(tmp_path, f"sqlite:///{tmp_path / 'jobs' / 'service.db'}")
+        db = Database(settings.db)
+        headers = bearer(create_token(db, "alice", team="a"))
+        with TestClient(create_app(settings, db)) as client:
+            assert client.get("/v1/jobs", headers=headers).status_code == 200
+            shutil.rmtree(tmp_path / "jobs")
+            db.engine.dispose()  # the pool's open connections would still read the file
+            yield client, headers
+        db.close()
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Nothing listens there, so the migration on open could not run either.
+    monkeypatch.setattr("autotune.service.db.migrate", lambda url: None)
+    settings = down_settings(tmp_path, f"postgresql+psycopg://postgres@127.0.0.1:{port}/x")
+    db = Database(settings.db)
+    with TestClient(create_app(settings, db)) as client:
+        yield client, bearer("at_" + "x" * 43)
+    db.close()
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_every_route_is_503_while_the_database_is_down(
+    database_down: tuple[TestClient, dict[str, str]], method: str, path: str
+) -> None:
+    client, headers = database_down
+    response = client.request(method, path, headers=headers, json=service_request())
+    assert response.status_code == 503
+    assert response.json() == {
+        "detail": "the service's job database is unavailable; try again later"
+    }
+    assert client.get("/healthz").status_code == 503
 
 
 def test_a_revoked_token_is_refused(client: TestClient, db: Database) -> None:
