@@ -20,6 +20,7 @@ from typing import Annotated, Any, BinaryIO, Literal, cast
 import yaml
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -258,6 +259,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Unauthorized, _unauthorized)
     app.add_exception_handler(NotFound, _message(404))
     app.add_exception_handler(Conflict, _message(409))
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     for unavailable in UNAVAILABLE:
         app.add_exception_handler(unavailable, _database_unavailable)
 
@@ -273,6 +275,20 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     # ("body", "every") names the field "every"; a body that is not JSON names "body".
     field = "body" if first.get("type") == "json_invalid" else ".".join(loc[1:]) or loc[0]
     return _problem(422, RequestError(field, first.get("msg", "invalid"), first.get("input")))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """FastAPI answers a body it could not read (not UTF-8, or cut off at its cap) with a
+    bare 400; here it is bad input like any other (422, or 413 for the cap)."""
+    error = cast(StarletteHTTPException, exc)
+    if error.status_code != 400:
+        return await http_exception_handler(request, error)
+    cause = error.__cause__
+    if isinstance(cause, RequestError):
+        return await _request_error(request, cause)
+    reason = (str(cause).splitlines() or [""])[0] if cause is not None else ""
+    rule = f"must be JSON in UTF-8 ({reason or error.detail})"
+    return _problem(422, RequestError("body", rule, None))
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:

@@ -570,6 +570,28 @@ def test_a_watch_body_that_is_not_json_is_422(client: TestClient, alice: dict[st
     assert problem(response)["field"] == "body"
 
 
+def test_a_watch_body_that_is_not_utf8_is_422(client: TestClient, alice: dict[str, str]) -> None:
+    response = client.post(
+        "/v1/watches",
+        content=b'{"every": "1h", "request": "\xff\xfe"}',
+        headers={**alice, "Content-Type": "application/json"},
+    )
+    detail = problem(response)
+    assert (detail["field"], detail["value"]) == ("body", None)
+    assert "UTF-8" in detail["rule"] and "0xff" in detail["rule"]
+
+
+def test_a_streamed_watch_body_over_its_cap_is_413(
+    client: TestClient, alice: dict[str, str]
+) -> None:
+    chunks = iter([b'{"every": "1h", "request": "', b"x" * MAX_DOCUMENT_BYTES, b'"}'])
+    response = client.post(
+        "/v1/watches", content=chunks, headers={**alice, "Content-Type": "application/json"}
+    )
+    assert "content-length" not in response.request.headers
+    assert problem(response, 413)["field"] == "body"
+
+
 # -- a job run to its end ------------------------------------------------------------------
 
 
