@@ -459,6 +459,13 @@ def serve_command(
         float | None,
         typer.Option(min=1.0, help="shortest interval, seconds, a watch may check at (default 60)"),
     ] = None,
+    public_docs: Annotated[
+        bool,
+        typer.Option(
+            "--public-docs",
+            help="serve /docs, /redoc and /openapi.json without a token (a browser sends none)",
+        ),
+    ] = False,
 ) -> None:
     """Run the service: REST API, job runners and watch scheduler (each can be left out)."""
     from autotune.service.server import serve
@@ -478,6 +485,7 @@ def serve_command(
         "poll_s": poll_s,
         "max_upload_bytes": None if max_upload_mb is None else max_upload_mb << 20,
         "min_watch_every_s": min_watch_every,
+        "public_docs": public_docs,
     }
     trusted = tuple(p.strip() for item in trust or [] for p in item.split(",") if p.strip())
     with _exit_codes():

@@ -1,4 +1,5 @@
-"""The REST API: jobs and watches over HTTP; every route but /healthz needs a bearer token.
+"""The REST API: jobs and watches over HTTP; every route but /healthz needs a bearer token
+(the documentation too, unless the server was started with `--public-docs`).
 
 Errors keep one shape: bad input is `{"detail": {"field", "rule", "value"}}` (422, or 413
 when something is too large); a missing or bad token is 401, an unknown job (or another
@@ -22,7 +23,8 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Respons
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from sqlalchemy.exc import (
@@ -59,6 +61,7 @@ YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 MULTIPART_TYPE = "multipart/form-data"
 JOBS_PATH = "/v1/jobs"
 REQUEST_REF = "#/components/schemas/TuningRequest"
+OPENAPI_PATH = "/openapi.json"
 DATABASE_DOWN = "the service's job database is unavailable; try again later"
 # What the job database raises when it cannot be reached (refused, gone, timed out): the
 # service is unavailable (503), not broken (500).
@@ -234,6 +237,10 @@ def create_app(
         title="autotune",
         summary="Hardware-aware tuning of ML models, as a service.",
         version="1",
+        # Served by `_docs` instead, behind the token unless settings.public_docs.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.service = Service(
         settings=settings,
@@ -245,6 +252,7 @@ def create_app(
     )
     app.include_router(public)
     app.include_router(router)
+    app.include_router(_docs(settings.public_docs))
     _add_error_handlers(app)
     app.add_middleware(BodyLimit, max_upload_bytes=settings.max_upload_bytes)
     return app
@@ -419,6 +427,27 @@ router = APIRouter(
         503: {"model": MessageBody, "description": "the job database is unavailable"},
     },
 )
+
+
+def _docs(public: bool) -> APIRouter:
+    """The OpenAPI document and its two renderings; without `public`, behind the token like
+    every other route. (A browser sends no bearer token: a server whose docs should be
+    browsable is started with `--public-docs`.)"""
+    docs = APIRouter(include_in_schema=False, dependencies=[] if public else [Depends(_caller)])
+
+    @docs.get(OPENAPI_PATH)
+    def openapi(request: Request) -> JSONResponse:
+        return JSONResponse(request.app.openapi())
+
+    @docs.get("/docs")
+    def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=OPENAPI_PATH, title="autotune - Swagger UI")
+
+    @docs.get("/redoc")
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url=OPENAPI_PATH, title="autotune - ReDoc")
+
+    return docs
 
 
 @public.get("/healthz", responses={503: {"model": Health}}, response_model_exclude_none=True)

@@ -31,6 +31,8 @@ class ServiceSettings:
     registered_alias: str = "tuned"
     # The shortest interval a watch may check at (`every`).
     min_watch_every_s: float = 60.0
+    # Serve /docs, /redoc and /openapi.json without a token.
+    public_docs: bool = False
 
     @property
     def uploads_dir(self) -> Path:

@@ -62,14 +62,39 @@ def test_healthz_is_503_when_the_database_is_down(
     assert (response.status_code, response.json()) == (503, body)
 
 
-def test_docs_and_schema_are_served(client: TestClient) -> None:
-    assert client.get("/docs").status_code == 200
-    document = client.get("/openapi.json").json()
+def test_docs_and_schema_are_served(client: TestClient, alice: dict[str, str]) -> None:
+    assert client.get("/docs", headers=alice).status_code == 200
+    document = client.get("/openapi.json", headers=alice).json()
     content = document["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]
     assert set(content) == {"application/json", *YAML_TYPES, "multipart/form-data"}
     request_schema = document["components"]["schemas"]["TuningRequest"]
     assert "model" in request_schema["properties"]
     assert "storage" not in request_schema["properties"]
+
+
+DOCS = ["/docs", "/redoc", "/openapi.json"]
+
+
+@pytest.mark.parametrize("path", DOCS)
+def test_the_docs_need_a_token_like_every_route(
+    client: TestClient, alice: dict[str, str], path: str
+) -> None:
+    refused = client.get(path)
+    assert (refused.status_code, refused.headers["www-authenticate"]) == (401, "Bearer")
+    assert client.get(path, headers={"Authorization": "Bearer nope"}).status_code == 401
+    served = client.get(path, headers=alice)
+    assert served.status_code == 200
+    assert ("openapi" in served.json()) if path == "/openapi.json" else ("<html" in served.text)
+
+
+@pytest.mark.parametrize("path", DOCS)
+def test_public_docs_need_no_token_but_the_api_still_does(
+    settings: ServiceSettings, db: Database, path: str
+) -> None:
+    settings.public_docs = True
+    with TestClient(create_app(settings, db)) as client:
+        assert client.get(path).status_code == 200
+        assert client.get("/v1/jobs").status_code == 401
 
 
 ROUTES = [

@@ -20,7 +20,8 @@ EXAMPLES_PER_OPERATION = 30
 def test_no_operation_answers_with_a_server_error(
     settings: ServiceSettings, db: Database, alice: dict[str, str], mode: GenerationMode
 ) -> None:
-    schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(settings, db))
+    app = create_app(settings, db)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=alice)
     # The token is sent by the test: a generated Authorization header would only be a 401.
     schema.config.generation.update(with_security_parameters=False)
     results = list(schema.get_all_operations())
