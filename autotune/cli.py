@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from autotune.errors import (
@@ -151,9 +156,31 @@ def tune(
     out.print(
         f"MLflow run:      {tuned.mlflow['run_id']} (experiment {tuned.mlflow['experiment_id']})"
     )
-    out.print(f"Open the UI:     mlflow ui --backend-store-uri {tuned.mlflow['tracking_uri']}")
+    ui = _ui_command(tuned.mlflow["tracking_uri"])
+    out.print(f"Open the UI:     {escape(ui)}", highlight=False)
     colour = "green" if tuned.headline.conditions == "quiet" else "yellow"
     out.print(f"\n[bold {colour}]Against the baseline:[/bold {colour}] {tuned.headline.text}")
+
+
+def _ui_command(tracking_uri: str, cwd: Path | None = None) -> str:
+    """A command that opens the MLflow UI on the results and works from here: `make
+    mlflow-ui` where this directory's Makefile has that target on the same store, else the
+    mlflow executable beside the running Python (a virtualenv's is not on PATH unless the
+    environment is activated), or `python -m mlflow` where there is none."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri} in a browser"
+    makefile = (cwd or Path.cwd()) / "Makefile"
+    if makefile.is_file():
+        text = makefile.read_text(errors="replace")
+        target = re.search(r"^mlflow-ui:.*\n((?:\t.*\n?)+)", text, re.MULTILINE)
+        store = rf"--backend-store-uri\s+{re.escape(tracking_uri)}(\s|$)"
+        if target and re.search(store, target[1]):
+            return "make mlflow-ui"
+    mlflow = Path(sys.executable).parent / "mlflow"
+    program = shlex.quote(str(mlflow))
+    if not mlflow.is_file():
+        program = f"{shlex.quote(sys.executable)} -m mlflow"
+    return f"{program} ui --backend-store-uri {shlex.quote(tracking_uri)}"
 
 
 class _TuneProgress:
@@ -221,33 +248,86 @@ def _count(done: int, total: int | None) -> str:
     return f"{done}/{total}" if total is not None else str(done)
 
 
+# The front's metric columns: header, figure. The one marked False is left out where the
+# table would not fit the terminal otherwise.
+_FRONT_METRICS: list[tuple[str, Callable[[dict[str, Any]], str], bool]] = [
+    ("accuracy", lambda m: f"{m['accuracy']:.4f}", True),
+    ("p95 ms\nper call", lambda m: f"{m['latency_p95_ms']:.3f}", True),
+    (
+        "ms per\nsample",
+        lambda m: f"{latency_per_sample_ms(float(m['throughput_per_s'])):.4g}",
+        False,
+    ),
+    ("samples\nper s", lambda m: f"{m['throughput_per_s']:.0f}", True),
+    ("J per\nsample", lambda m: f"{m['energy_per_sample_j']:.2e}", True),
+]
+
+
 def _print_front(front: list[Any], chosen: int | None) -> None:
+    """The front, whole at any width of 80 columns or more: a column per varying dimension
+    where that fits, else one column listing them (and no ms-per-sample column)."""
     if not front:
         return
     keys = sorted({k for c in front for k in c.config})
     varying = [k for k in keys if len({str(c.config.get(k, "")) for c in front}) > 1]
     shared = {k: front[0].config.get(k) for k in keys if k not in varying}
-    table = Table(title=f"Pareto front: {len(front)} feasible, non-dominated trials")
-    table.add_column("trial", justify="right")
-    for key in varying:
-        table.add_column(key)
-    for header in ("accuracy", "p95 ms/call", "ms/sample", "samples/s", "J/sample"):
-        table.add_column(header, justify="right")
-    for c in sorted(front, key=lambda c: c.metrics["latency_p95_ms"]):
-        mark = "*" if c.trial_number == chosen else ""
-        per_sample = latency_per_sample_ms(float(c.metrics["throughput_per_s"]))
-        table.add_row(
-            f"{c.trial_number}{mark}",
-            *(_shown(c.config.get(k, "")) for k in varying),
-            f"{c.metrics['accuracy']:.4f}",
-            f"{c.metrics['latency_p95_ms']:.3f}",
-            f"{per_sample:.4g}",
-            f"{c.metrics['throughput_per_s']:.0f}",
-            f"{c.metrics['energy_per_sample_j']:.2e}",
-        )
+    table = _front_table(front, chosen, varying, compact=False)
+    unbounded = out.options.update_width(1 << 20)  # the table's own minimum, not clamped
+    if Measurement.get(out, unbounded, table).minimum > out.width:
+        table = _front_table(front, chosen, varying, compact=True)
     out.print(table)
     if shared:
-        out.print("common to all: " + ", ".join(f"{k}={v}" for k, v in shared.items()))
+        out.print("common to all: " + ", ".join(f"{k}={_shown(v)}" for k, v in shared.items()))
+
+
+def _front_table(front: list[Any], chosen: int | None, varying: list[str], compact: bool) -> Table:
+    title = f"Pareto front: {len(front)} feasible, non-dominated trials"
+    # Rows of several lines (compact) are set apart by a blank line.
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", show_lines=compact)
+    table.add_column("trial", justify="right", no_wrap=True)
+    headers = _dimension_headers(varying)
+    if compact:
+        table.add_column("configuration")
+    for key in [] if compact else varying:
+        table.add_column(_two_lines(headers[key]))
+    metrics = [(h, figure) for h, figure, always in _FRONT_METRICS if always or not compact]
+    for header, _ in metrics:
+        table.add_column(header, justify="right")
+    for c in sorted(front, key=lambda c: c.metrics["latency_p95_ms"]):
+        values = [_shown(c.config.get(k, "")) for k in varying]
+        if compact:
+            values = ["\n".join(f"{headers[k]} {v}" for k, v in zip(varying, values, strict=True))]
+        mark = "*" if c.trial_number == chosen else ""
+        table.add_row(
+            f"{c.trial_number}{mark}", *values, *(figure(c.metrics) for _, figure in metrics)
+        )
+    return table
+
+
+def _dimension_headers(keys: list[str]) -> dict[str, str]:
+    """Short headers: a dimension's name without its group where no other shown dimension
+    has that name and the name says what it is alone ('threads'), else group and name
+    ('batch size', 'prune ratio'); words split at '_' and '.' so a narrow column wraps."""
+    leaves = [key.rsplit(".", 1)[-1] for key in keys]
+    headers = {}
+    for key, leaf in zip(keys, leaves, strict=True):
+        alone = leaves.count(leaf) == 1 and leaf not in _VAGUE_NAMES
+        headers[key] = (leaf if alone else key).replace("_", " ").replace(".", " ")
+    return headers
+
+
+def _two_lines(header: str) -> str:
+    """A header of several words on two lines of about equal length (a column is as wide
+    as its header's longest line)."""
+    spaces = [i for i, char in enumerate(header) if char == " "]
+    if not spaces:
+        return header
+    split = min(spaces, key=lambda i: max(i, len(header) - i - 1))
+    return f"{header[:split]}\n{header[split + 1 :]}"
+
+
+# Dimension names that need their group to mean something ('size' of what?).
+_VAGUE_NAMES = frozenset({"size", "mode", "method", "ratio", "device", "graphs"})
 
 
 def _shown(value: Any) -> str:

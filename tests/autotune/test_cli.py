@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from autotune.pareto import Candidate
 from autotune.space import SPACES_DIR
 from tests.conftest import REPO
 
@@ -168,3 +169,122 @@ def test_token_list_without_a_database_exits_2_and_creates_none(
     assert result.exit_code == 2
     assert "--db" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ui_command_works_outside_the_venv(tmp_path: Path) -> None:
+    from autotune.cli import _ui_command
+
+    # In the repository, with the Makefile's own store: its target.
+    assert _ui_command("sqlite:///mlflow.db", REPO) == "make mlflow-ui"
+    # Another store, or no Makefile here: the mlflow beside the running Python.
+    mlflow = str(Path(sys.executable).parent / "mlflow")
+    other = f"sqlite:///{tmp_path}/mlflow.db"
+    assert _ui_command(other, REPO) == f"{mlflow} ui --backend-store-uri {other}"
+    assert _ui_command("sqlite:///mlflow.db", tmp_path) == (
+        f"{mlflow} ui --backend-store-uri sqlite:///mlflow.db"
+    )
+    assert _ui_command("http://mlflow:5000") == "open http://mlflow:5000 in a browser"
+
+
+def _front_member(number: int, p95: float, **changes: object) -> Candidate:
+    config = {
+        "batch.size": 1,
+        "precision.mode": "fp32",
+        "prune.method": "none",
+        "prune.ratio": 0.0,
+        "runtime.engine": "torch_eager",
+        "runtime.graph_opt": "all",
+        "runtime.threads": 2,
+        **changes,
+    }
+    metrics = {
+        "accuracy": 0.98612,
+        "latency_p95_ms": p95,
+        "throughput_per_s": 123456.0 / (number + 1),
+        "energy_per_sample_j": 1.234e-5,
+    }
+    return Candidate(number, config, metrics, feasible=True)
+
+
+FRONT = [
+    _front_member(0, 0.2),
+    _front_member(
+        12,
+        0.0165,
+        **{
+            "batch.size": 32,
+            "precision.mode": "int8_dynamic",
+            "prune.method": "unstructured",
+            "prune.ratio": 0.30000000000000004,
+            "runtime.engine": "onnxruntime",
+            "runtime.graph_opt": "extended",
+            "runtime.threads": 1,
+        },
+    ),
+    _front_member(
+        7,
+        0.05,
+        **{
+            "batch.size": 256,
+            "precision.mode": "int8_static",
+            "prune.method": "structured",
+            "prune.ratio": 0.5,
+            "runtime.engine": "onnxruntime",
+            "runtime.graph_opt": "basic",
+        },
+    ),
+]
+
+
+def _rendered_front(width: int, monkeypatch: pytest.MonkeyPatch) -> str:
+    import io
+
+    from rich.console import Console
+
+    import autotune.cli
+
+    buffer = io.StringIO()
+    monkeypatch.setattr(autotune.cli, "out", Console(file=buffer, width=width))
+    autotune.cli._print_front(FRONT, 12)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_pareto_table_is_whole_at_any_width(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _rendered_front(width, monkeypatch)
+    assert "…" not in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    for figure in ("12*", "int8_dynamic", "unstructured", "onnxruntime", "0.3 ", "0.017"):
+        assert figure in text
+    for header in ("trial", "accuracy", "per call", "samples", "sample", "threads"):
+        assert header in text
+
+
+def test_pareto_table_has_a_column_per_dimension_where_it_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wide = _rendered_front(200, monkeypatch).splitlines()
+    header = next(i for i, line in enumerate(wide) if line.lstrip().startswith("trial "))
+    assert "precision" in wide[header - 1] and "mode" in wide[header]
+    assert "graph" in wide[header - 1] and "opt" in wide[header]
+    assert "configuration" not in wide[header]
+
+
+@pytest.mark.slow
+def test_tune_tells_the_resume_the_phases_and_a_ui_command_that_works(write_request) -> None:
+    path = write_request(budget={"trials": 3})
+    first = runner.invoke(app, ["tune", str(path), "--executor", "inprocess"])
+    assert first.exit_code == 0, first.output
+    assert "re-using them" not in first.stderr
+    phases = [line.split() for line in first.stderr.splitlines()]
+    assert any(words[:3] == ["head", "to", "head"] and "finalists," in words for words in phases)
+    assert any(words[0] == "export" and "model" in words for words in phases if words)
+    ui = next(line for line in first.stdout.splitlines() if line.startswith("Open the UI:"))
+    assert f"{Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri sqlite:///" in ui
+
+    second = runner.invoke(app, ["tune", str(path), "--executor", "inprocess"])
+    assert second.exit_code == 0, second.output
+    assert "study digits-test: 3 of 3 trials done, re-using them" in second.stderr
+    # Nothing new was measured: the stored head-to-head is reused, not run again.
+    assert "head to head" not in second.stderr
+    assert "its figures are reused" in second.stdout
