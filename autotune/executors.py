@@ -182,13 +182,18 @@ class RayExecutor:
     def _on_first_slot(self, call: Any, timeout_s: float | None = None) -> Any:
         """`call(actor)`'s answer from the first slot's worker. A worker that died before it
         answered is replaced and asked again; an exception the call raised, or a timeout,
-        is the caller's."""
+        is the caller's: an autotune error as itself (a RequestError stays bad input with
+        its one-line message, not Ray's traceback)."""
         exceptions = self._ray.exceptions
         attempt = 1
         while True:
             try:
                 return self._ray.get(call(self._actors[0]), timeout=timeout_s)
-            except (exceptions.RayTaskError, exceptions.GetTimeoutError):
+            except exceptions.RayTaskError as exc:
+                if isinstance(exc.cause, AutotuneError):
+                    raise exc.cause from None
+                raise
+            except exceptions.GetTimeoutError:
                 raise
             except exceptions.RayError as exc:
                 if attempt == LOST_CALL_ATTEMPTS:

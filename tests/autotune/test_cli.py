@@ -144,6 +144,30 @@ def test_bad_model_exits_2_with_one_line_before_ray_starts(
     assert not (tmp_path / "study.db").exists()
 
 
+@pytest.mark.slow
+def test_bad_model_found_by_a_ray_worker_exits_2_with_one_line(
+    write_request, tmp_path: Path
+) -> None:
+    """A model whose factory fails is found only by loading it, on a Ray worker: its
+    RequestError comes back through Ray as itself."""
+    module = "def build():\n    raise RuntimeError('the weights are missing')\n"
+    (tmp_path / "failing_model.py").write_text(module)
+    path = write_request(model={"entry_point": "failing_model:build"})
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    completed = subprocess.run(
+        [sys.executable, "-m", "autotune", "tune", str(path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr[-3000:]
+    assert lines[0].startswith("error: model.entry_point: must run (RuntimeError: the weights")
+
+
 def test_report_without_a_store_exits_2_and_creates_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
