@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import signal
+import sys
 import threading
+import time
 from typing import Any
 
 from autotune.service.db import Database
@@ -23,6 +26,10 @@ from autotune.service.settings import ServiceSettings
 from autotune.service.supervisor import Supervisor
 
 log = logging.getLogger("autotune.server")
+
+# How often a runner asks whether its Ray node is alive, and its exit code when it is not.
+RAY_NODE_CHECK_S = 5.0
+RAY_NODE_DIED_EXIT = 3
 
 
 def _configure_logging() -> None:
@@ -74,7 +81,36 @@ def run_runner(settings: ServiceSettings, token: str | None = None) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    _exit_when_the_ray_node_dies()
     runner.run_forever()
+
+
+def _exit_when_the_ray_node_dies(every_s: float = RAY_NODE_CHECK_S) -> None:
+    """Ray does not end a driver whose node died; its calls fail or hang from then on. The
+    runner process exits instead, so that its supervisor starts another (with a Ray of its
+    own) and gives the job back to the queue."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(every_s)
+            if not _ray_node_alive():
+                log.error("this runner's Ray node died; the runner exits to be replaced")
+                os._exit(RAY_NODE_DIED_EXIT)
+
+    threading.Thread(target=watch, name="ray-node-watch", daemon=True).start()
+
+
+def _ray_node_alive() -> bool:
+    """False once the Ray cluster reports this process's node dead; True without Ray, or
+    when the cluster cannot be asked (a job starting or ending its Ray, say)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return True
+    try:
+        node = ray.get_runtime_context().get_node_id()
+        return any(n["NodeID"] == node and n["Alive"] for n in ray.nodes())
+    except Exception:
+        return True
 
 
 def _start_runner(settings: ServiceSettings, index: int, token: str) -> Any:

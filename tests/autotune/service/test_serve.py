@@ -39,7 +39,7 @@ def serving(settings: ServiceSettings, log: Path, runners: int) -> Iterator[Any]
         *("--db", settings.db, "--storage", settings.storage),
         *("--tracking-uri", settings.tracking_uri, "--data-dir", str(settings.data_dir)),
         *("--models-root", str(settings.models_root), "--trust", "experiments.digits"),
-        *("--executor", "inprocess", "--lease-s", str(settings.lease_s)),
+        *("--executor", settings.executor, "--lease-s", str(settings.lease_s)),
         *("--poll-s", str(settings.poll_s), "--runners", str(runners), "--no-scheduler"),
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -70,8 +70,8 @@ def health(process: Any, log: Path) -> dict[str, Any] | None:
         return None
 
 
-def tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-4000:]
+def tail(log: Path, chars: int = 4000) -> str:
+    return log.read_text(errors="replace")[-chars:]
 
 
 def alive(process: psutil.Process) -> bool:
@@ -113,6 +113,40 @@ def test_a_killed_runner_is_replaced_and_its_job_finishes(tmp_path: Path) -> Non
         trials = stored_trials(settings.storage, job.study_name)
         counted = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
         assert len(counted) == 6  # resumed: the budget, not the budget twice
+        db.close()
+
+
+def test_a_runner_whose_ray_node_died_is_replaced_and_its_job_finishes(tmp_path: Path) -> None:
+    """Ray leaves a driver whose node died alive but useless: the runner notices, exits,
+    and is replaced; the job goes back to the queue and finishes on the new runner."""
+    with postgres_databases(3, "autotune_serve") as (jobs_db, studies_db, mlflow_db):
+        settings = settings_for(
+            tmp_path, jobs_db, studies_db, mlflow_db, lease_s=600.0, executor="ray"
+        )
+        db = Database(settings.db)
+        store, alice = JobStore(db), principal(db)
+        log = tmp_path / "serve.log"
+        with serving(settings, log, runners=1) as process:
+            wait_for(lambda: (health(process, log) or {}).get("status") == "ok", 120, "serve")
+            job, _ = store.submit(prepare_job(service_request(trials=6), alice, settings))
+            wait_for(lambda: store.get(alice, job.id).trials_done >= 2, 300, "two trials")
+            owner = store.get(alice, job.id).lease_owner
+            assert owner is not None
+            runner = psutil.Process(int(owner.split(":")[1]))
+            raylets = [p for p in runner.children(recursive=True) if p.name().startswith("raylet")]
+            assert raylets, "the runner's own Ray has a raylet"
+            for raylet in raylets:
+                raylet.kill()
+
+            wait_for(
+                lambda: store.get(alice, job.id).state == "succeeded",
+                600,
+                "the job to finish on a new runner",
+                lambda: (store.get(alice, job.id).state, tail(log)),
+            )
+            assert store.get(alice, job.id).attempts == 2
+            assert "Ray node died" in tail(log, 10**6)
+            assert f"(pid {runner.pid}) ended with exit code 3" in tail(log, 10**6)
         db.close()
 
 
