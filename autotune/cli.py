@@ -801,7 +801,8 @@ def _print_tuned(tuned: dict[str, Any], final: dict[str, Any]) -> None:
     out.print(f"Optimized model: {tuned['artifact']}", highlight=False)
     if final["registered_model"]:
         out.print(f"Registered as:   {final['registered_model']['uri']}", highlight=False)
-    out.print(f"Against the baseline: {tuned['headline']['text']}", highlight=False)
+    if "headline" in tuned:  # results of jobs tuned before headlines existed have none
+        out.print(f"Against the baseline: {tuned['headline']['text']}", highlight=False)
 
 
 @app.command()

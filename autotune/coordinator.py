@@ -55,7 +55,13 @@ from autotune.strategy import (
     violates_accuracy,
 )
 from autotune.strategy import NAME as STRATEGY
-from autotune.tracking import Tracker, is_number
+from autotune.tracking import (
+    Tracker,
+    contention_figures,
+    contention_tags,
+    headline_metrics,
+    is_number,
+)
 from autotune.tuned import ConstraintOutcome, TunedConfig, reported
 from autotune.validation import (
     Headline,
@@ -1295,39 +1301,3 @@ def _contention_summary(rounds: list[Contention]) -> dict[str, Any]:
         "oversubscribed_rounds": sum(c.oversubscribed for c in rounds),
         "reasons": sorted({r for c in rounds for r in c.reasons}),
     }
-
-
-def headline_metrics(summary: Headline) -> dict[str, float]:
-    """The headline's paired ratios as MLflow metrics: headline.<metric>.{ratio,ci_low,ci_high}."""
-    figures = {"headline.rounds": float(summary.rounds)}
-    figures["headline.contended_rounds"] = float(summary.contended_rounds)
-    for metric, value in summary.ratios.items():
-        for part, number in value.model_dump().items():
-            figures[f"headline.{metric}.{part}"] = float(number)
-    return figures
-
-
-def contention_tags(contention: Contention) -> dict[str, str]:
-    tags = {
-        "contended": str(contention.contended).lower(),
-        "oversubscribed": str(contention.oversubscribed).lower(),
-    }
-    if contention.reasons:
-        tags["contention"] = "; ".join(contention.reasons)
-    if contention.gpu_throttle_reasons:
-        tags["gpu_throttle_reasons"] = ",".join(contention.gpu_throttle_reasons)
-    return tags
-
-
-def contention_figures(contention: Contention) -> dict[str, float]:
-    """The other load a measurement saw, as MLflow metrics contention.*."""
-    figures = {
-        "contention.other_cpu_share": contention.other_cpu_share,
-        "contention.machine_other_cpu_share": contention.machine_other_cpu_share,
-        "contention.steal_share": contention.steal_share,
-        "contention.cores_to_itself": contention.cores_to_itself,
-        "contention.waited_s": contention.waited_s,
-    }
-    if contention.cpu_pressure is not None:
-        figures["contention.cpu_pressure"] = contention.cpu_pressure
-    return figures

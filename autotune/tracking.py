@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.contract import Contention
 from autotune.metrics import OBJECTIVES, Metric
 from autotune.pareto import Candidate
+from autotune.validation import Headline
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric as MlflowMetric
@@ -314,3 +316,39 @@ def _as_text(name: str, document: Any) -> str:
 
         return yaml.safe_dump(document, sort_keys=False)
     return json.dumps(document, indent=2, default=str)
+
+
+def headline_metrics(summary: Headline) -> dict[str, float]:
+    """The headline's paired ratios as MLflow metrics: headline.<metric>.{ratio,ci_low,ci_high}."""
+    figures = {"headline.rounds": float(summary.rounds)}
+    figures["headline.contended_rounds"] = float(summary.contended_rounds)
+    for metric, value in summary.ratios.items():
+        for part, number in value.model_dump().items():
+            figures[f"headline.{metric}.{part}"] = float(number)
+    return figures
+
+
+def contention_tags(contention: Contention) -> dict[str, str]:
+    tags = {
+        "contended": str(contention.contended).lower(),
+        "oversubscribed": str(contention.oversubscribed).lower(),
+    }
+    if contention.reasons:
+        tags["contention"] = "; ".join(contention.reasons)
+    if contention.gpu_throttle_reasons:
+        tags["gpu_throttle_reasons"] = ",".join(contention.gpu_throttle_reasons)
+    return tags
+
+
+def contention_figures(contention: Contention) -> dict[str, float]:
+    """The other load a measurement saw, as MLflow metrics contention.*."""
+    figures = {
+        "contention.other_cpu_share": contention.other_cpu_share,
+        "contention.machine_other_cpu_share": contention.machine_other_cpu_share,
+        "contention.steal_share": contention.steal_share,
+        "contention.cores_to_itself": contention.cores_to_itself,
+        "contention.waited_s": contention.waited_s,
+    }
+    if contention.cpu_pressure is not None:
+        figures["contention.cpu_pressure"] = contention.cpu_pressure
+    return figures
