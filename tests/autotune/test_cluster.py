@@ -10,10 +10,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 
 import optuna
@@ -26,6 +28,7 @@ from autotune.executors import RayExecutor
 from autotune.tracking import PARENT_TAG, TRIAL_TAG
 from autotune.tuning import TuneOptions, run_tune
 from tests.conftest import REPO, digits_request, postgres_databases, stored_trials
+from tests.postgres_cluster import PrivateCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -246,24 +249,33 @@ def test_joins_a_ray_cluster_with_token_authentication(tmp_path: Path) -> None:
     ray_bin = Path(sys.executable).with_name("ray")
     port = _free_port()
     token = uuid.uuid4().hex + uuid.uuid4().hex
+    ray_dir = Path(tempfile.mkdtemp(prefix="at-ray-", dir="/tmp"))  # short: Ray's socket paths
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    started = subprocess.run(
+    env["RAY_TMPDIR"] = str(ray_dir)
+    # --block keeps the head this test's child, in a process group of its own that the end
+    # of the test kills. `ray stop` would kill every Ray process on the machine: other
+    # users' and the raylet of this pytest process's own in-process Ray.
+    log = (tmp_path / "ray-head.log").open("wb")
+    head = subprocess.Popen(
         [
             str(ray_bin),
             "start",
             "--head",
+            "--block",
             f"--port={port}",
+            f"--temp-dir={ray_dir}",
             "--num-cpus=2",
             "--include-dashboard=false",
             "--disable-usage-stats",
         ],
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
-    assert started.returncode == 0, started.stderr[-2000:]
     try:
+        _wait_for_ray_head(ray_bin, f"127.0.0.1:{port}", env, head, tmp_path / "ray-head.log")
         path = tmp_path / "request.yaml"
         path.write_text(yaml.safe_dump(digits_request(tmp_path, budget={"trials": 3})))
         address = f"127.0.0.1:{port}"
@@ -288,23 +300,41 @@ def test_joins_a_ray_cluster_with_token_authentication(tmp_path: Path) -> None:
         )
         assert refused.returncode != 0
     finally:
-        subprocess.run([str(ray_bin), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        _stop_group(head)
+        log.close()
+        shutil.rmtree(ray_dir, ignore_errors=True)
 
 
-def _restart_postgres() -> None:
-    clusters = sorted(Path("/etc/postgresql").glob("*/main"))
-    if not clusters or shutil.which("pg_ctlcluster") is None:
-        pytest.skip("needs a local PostgreSQL cluster managed by pg_ctlcluster")
-    version = clusters[-1].parent.name
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
-        check=True,
-        timeout=120,
-    )
+def _wait_for_ray_head(
+    ray_bin: Path, address: str, env: dict[str, str], head: subprocess.Popen[bytes], log: Path
+) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        if head.poll() is not None:
+            pytest.fail(f"ray start exited with {head.returncode}: {log.read_text()[-2000:]}")
+        check = [str(ray_bin), "health-check", "--address", address]
+        if subprocess.run(check, env=env, capture_output=True, timeout=60).returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"the Ray head is not healthy after 120 s: {log.read_text()[-2000:]}")
+        time.sleep(1)
 
 
-def test_postgres_restarted_mid_study(databases: tuple[str, str], tmp_path: Path) -> None:
-    storage, _ = databases
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the process group `process` leads, then SIGKILL to what is left of it."""
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=15)
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def test_postgres_restarted_mid_study(private_postgres: PrivateCluster, tmp_path: Path) -> None:
+    """The study's PostgreSQL server restarts mid-study: a private one, never the shared
+    server others are connected to."""
+    storage = private_postgres.url()
     tracking = f"sqlite:///{tmp_path}/mlflow.db"  # the study's database is the one restarted
     slow = {
         "warmup_iters": 2,
@@ -322,7 +352,7 @@ def test_postgres_restarted_mid_study(databases: tuple[str, str], tmp_path: Path
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and counted(storage) < 2:
         time.sleep(0.2)
-    _restart_postgres()
+    private_postgres.restart()
     output, _ = process.communicate(timeout=900)
     assert process.returncode == 0, output[-3000:]
     assert counted(storage) == 6
