@@ -2,22 +2,46 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests import repo_writes
+from tests.postgres_cluster import PrivateCluster, Unavailable, private_cluster
+
 REPO = Path(__file__).resolve().parent.parent
 
-# The PostgreSQL server the integration tests make their databases on.
+# The PostgreSQL server the integration tests make their databases on (one fresh database
+# per test, dropped afterwards; the server itself is never stopped or reconfigured). Without
+# it those tests skip, unless AUTOTUNE_TEST_REQUIRE_POSTGRES=1 (CI) makes that a failure.
 ADMIN_URL = os.environ.get(
     "AUTOTUNE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_written_into_the_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Fails the session (an error at the last test's teardown) when files appeared in the
+    clone: tests write only under their temporary directories."""
+    try:  # Hypothesis keeps its example cache in ./.hypothesis unless told otherwise
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(tmp_path_factory.mktemp("hypothesis"))
+    except ImportError:
+        pass
+    before = repo_writes.snapshot(REPO)
+    yield
+    appeared = repo_writes.new_files(before, repo_writes.snapshot(REPO))
+    if appeared:
+        pytest.fail(repo_writes.describe(appeared), pytrace=False)
+
 
 FAST_MEASUREMENT = {
     "warmup_iters": 2,
@@ -69,22 +93,65 @@ def postgres_databases(count: int, prefix: str = "autotune_it") -> Iterator[list
     dropped afterwards."""
     import sqlalchemy
 
+    unreachable = postgres_unreachable(ADMIN_URL)
+    if unreachable is not None:
+        message = (
+            f"needs PostgreSQL at {_shown(ADMIN_URL)} (set AUTOTUNE_TEST_POSTGRES to use "
+            f"another server): {unreachable}"
+        )
+        if os.environ.get("AUTOTUNE_TEST_REQUIRE_POSTGRES") == "1":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
     engine = sqlalchemy.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     names = [f"{prefix}_{uuid.uuid4().hex[:10]}" for _ in range(count)]
+    admin = sqlalchemy.make_url(ADMIN_URL)
     try:
         with engine.connect() as connection:
             for name in names:
                 connection.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
-    except sqlalchemy.exc.OperationalError as exc:
-        pytest.fail(f"PostgreSQL at {ADMIN_URL} is needed for this test: {exc}")
-    base = ADMIN_URL.rsplit("/", 1)[0]
-    try:
-        yield [f"{base}/{name}" for name in names]
+        yield [admin.set(database=name).render_as_string(hide_password=False) for name in names]
     finally:
         with engine.connect() as connection:
             for name in names:
                 connection.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         engine.dispose()
+
+
+@functools.cache
+def postgres_unreachable(url: str) -> str | None:
+    """Why the PostgreSQL server at `url` cannot be used, or None; asked once a session."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(
+        url, poolclass=sqlalchemy.pool.NullPool, connect_args={"connect_timeout": 10}
+    )
+    try:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT 1"))
+    except sqlalchemy.exc.OperationalError as exc:
+        return str(exc.orig or exc).strip().splitlines()[0]
+    finally:
+        engine.dispose()
+    return None
+
+
+def _shown(url: str) -> str:
+    import sqlalchemy
+
+    return sqlalchemy.make_url(url).render_as_string(hide_password=True)
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivateCluster]:
+    """A PostgreSQL server of this test's own, which it may stop or restart (the shared one
+    at ADMIN_URL never is): initdb into a temporary directory, a free port, pg_ctl; stopped
+    and removed afterwards. Skips where the server binaries are not installed."""
+    with ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(private_cluster())
+        except Unavailable as reason:
+            pytest.skip(f"needs a private PostgreSQL cluster: {reason}")
+        yield cluster
 
 
 def stored_trials(storage: str, study: str) -> list[Any]:

@@ -23,6 +23,15 @@ def tiny_onnx_bytes() -> bytes:
     return bytes(tiny_onnx().SerializeToString())
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Service tests run in their tmp_path: an MLflow store that is a database (SQLite or
+    PostgreSQL) puts a new experiment's artifacts under ./mlruns of the working directory,
+    and the job runners, in this process or spawned from it, would otherwise write them
+    into the clone."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> ServiceSettings:
     return sqlite_settings(tmp_path)

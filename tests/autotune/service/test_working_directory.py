@@ -1,0 +1,21 @@
+"""Service tests run in their own tmp_path (the autouse fixture of this directory's
+conftest): where a tracking store defaults a new experiment's artifacts to ./mlruns, they
+land there and not in the clone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from tests.autotune.service.support import sqlite_settings
+
+
+def test_a_new_experiments_artifacts_land_under_tmp_path(tmp_path: Path) -> None:
+    from autotune.tracking import Tracker
+
+    settings = sqlite_settings(tmp_path)
+    tracker = Tracker(settings.tracking_uri, settings.experiment, "job-x")
+    experiment = MlflowClient(settings.tracking_uri).get_experiment(tracker.experiment_id)
+    location = Path(experiment.artifact_location.removeprefix("file://"))
+    assert location.is_relative_to(tmp_path), location
