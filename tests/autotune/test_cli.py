@@ -76,6 +76,7 @@ def test_unknown_study_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2
 
 
+@pytest.mark.slow
 def test_infeasible_exits_3(write_request) -> None:
     path = write_request(constraints={"max_latency_p95_ms": 1e-6}, budget={"trials": 2})
     result = runner.invoke(app, ["tune", str(path), "--executor", "inprocess"])

@@ -134,6 +134,7 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> Replayed:
     return Replayed(json.loads(result.stdout), study, RecordingExecutor.last)
 
 
+@pytest.mark.slow
 def test_tuned_config_is_the_best_feasible_row(replayed: Replayed) -> None:
     rows = recorded_rows()
     baseline = next(r for r in rows if config_of(r) == BASELINE)
@@ -156,6 +157,7 @@ def test_tuned_config_is_the_best_feasible_row(replayed: Replayed) -> None:
     assert artifact["config"] == config_of(best)
 
 
+@pytest.mark.slow
 def test_trials_read_back_in_order_and_unrecorded_ones_are_unsupported(
     replayed: Replayed,
 ) -> None:
@@ -180,6 +182,7 @@ def test_trials_read_back_in_order_and_unrecorded_ones_are_unsupported(
     assert unrecorded > 0
 
 
+@pytest.mark.slow
 def test_slots_finish_out_of_order_and_every_trial_is_told_once(replayed: Replayed) -> None:
     executor = replayed.executor
     searched = [r.trial_number for r in executor.returned if r.attempt == 0]
@@ -396,6 +399,7 @@ def tune_served(directory: Path, **request: Any) -> tuple[dict[str, Any], optuna
     return outcome.tuned.model_dump(mode="json"), study
 
 
+@pytest.mark.slow
 def test_highest_throughput_picks_the_fastest_feasible_row(tmp_path: Path) -> None:
     tuned, study = tune_served(
         tmp_path,
@@ -415,6 +419,7 @@ def test_highest_throughput_picks_the_fastest_feasible_row(tmp_path: Path) -> No
     assert tuned["metrics"]["latency_per_sample_ms"] == pytest.approx(0.25)
 
 
+@pytest.mark.slow
 def test_per_sample_latency_bound_decides_feasibility(tmp_path: Path) -> None:
     bound = 0.6
     tuned, study = tune_served(

@@ -71,6 +71,7 @@ def measured(trial: optuna.trial.FrozenTrial) -> bool:
     return bool(trial.user_attrs["measured"])
 
 
+@pytest.mark.slow
 def test_repeats_are_told_from_the_study_not_measured(tmp_path: Path) -> None:
     study = tune(tmp_path, budget=40)
     distinct = len(recorded_rows()) + 2  # onnxruntime at 0.6 is not in the table
@@ -89,6 +90,7 @@ def test_repeats_are_told_from_the_study_not_measured(tmp_path: Path) -> None:
         assert trial.values == original.values
 
 
+@pytest.mark.slow
 def test_known_infeasible_variant_is_not_measured(tmp_path: Path) -> None:
     # Pruning at 0.6 costs 3 points of accuracy: beyond a 0.02 bound, once that is known.
     study = tune(tmp_path, budget=40)
@@ -106,6 +108,7 @@ def test_known_infeasible_variant_is_not_measured(tmp_path: Path) -> None:
     assert violating
 
 
+@pytest.mark.slow
 def test_designed_set_follows_the_baseline(tmp_path: Path) -> None:
     study = tune(tmp_path, budget=6)
     configs = [t.user_attrs["config"] for t in study.trials]
@@ -116,6 +119,7 @@ def test_designed_set_follows_the_baseline(tmp_path: Path) -> None:
     assert study.trials[1].user_attrs["proposed"] == "designed"
 
 
+@pytest.mark.slow
 def test_designed_set_of_a_throughput_request_runs_large_batches(tmp_path: Path) -> None:
     study = tune(tmp_path, budget=6, selection={"strategy": "highest_throughput"})
     configs = [t.user_attrs["config"] for t in study.trials]
@@ -123,6 +127,7 @@ def test_designed_set_of_a_throughput_request_runs_large_batches(tmp_path: Path)
     assert study.trials[1].user_attrs["proposed"] == "designed"
 
 
+@pytest.mark.slow
 def test_out_of_order_slots_tell_each_trial_once_and_measure_each_config_once(
     tmp_path: Path,
 ) -> None:
@@ -174,6 +179,7 @@ def test_benchmark_true_hypervolume_of_a_hand_made_table(tmp_path: Path) -> None
     assert bench.Run("x", 0, [0.5], [1.0]).to_target(10) == (11, None)
 
 
+@pytest.mark.slow
 def test_benchmark_curve_counts_only_measurements(tmp_path: Path) -> None:
     bench = load_benchmark()
     study = tune(tmp_path, budget=30)
@@ -373,6 +379,7 @@ def test_unbuildable_in_one_batch_size_is_not_proposed_in_another(tmp_path: Path
     assert ({**unbuildable, "batch.size": 8}, "neighbour") not in proposed
 
 
+@pytest.mark.slow
 def test_a_repeat_of_an_unbuildable_configuration_is_not_measured(tmp_path: Path) -> None:
     # onnxruntime with pruning cannot be built, at either batch size.
     rows = recorded_rows()

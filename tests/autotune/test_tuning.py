@@ -31,6 +31,7 @@ def child_runs(tracking_uri: str, parent_run_id: str) -> list:
     )
 
 
+@pytest.mark.slow
 def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: Path) -> None:
     outcome, written = run_tune(write_request(), INPROCESS)
 
@@ -114,6 +115,7 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     assert client.list_artifacts(parent.info.run_id, "optimized_model")
 
 
+@pytest.mark.slow
 def test_resume_adds_only_the_missing_trials(write_request, tmp_path: Path) -> None:
     path = write_request(budget={"trials": 3})
     first, _ = run_tune(path, INPROCESS)
@@ -129,6 +131,7 @@ def test_resume_adds_only_the_missing_trials(write_request, tmp_path: Path) -> N
     assert sum(bool(t.user_attrs.get("baseline")) for t in study.trials) == 1
 
 
+@pytest.mark.slow
 def test_unmeetable_constraint_exits_infeasible(write_request) -> None:
     path = write_request(constraints={"max_latency_p95_ms": 1e-6}, budget={"trials": 2})
     with pytest.raises(NoFeasibleConfiguration):
@@ -150,6 +153,7 @@ def test_bad_model_writes_nothing(write_request, tmp_path: Path, model: dict, fi
     assert not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.slow
 def test_resuming_with_another_model_is_refused(write_request, tmp_path: Path) -> None:
     run_tune(write_request(budget={"trials": 1}), INPROCESS)
     onnx_path = tmp_path / "other.onnx"
@@ -164,6 +168,7 @@ def test_resuming_with_another_model_is_refused(write_request, tmp_path: Path) -
     assert "model_sha256" in info.value.rule
 
 
+@pytest.mark.slow
 def test_logged_model_reproduces_the_tuned_accuracy(write_request, tmp_path: Path) -> None:
     from workers import evaluate_artifact
 

@@ -97,6 +97,7 @@ def finished_trials(storage: str) -> list[optuna.trial.FrozenTrial]:
     return [t for t in study.trials if t.state.is_finished()]
 
 
+@pytest.mark.slow
 def test_same_model_and_hardware_reuses_the_previous_front(
     cold: ColdStudy, storage: str, write_request: Any, submitted: list[TrialSpec]
 ) -> None:
@@ -157,6 +158,7 @@ def test_same_model_and_hardware_reuses_the_previous_front(
     assert comparison["current"]["study"] == RETUNE
 
 
+@pytest.mark.slow
 def test_changed_model_starts_from_the_front_but_measures_everything(
     storage: str, write_request: Any, submitted: list[TrialSpec]
 ) -> None:
@@ -181,6 +183,7 @@ def test_changed_model_starts_from_the_front_but_measures_everything(
         evaluated.add(variant_key(spec.config))
 
 
+@pytest.mark.slow
 def test_changed_hardware_reuses_accuracy_and_measures_latency(
     storage: str, write_request: Any, submitted: list[TrialSpec]
 ) -> None:
@@ -204,6 +207,7 @@ def test_changed_hardware_reuses_accuracy_and_measures_latency(
         assert trial.user_attrs["provenance"]["hardware_fingerprint"] == probe().fingerprint
 
 
+@pytest.mark.slow
 def test_resumed_retune_does_not_enqueue_the_front_again(
     storage: str, write_request: Any, submitted: list[TrialSpec]
 ) -> None:

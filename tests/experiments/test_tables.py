@@ -47,6 +47,7 @@ def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
         return list(reader.fieldnames or []), list(reader)
 
 
+@pytest.mark.slow
 def test_recorder_writes_the_table_format(tmp_path: Path) -> None:
     out = tmp_path / "digits.csv"
     record.main(["digits", "--out", str(out), "--limit", "3"])
@@ -62,6 +63,7 @@ def test_recorder_writes_the_table_format(tmp_path: Path) -> None:
     assert "Rows: 3; the space has 504 configurations" in sidecar
 
 
+@pytest.mark.slow
 def test_a_rerun_resumes_without_measuring_again(tmp_path: Path) -> None:
     out = tmp_path / "digits.csv"
     record.main(["digits", "--out", str(out), "--limit", "1"])

@@ -162,6 +162,7 @@ def test_a_hidden_width_that_does_not_divide_is_unsupported() -> None:
 # --- two gloo processes ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_way_tensor_parallel_matches_one_process(
     sessions: list[TensorParallelSession],
 ) -> None:
@@ -184,6 +185,7 @@ def test_two_way_tensor_parallel_matches_one_process(
         session.run(INPUTS)
 
 
+@pytest.mark.slow
 def test_a_tensor_parallel_trial_is_measured(sessions: list[TensorParallelSession]) -> None:
     store = WorkloadStore()
     plain = run_trial(spec_for(digits_workload(), {"batch.size": 4}), store)
@@ -201,6 +203,7 @@ def test_a_tensor_parallel_trial_is_measured(sessions: list[TensorParallelSessio
     assert len(session.rank0_seconds) >= 5
 
 
+@pytest.mark.slow
 def test_ranks_that_load_other_weights_are_refused(
     tmp_path: Path, make_module: Callable[[str], str], sessions: list[TensorParallelSession]
 ) -> None:
@@ -226,6 +229,7 @@ def test_ranks_that_load_other_weights_are_refused(
     assert session.closed and not any(alive(pid) for pid in session.helper_pids)
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_fails_the_call_and_the_session_stops(
     sessions: list[TensorParallelSession],
 ) -> None:
@@ -306,6 +310,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+@pytest.mark.slow
 def test_ranks_exit_when_the_session_process_is_killed() -> None:
     import subprocess
     import sys

@@ -36,6 +36,7 @@ from tests.autotune.test_sources import tiny_onnx
 from tests.conftest import postgres_databases, stored_trials
 
 
+@pytest.mark.slow
 def test_a_job_is_tuned_and_its_artifact_registered(tmp_path: Path) -> None:
     settings = sqlite_settings(tmp_path)
     db = Database(settings.db)
@@ -59,6 +60,7 @@ def test_a_job_is_tuned_and_its_artifact_registered(tmp_path: Path) -> None:
     assert JobRunner(db, settings).run_once() is None  # nothing left to claim
 
 
+@pytest.mark.slow
 def test_registered_models_are_scoped_to_their_team(tmp_path: Path) -> None:
     """Team y's job of the same name neither adds a version to team x's registered model
     nor moves its alias; each team's `models:/NAME` is its own; another team's model reads
@@ -118,6 +120,7 @@ def test_registered_models_are_scoped_to_their_team(tmp_path: Path) -> None:
     db.close()
 
 
+@pytest.mark.slow
 def test_a_failed_jobs_error_is_one_line_without_the_workers_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,6 +193,7 @@ def test_a_model_that_does_not_fit_the_data_fails_naming_the_field_on_ray(tmp_pa
     db.close()
 
 
+@pytest.mark.slow
 def test_cancel_stops_the_study_cleanly(tmp_path: Path) -> None:
     settings = sqlite_settings(tmp_path, lease_s=0.6)
     db = Database(settings.db)

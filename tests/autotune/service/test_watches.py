@@ -87,6 +87,7 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServiceSe
         yield settings_for(tmp_path, jobs_db, studies_db, mlflow_db)
 
 
+@pytest.mark.slow
 def test_a_changed_model_file_is_retuned_from_the_previous_front(
     stores: ServiceSettings, tmp_path: Path
 ) -> None:
