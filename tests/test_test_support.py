@@ -128,3 +128,14 @@ def test_new_files_in_the_repository_are_found(tmp_path: Path) -> None:
     found = repo_writes.new_files(before, repo_writes.snapshot(tmp_path))
     assert found == ["autotune-out/tuned.yaml", "mlruns/1/run/meta.yaml"]
     assert "2 file(s) appeared" in repo_writes.describe(found)
+
+
+def test_without_the_server_binaries_a_private_cluster_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import tests.postgres_cluster as clusters
+
+    monkeypatch.setattr(clusters, "BIN_GLOB", str(tmp_path / "none" / "*" / "bin"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(Unavailable, match="initdb, pg_ctl, postgres"), private_cluster():
+        pytest.fail("no cluster can have been started")
