@@ -247,8 +247,14 @@ def test_front_outside_the_current_space_is_not_enqueued() -> None:
 
 
 def test_unknown_warm_start_study_is_a_request_error(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
     with pytest.raises(RequestError) as info:
-        load_warm_start("no-such-study", f"sqlite:///{tmp_path / 'study.db'}")
+        load_warm_start("no-such-study", storage)
+    assert info.value.field == "storage"  # no storage there at all, and none is created
+    assert not (tmp_path / "study.db").exists()
+    optuna.create_study(study_name="another", storage=storage)
+    with pytest.raises(RequestError) as info:
+        load_warm_start("no-such-study", storage)
     assert info.value.field == "warm_start"
 
 
