@@ -42,6 +42,17 @@ ROUND_TAG = "autotune.round"
 ROUND_FIGURES = ("baseline.", "tuned.", "headline.")
 
 
+def artifact_location(tracking_uri: str) -> str | None:
+    """Where a new experiment keeps its artifacts: beside a SQLite store's file, in `mlruns`
+    (MLflow's own default is ./mlruns of whatever directory the process runs in); None, the
+    store's default, for any other store."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix) or tracking_uri == prefix + ":memory:":
+        return None
+    database = Path(tracking_uri.removeprefix(prefix).split("?", 1)[0])
+    return (database.resolve().parent / "mlruns").as_uri()
+
+
 class Tracker:
     def __init__(self, tracking_uri: str, experiment: str, study: str) -> None:
         from mlflow.tracking import MlflowClient
@@ -52,7 +63,11 @@ class Tracker:
         self.client: MlflowClient = MlflowClient(tracking_uri)
         found = self.client.get_experiment_by_name(experiment)
         self.experiment_id = (
-            found.experiment_id if found else self.client.create_experiment(experiment)
+            found.experiment_id
+            if found
+            else self.client.create_experiment(
+                experiment, artifact_location=artifact_location(tracking_uri)
+            )
         )
         self.study = study
         self.parent_run_id = self._find_or_create_parent()

@@ -22,7 +22,13 @@ from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
 from autotune.service.submission import prepare_job
-from tests.autotune.service.support import principal, service_request, settings_for, wait_for
+from tests.autotune.service.support import (
+    FAST,
+    principal,
+    service_request,
+    settings_for,
+    wait_for,
+)
 from tests.autotune.test_cluster import _free_port
 from tests.conftest import REPO, postgres_databases, stored_trials
 
@@ -128,7 +134,13 @@ def test_a_runner_whose_ray_node_died_is_replaced_and_its_job_finishes(tmp_path:
         log = tmp_path / "serve.log"
         with serving(settings, log, runners=1) as process:
             wait_for(lambda: (health(process, log) or {}).get("status") == "ok", 120, "serve")
-            job, _ = store.submit(prepare_job(service_request(trials=6), alice, settings))
+            # Long enough that the job is still running when the node's death is noticed
+            # (the runner asks every few seconds; Ray takes longer to declare a node dead):
+            # the runner's actors outlive their raylet and would finish a short job.
+            slow = service_request(
+                trials=60, measurement={**FAST, "min_seconds": 0.5, "max_seconds": 1.0}
+            )
+            job, _ = store.submit(prepare_job(slow, alice, settings))
             wait_for(lambda: store.get(alice, job.id).trials_done >= 2, 300, "two trials")
             owner = store.get(alice, job.id).lease_owner
             assert owner is not None
