@@ -7,7 +7,8 @@ CPU pressure (/proc/pressure/cpu, "some": the share of time some task waited for
 for trials on NVIDIA GPUs, the other processes on the device and the clock throttle reasons
 NVML reports. A window is contended when other processes' share of the trial's cores or the
 stolen share exceeds `MeasurementSettings.contention_threshold`; a thread count above the cores
-the trial had to itself is flagged (`oversubscribed`) but does not by itself make it contended.
+the trial had to itself (by more than the threshold's share of its cores) is flagged
+(`oversubscribed`) but does not by itself make it contended.
 
 /proc/stat counts in clock ticks (1/100 s on most kernels), so a window should last a few
 tenths of a second at least for its shares to mean something.
@@ -187,7 +188,7 @@ class ContentionProbe:
             cpu_pressure=cpu_pressure,
             cores_to_itself=to_itself,
             threads=threads,
-            oversubscribed=threads is not None and threads > to_itself + 0.5,
+            oversubscribed=threads is not None and threads > to_itself + threshold * n,
             gpu_other_processes=gpu_others,
             gpu_throttle_reasons=sorted(self._gpu.reasons) if self._gpu is not None else [],
             waited_s=waited_s,
