@@ -203,7 +203,7 @@ def trial_metrics(
         latency_per_sample_ms=1000.0 / (batch_size * latency.calls_per_s),
         energy_per_sample_j=energy.joules / window_samples,
         energy_source=meter.source,
-        energy_model=getattr(meter, "model", None),  # a stand-in meter may not name one
+        energy_model=meter.model,
         energy_above_idle_per_sample_j=None if above_idle is None else above_idle / window_samples,
         idle_power_w=energy.idle_power_w,
         peak_memory_mb=peak_memory_mb,

@@ -342,6 +342,7 @@ class WindowMeter:
     """A counter meter that asks for a window longer than the timed calls."""
 
     source = "rapl"
+    model = None  # a counter, not an estimate
     min_window_s = 0.2
     joules = 3.0
 
