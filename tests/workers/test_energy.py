@@ -19,24 +19,22 @@ import pytest
 
 from autotune.contract import MeasurementSettings
 from workers.config import TrialConfig, parse_config
-from workers.energy import (
+from workers.cpu_power import (
     TDP_TABLE,
     CpuIdentity,
     CpuPowerModel,
-    CpuTimeEnergyEstimate,
-    EnergyReading,
-    MeterUnavailable,
-    NvmlEnergyMeter,
-    RaplEnergyMeter,
     codecarbon_tdp_table,
-    cuda_device_indices,
     estimate_power_model,
     match_tdp,
     read_cpuinfo,
     read_tdp_table,
-    select_meter,
     tdp_power_model,
 )
+from workers.energy import cuda_device_indices, select_meter
+from workers.energy_estimate import CpuTimeEnergyEstimate
+from workers.energy_meter import EnergyReading, MeterUnavailable
+from workers.nvml import NvmlEnergyMeter
+from workers.rapl import RaplEnergyMeter
 
 IDLE_W = 60.0
 BUSY_W = 300.0
@@ -598,7 +596,7 @@ def real_nvml() -> Any:
 def test_the_real_nvml_counter_sees_a_busy_gpu() -> None:
     import torch
 
-    from workers.energy import nvml_index_of_cuda_device
+    from workers.nvml import nvml_index_of_cuda_device
 
     nvml = real_nvml()
     meter = NvmlEnergyMeter(nvml_index_of_cuda_device(0), window_s=1.0)

@@ -12,19 +12,11 @@ import torch
 from autotune.contract import ConfigValue
 from autotune.errors import Unsupported
 from workers.config import parse_config
-from workers.runtimes import (
-    ORT_GRAPH_LEVELS,
-    RUNTIMES,
-    CudaGraphForward,
-    OnnxRuntimeSession,
-    TorchCompileSession,
-    TorchEagerSession,
-    build_session,
-    check_runtime,
-    module_on,
-    register_runtime,
-    sdpa_unsupported,
-)
+from workers.ort_session import ORT_GRAPH_LEVELS, OnnxRuntimeSession
+from workers.runtimes import RUNTIMES, build_session, check_runtime, register_runtime
+from workers.torch_io import module_on
+from workers.torch_kernels import sdpa_unsupported
+from workers.torch_sessions import CudaGraphForward, TorchCompileSession, TorchEagerSession
 from workers.variants import OnnxVariant, TorchVariant
 
 

@@ -20,13 +20,8 @@ from workers import run_trial
 from workers.config import parse_config
 from workers.loading import load_torch, torch_sha256
 from workers.runtimes import build_session, check_runtime
-from workers.sharding import (
-    ModelSource,
-    TensorParallelSession,
-    find_linear_pairs,
-    plan_pairs,
-    tensor_parallel_session,
-)
+from workers.sharding import ModelSource, TensorParallelSession, tensor_parallel_session
+from workers.sharding_plan import find_linear_pairs, plan_pairs
 from workers.store import WorkloadStore
 from workers.variants import BuildContext, TorchVariant
 

@@ -1,0 +1,83 @@
+"""The onnxruntime session: a provider list, a graph optimization level, one input."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.errors import Unsupported
+
+# ORT provider lists, most preferred first; the first one is the one the trial asks for.
+ORT_PROVIDERS: dict[str, tuple[str, ...]] = {
+    "cpu": ("CPUExecutionProvider",),
+    "cuda": ("CUDAExecutionProvider", "CPUExecutionProvider"),
+    "tensorrt": (
+        "TensorrtExecutionProvider",
+        "CUDAExecutionProvider",
+        "CPUExecutionProvider",
+    ),
+}
+ORT_GRAPH_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+
+# onnxruntime's input type names and the numpy dtype fed to each.
+_ORT_INPUT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(uint8)": np.uint8,
+    "tensor(int8)": np.int8,
+    "tensor(bool)": np.bool_,
+}
+
+
+class OnnxRuntimeSession:
+    """An onnxruntime session with a provider list and a graph optimization level; returns the
+    model's first output. Refuses (`Unsupported`) a provider that is not available or that the
+    session silently replaced by a fallback."""
+
+    def __init__(
+        self, model_bytes: bytes, threads: int, provider: str = "cpu", graph_opt: str = "all"
+    ) -> None:
+        import onnxruntime
+
+        providers = list(ORT_PROVIDERS[provider])
+        available = onnxruntime.get_available_providers()
+        if providers[0] not in available:
+            raise Unsupported(
+                f"runtime.provider={provider}: {providers[0]} is not available in this "
+                f"onnxruntime build (available: {', '.join(available)})"
+            )
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        options.graph_optimization_level = getattr(
+            onnxruntime.GraphOptimizationLevel, ORT_GRAPH_LEVELS[graph_opt]
+        )
+        self._session = onnxruntime.InferenceSession(model_bytes, options, providers=providers)
+        self.providers: list[str] = list(self._session.get_providers())
+        if providers[0] not in self.providers:
+            raise Unsupported(
+                f"runtime.provider={provider}: onnxruntime could not start {providers[0]} and "
+                f"fell back to {', '.join(self.providers)}"
+            )
+        inputs = self._session.get_inputs()
+        if len(inputs) != 1:
+            raise Unsupported(f"the model takes {len(inputs)} inputs; autotune feeds exactly one")
+        self._input_name = inputs[0].name
+        self._input_dtype = _ORT_INPUT_TYPES.get(inputs[0].type)
+        if self._input_dtype is None:
+            raise Unsupported(f"the model's input type {inputs[0].type} is not supported")
+        leading = inputs[0].shape[0] if inputs[0].shape else None
+        self.fixed_batch: int | None = leading if isinstance(leading, int) else None
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        feed = {self._input_name: batch.astype(self._input_dtype, copy=False)}
+        return np.asarray(self._session.run(None, feed)[0])
