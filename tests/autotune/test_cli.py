@@ -266,11 +266,11 @@ def _rendered_front(width: int, monkeypatch: pytest.MonkeyPatch) -> str:
 
     from rich.console import Console
 
-    import autotune.cli
+    from autotune.cli import tables
 
     buffer = io.StringIO()
-    monkeypatch.setattr(autotune.cli, "out", Console(file=buffer, width=width))
-    autotune.cli._print_front(FRONT, 12)
+    monkeypatch.setattr(tables, "out", Console(file=buffer, width=width))
+    tables._print_front(FRONT, 12)
     return buffer.getvalue()
 
 

@@ -1,0 +1,76 @@
+"""`autotune hardware` and `autotune space`: this machine's profile, and the search space
+it leaves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from autotune.cli.shared import _exit_codes, out
+
+
+def hardware(
+    as_json: Annotated[bool, typer.Option("--json", help="print the profile as JSON")] = False,
+) -> None:
+    """Probe and print this machine's hardware profile."""
+    from autotune.hardware import probe
+
+    profile = probe()
+    if as_json:
+        print(profile.model_dump_json(indent=2))
+        return
+    out.print(f"fingerprint:  {profile.fingerprint}")
+    out.print(f"cpu:          {profile.cpu_model} ({profile.cpu_cores} cores)")
+    out.print(f"cpu flags:    {' '.join(profile.cpu_flags) or '-'}")
+    out.print(f"memory:       {profile.memory_mb} MiB")
+    gpus = ", ".join(
+        f"{g.name} (cc {g.compute_capability[0]}.{g.compute_capability[1]})" for g in profile.gpus
+    )
+    out.print(f"gpus:         {gpus or 'none'}")
+    out.print(f"ort providers: {', '.join(profile.onnxruntime_providers) or '-'}")
+    out.print(f"capabilities: {', '.join(sorted(profile.capabilities()))}")
+    for note in profile.notes:
+        out.print(f"note:         {note}")
+
+
+def space(
+    space_file: Annotated[
+        str | None, typer.Option("--space", help="space file (default: default.yaml)")
+    ] = None,
+    hardware_file: Annotated[
+        Path | None, typer.Option("--hardware", help="a saved `autotune hardware --json` profile")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
+) -> None:
+    """Print the effective search space for this machine (or a saved profile)."""
+    from autotune.hardware import load_profile, probe
+    from autotune.space import effective_space, load_space, resolve_space_path
+
+    with _exit_codes():
+        profile = load_profile(hardware_file) if hardware_file else probe()
+        path = resolve_space_path(space_file)
+        effective = effective_space(load_space(path), profile, str(path))
+    if as_json:
+        print(effective.model_dump_json(indent=2))
+        return
+    out.print(
+        f"space {effective.name} ({effective.source}), hardware {effective.hardware_fingerprint}"
+    )
+    excluded: dict[str, list[str]] = {}
+    for ex in effective.excluded:
+        what = "all" if ex.value is None else str(ex.value)
+        excluded.setdefault(ex.dimension, []).append(f"{what} ({ex.reason})")
+    for dim in effective.dimensions:
+        values = dim.values if dim.values is not None else dim.range
+        line = f"  {dim.name}: {values}"
+        if dim.baseline is not None:
+            line += f"  baseline {dim.baseline}"
+        if dim.when:
+            line += f"  when {dim.when}"
+        out.print(line, highlight=False)
+        if dim.name in excluded:
+            out.print(f"    [dim]excluded: {', '.join(excluded.pop(dim.name))}[/dim]")
+    for name, reasons in excluded.items():
+        out.print(f"  [dim]{name}: excluded {', '.join(reasons)}[/dim]")

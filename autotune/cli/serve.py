@@ -1,0 +1,111 @@
+"""`autotune serve`: the REST API, job runners and watch scheduler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autotune.cli.shared import ServiceDb, _exit_codes
+from autotune.errors import RequestError
+
+
+def serve_command(
+    host: Annotated[str, typer.Option(help="address the API listens on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="port the API listens on")] = 8000,
+    db: ServiceDb = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(envvar="AUTOTUNE_STORAGE", help="SQLAlchemy URL of the studies"),
+    ] = None,
+    tracking_uri: Annotated[
+        str | None, typer.Option(envvar="AUTOTUNE_TRACKING_URI", help="MLflow tracking URI")
+    ] = None,
+    experiment: Annotated[
+        str | None, typer.Option(envvar="AUTOTUNE_EXPERIMENT", help="MLflow experiment")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(envvar="AUTOTUNE_DATA_DIR", help="where uploads and job outputs are kept"),
+    ] = None,
+    models_root: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="AUTOTUNE_MODELS_ROOT",
+            help="requests may name model and data files under this directory "
+            "(without it: uploads, registered models and entry points only)",
+        ),
+    ] = None,
+    trust: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trust",
+            envvar="AUTOTUNE_TRUST",
+            help="a module prefix whose entry points requests may name; repeatable "
+            "(the variable is comma-separated)",
+        ),
+    ] = None,
+    max_upload_mb: Annotated[
+        int | None, typer.Option(min=1, help="largest model upload, MiB (default 1024)")
+    ] = None,
+    api: Annotated[bool, typer.Option("--api/--no-api", help="serve the REST API")] = True,
+    runners: Annotated[int, typer.Option(min=0, help="job runner processes (0: none here)")] = 1,
+    scheduler: Annotated[
+        bool, typer.Option("--scheduler/--no-scheduler", help="run the watch scheduler")
+    ] = True,
+    executor: Annotated[
+        str | None, typer.Option(help="where trials run: 'ray' (default) or 'inprocess'")
+    ] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(envvar="AUTOTUNE_RAY_ADDRESS", help="join this Ray cluster")
+    ] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="trial slots of each job")] = None,
+    lease_s: Annotated[
+        float | None, typer.Option(min=0.1, help="seconds a runner's claim on a job lasts")
+    ] = None,
+    poll_s: Annotated[
+        float | None, typer.Option(min=0.01, help="seconds between queue and schedule checks")
+    ] = None,
+    min_watch_every: Annotated[
+        float | None,
+        typer.Option(min=1.0, help="shortest interval, seconds, a watch may check at (default 60)"),
+    ] = None,
+    public_docs: Annotated[
+        bool,
+        typer.Option(
+            "--public-docs",
+            help="serve /docs, /redoc and /openapi.json without a token (a browser sends none)",
+        ),
+    ] = False,
+) -> None:
+    """Run the service: REST API, job runners and watch scheduler (each can be left out)."""
+    from autotune.service.server import serve
+    from autotune.service.settings import ServiceSettings
+
+    given: dict[str, Any] = {
+        "db": db,
+        "storage": storage,
+        "tracking_uri": tracking_uri,
+        "experiment": experiment,
+        "data_dir": data_dir,
+        "models_root": models_root,
+        "executor": executor,
+        "ray_address": ray_address,
+        "workers": workers,
+        "lease_s": lease_s,
+        "poll_s": poll_s,
+        "max_upload_bytes": None if max_upload_mb is None else max_upload_mb << 20,
+        "min_watch_every_s": min_watch_every,
+        "public_docs": public_docs,
+    }
+    trusted = tuple(p.strip() for item in trust or [] for p in item.split(",") if p.strip())
+    with _exit_codes():
+        if executor not in (None, "ray", "inprocess"):
+            raise RequestError("executor", "must be 'ray' or 'inprocess'", executor)
+        if not (api or runners or scheduler):
+            raise RequestError("serve", "must run the API, a job runner or the scheduler", None)
+        settings = ServiceSettings(
+            **{k: v for k, v in given.items() if v is not None}, trusted_modules=trusted
+        )
+        serve(settings, host, port, api=api, runners=runners, scheduler=scheduler)

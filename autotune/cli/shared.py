@@ -1,0 +1,71 @@
+"""What every command shares: the app, the consoles, the options of several commands, and
+the exit codes that autotune's errors map to."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from autotune.errors import (
+    AutotuneError,
+    Interrupted,
+    NoFeasibleConfiguration,
+    RequestError,
+    Unauthorized,
+)
+
+EXIT_BAD_INPUT = 2
+EXIT_INFEASIBLE = 3
+EXIT_INTERRUPTED = 130
+
+app = typer.Typer(
+    help="Hardware-aware tuning of ML models.", no_args_is_help=True, add_completion=False
+)
+# Tables stay whole when the output is piped (rich would otherwise assume 80 columns).
+_PIPED_WIDTH = 160
+err = Console(stderr=True)
+out = Console(width=None if Console().is_terminal else _PIPED_WIDTH)
+
+
+def _error(label: str, exc: Exception) -> None:
+    """One line, however long (the terminal may fold it): the label and the message, whose
+    values are printed as they are, never read as markup."""
+    err.print(f"{label} {escape(str(exc))}", highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def _exit_codes() -> Iterator[None]:
+    try:
+        yield
+    except RequestError as exc:
+        _error("[red]error:[/red]", exc)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except Unauthorized as exc:
+        _error("[red]unauthorized:[/red]", exc)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except Interrupted as exc:
+        _error("[yellow]interrupted:[/yellow]", exc)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except NoFeasibleConfiguration as exc:
+        _error("[yellow]no tuned configuration:[/yellow]", exc)
+        raise typer.Exit(EXIT_INFEASIBLE) from None
+    except AutotuneError as exc:
+        _error("[red]failed:[/red]", exc)
+        raise typer.Exit(1) from None
+
+
+ServiceDb = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="AUTOTUNE_DB",
+        show_default=False,
+        help="SQLAlchemy URL of the service database (default: autotune-service.db here)",
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="print as JSON")]

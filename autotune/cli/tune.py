@@ -1,0 +1,198 @@
+"""`autotune tune`: search, measure, and print the front and the tuned configuration."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+from rich.markup import escape
+
+from autotune.cli.shared import _exit_codes, err, out
+from autotune.cli.tables import _print_comparison, _print_front, _shown
+
+
+def tune(
+    request_file: Annotated[Path, typer.Argument(metavar="REQUEST.yaml")],
+    trials: Annotated[int | None, typer.Option(min=1, help="trials in the study")] = None,
+    timeout: Annotated[float | None, typer.Option(min=0.001, help="seconds of search")] = None,
+    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the study")] = None,
+    study: Annotated[str | None, typer.Option(help="study name (resumes if it exists)")] = None,
+    tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI")] = None,
+    experiment: Annotated[str | None, typer.Option(help="MLflow experiment")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="trial slots (one trial each)")] = 1,
+    executor: Annotated[
+        str, typer.Option(help="'ray' (default) or 'inprocess' (no Ray; debugging)")
+    ] = "ray",
+    seed: Annotated[int | None, typer.Option(help="sampler seed")] = None,
+    sampler: Annotated[
+        Literal["autotune", "tpe", "random", "nsga2", "gp"],
+        typer.Option(
+            help="autotune's structure-aware strategy (default: a designed start, then a "
+            "local search around the front; repeats and known-infeasible variants are not "
+            "measured), or one of Optuna's samplers as they come (tpe is multivariate)"
+        ),
+    ] = "autotune",
+    space_file: Annotated[
+        str | None, typer.Option("--space", help="space file in place of the request's")
+    ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="TABLE.csv",
+            help="answer trials from recorded measurements (no model, data or device needed)",
+        ),
+    ] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="tuned-config file")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the tuned config as JSON")] = False,
+) -> None:
+    """Tune a model: search, measure, and write the tuned configuration. With --replay,
+    the same search runs against a recorded table, each slot of --workers on a simulated
+    clock."""
+    from autotune.tuning import TuneOptions, run_tune
+
+    display = _TuneProgress()
+    options = TuneOptions(
+        trials=trials,
+        timeout_s=timeout,
+        storage=storage,
+        study=study,
+        tracking_uri=tracking_uri,
+        experiment=experiment,
+        ray_address=ray_address,
+        workers=workers,
+        executor=executor,
+        seed=seed,
+        out=out_file,
+        replay=replay,
+        space=space_file,
+        sampler=sampler,
+        on_note=display.note,
+        on_phase=display.phase,
+    )
+    with _exit_codes():
+        outcome, written = run_tune(request_file, options, progress=display.trials)
+    if as_json:
+        assert outcome.tuned is not None
+        print(json.dumps(outcome.tuned.model_dump(mode="json"), indent=2))
+        return
+    from autotune.pareto import Candidate
+
+    front: list[Candidate] = outcome.front
+    _print_front(front, outcome.tuned.study["trial_number"] if outcome.tuned else None)
+    assert outcome.tuned is not None
+    tuned = outcome.tuned
+    out.print(f"\n[bold]Chosen configuration[/bold] (trial {tuned.study['trial_number']}):")
+    for key, value in tuned.config.items():
+        out.print(f"  {key}: {_shown(value)}")
+    _print_comparison(tuned.baseline, tuned.metrics)
+    revalidation = tuned.revalidation
+    finalists = [f["trial"] for comparison in revalidation["comparisons"] for f in comparison]
+    out.print(
+        f"Head to head: the baseline and finalists {finalists} in {revalidation['rounds']} "
+        f"interleaved rounds; chosen #{revalidation['chosen']}: {revalidation['chosen_because']}"
+    )
+    for note in outcome.notes:
+        out.print(f"[yellow]note:[/yellow] {note}")
+    out.print(f"\nTuned config:    {written}")
+    out.print(f"Optimized model: {tuned.artifact}")
+    out.print(
+        f"MLflow run:      {tuned.mlflow['run_id']} (experiment {tuned.mlflow['experiment_id']})"
+    )
+    ui = _ui_command(tuned.mlflow["tracking_uri"])
+    out.print(f"Open the UI:     {escape(ui)}", highlight=False)
+    colour = "green" if tuned.headline.conditions == "quiet" else "yellow"
+    out.print(f"\n[bold {colour}]Against the baseline:[/bold {colour}] {tuned.headline.text}")
+
+
+def _ui_command(tracking_uri: str, cwd: Path | None = None) -> str:
+    """A command that opens the MLflow UI on the results and works from here: `make
+    mlflow-ui` where this directory's Makefile has that target on the same store, else the
+    mlflow executable beside the running Python (a virtualenv's is not on PATH unless the
+    environment is activated), or `python -m mlflow` where there is none."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri} in a browser"
+    makefile = (cwd or Path.cwd()) / "Makefile"
+    if makefile.is_file():
+        text = makefile.read_text(errors="replace")
+        target = re.search(r"^mlflow-ui:.*\n((?:\t.*\n?)+)", text, re.MULTILINE)
+        store = rf"--backend-store-uri\s+{re.escape(tracking_uri)}(\s|$)"
+        if target and re.search(store, target[1]):
+            return "make mlflow-ui"
+    mlflow = Path(sys.executable).parent / "mlflow"
+    program = shlex.quote(str(mlflow))
+    if not mlflow.is_file():
+        program = f"{shlex.quote(sys.executable)} -m mlflow"
+    return f"{program} ui --backend-store-uri {shlex.quote(tracking_uri)}"
+
+
+class _TuneProgress:
+    """The tune command's progress on stderr: a bar of the trials; then, for each phase
+    after the search (the finalists' head-to-head, the export), its line with an
+    elapsed-time bar, since one blocking call does its work; and notes above them."""
+
+    def __init__(self) -> None:
+        self._progress: Any = None
+        self._trials: Any = None
+        self._phase: Any = None
+
+    @contextmanager
+    def trials(self, total: int | None) -> Iterator[Callable[[int, Any], None]]:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        columns = [
+            TextColumn("{task.fields[label]}"),
+            BarColumn(bar_width=20),
+            TextColumn("{task.fields[count]}"),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+        ]
+        with Progress(*columns, console=err, transient=False) as progress:
+            task = progress.add_task("", total=total, label="tuning", count=_count(0, total))
+            self._progress, self._trials = progress, task
+
+            def update(done: int, result: Any) -> None:
+                last = f"trial {result.trial_number}: {result.status}"
+                if result.metrics is not None:
+                    last += f", p95 {result.metrics.latency_p95_ms:.3f} ms"
+                progress.update(task, completed=done, description=last, count=_count(done, total))
+
+            try:
+                yield update
+            finally:
+                self._end_phase()
+                self._progress = None
+
+    def phase(self, text: str) -> None:
+        """A phase told as "name: what it does" (the name in the label column)."""
+        if self._progress is None:
+            err.print(escape(text), highlight=False)
+            return
+        self._end_phase()
+        self._progress.stop_task(self._trials)
+        name, told, detail = text.partition(": ")
+        if not told:
+            name, detail = "phase", text
+        self._phase = self._progress.add_task(
+            escape(detail), total=None, label=escape(name), count=""
+        )
+
+    def _end_phase(self) -> None:
+        if self._phase is not None:
+            self._progress.update(self._phase, total=1, completed=1)
+            self._progress.stop_task(self._phase)
+            self._phase = None
+
+    def note(self, text: str) -> None:
+        err.print(escape(text), highlight=False)
+
+
+def _count(done: int, total: int | None) -> str:
+    return f"{done}/{total}" if total is not None else str(done)
