@@ -54,6 +54,19 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def require_idle_slot(idle_slots: int) -> None:
+    """What every executor answers to a `submit` that has no slot to run on."""
+    if idle_slots < 1:
+        raise AutotuneError("submit called with no idle slot")
+
+
+def require_nothing_pending(pending: int) -> None:
+    """What every executor answers to a `compare` while submitted trials are uncollected:
+    the comparison needs a slot to itself."""
+    if pending:
+        raise AutotuneError("compare called while trials are running")
+
+
 class InProcessExecutor:
     """Runs each trial synchronously in this process, on one slot."""
 
@@ -71,6 +84,7 @@ class InProcessExecutor:
         return self._worker.inspect(workload)
 
     def submit(self, spec: TrialSpec) -> None:
+        require_idle_slot(self.slots - self.pending())
         self._done.append(self._worker.run(spec))
 
     def pending(self) -> int:
@@ -82,6 +96,7 @@ class InProcessExecutor:
         return done
 
     def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
+        require_nothing_pending(self.pending())
         return self._worker.compare(spec)
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
@@ -161,6 +176,7 @@ class RayExecutor:
         self._gangs: list[TrialSpec] = []  # sharded trials waiting for enough idle slots
         self._ready: list[TrialResult] = []
         self._blobs: dict[str, Any] = {}
+        self._closed = False
 
     def _new_actor(self, slot: int) -> Any:
         return self._actor_cls.remote(self._memory_limit_mb, self._cpus[slot])
@@ -220,8 +236,7 @@ class RayExecutor:
         if needed > 1:
             self._submit_gang(spec, needed)
             return
-        if not self._idle:
-            raise AutotuneError("submit called with no idle slot")
+        require_idle_slot(len(self._idle))
         actor = self._idle.pop()
         ref = actor.run.remote(spec, self._ship(spec.workload))
         self._running[ref] = _Running(actor, spec, time.monotonic())
@@ -330,8 +345,7 @@ class RayExecutor:
     def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
         """On the first slot's actor; past `timeout_s` the actor is replaced and the
         comparison fails."""
-        if self.pending():
-            raise AutotuneError("compare called while trials are running")
+        require_nothing_pending(self.pending())
         blobs = self._ship(spec.workload)
         try:
             result: HeadToHeadResult = self._on_first_slot(
@@ -364,10 +378,17 @@ class RayExecutor:
         return {p: self._blobs[p] for p in workload_files(workload) if p in self._blobs}
 
     def close(self) -> None:
-        for actor in self._actors:
-            self._ray.kill(actor)
-        if self._owns_ray:
-            self._ray.shutdown()
+        # Once this executor's own Ray is shut down, ray.kill on its actors would start a
+        # fresh local Ray (left running) and fail to find them.
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for actor in self._actors:
+                self._ray.kill(actor)
+        finally:
+            if self._owns_ray:
+                self._ray.shutdown()
 
 
 def _cuda_error(result: TrialResult) -> bool:

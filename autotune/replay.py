@@ -521,6 +521,7 @@ class ReplayExecutor:
             "line": None if row is None else row.line,
         }
         path = Path(out_dir) / "config.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=2) + "\n")
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         return ArtifactInfo(path=str(path), format="json", sha256=digest)

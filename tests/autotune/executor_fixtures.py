@@ -42,23 +42,6 @@ UNBUILDABLE: dict[str, ConfigValue] = {
     "precision.mode": "bf16",
 }
 
-_IN_PROCESS_RUNS_PAST_ITS_SLOTS = (
-    "InProcessExecutor.submit runs the trial at once and accepts more specs than its one "
-    "slot; RayExecutor and ReplayExecutor raise AutotuneError('submit called with no idle "
-    "slot')"
-)
-_IN_PROCESS_COMPARES_WHILE_PENDING = (
-    "InProcessExecutor.compare runs while submitted results wait to be collected; "
-    "RayExecutor and ReplayExecutor raise AutotuneError('compare called while trials are "
-    "running')"
-)
-_RAY_CLOSE_TWICE_FAILS = (
-    "RayExecutor.close, called again on an executor that started its own Ray, calls ray.kill "
-    "on the actors of the Ray the first close shut down: ray.kill starts a new local Ray and "
-    "raises ActorHandleNotFoundError, and that Ray stays up; InProcessExecutor and "
-    "ReplayExecutor close twice"
-)
-
 
 @dataclass
 class ExecutorCase:
@@ -104,12 +87,6 @@ def in_process_case() -> ExecutorCase:
         loads_the_model=True,
         observes_contention=True,
         artifact_formats=frozenset({"onnx", "safetensors"}),
-        inconsistencies={
-            "test_submit_without_an_idle_slot_is_refused": _IN_PROCESS_RUNS_PAST_ITS_SLOTS,
-            "test_compare_while_results_are_pending_is_refused": (
-                _IN_PROCESS_COMPARES_WHILE_PENDING
-            ),
-        },
     )
 
 
@@ -135,7 +112,6 @@ def ray_case() -> ExecutorCase:
         loads_the_model=True,
         observes_contention=True,
         artifact_formats=frozenset({"onnx", "safetensors"}),
-        inconsistencies={"test_close_is_idempotent": _RAY_CLOSE_TWICE_FAILS},
         release=_shut_down_ray,
     )
 

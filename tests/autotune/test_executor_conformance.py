@@ -182,11 +182,12 @@ def test_compare_while_results_are_pending_is_refused(case: ExecutorCase) -> Non
 
 
 def test_export_writes_the_artifact_it_describes(case: ExecutorCase, tmp_path: Path) -> None:
-    artifact = case.live().export(trial(case, 8, RUNNABLE), str(tmp_path))
+    out_dir = tmp_path / "tuned" / "artifacts"  # created by the export, parents too
+    artifact = case.live().export(trial(case, 8, RUNNABLE), str(out_dir))
     assert isinstance(artifact, ArtifactInfo)
     assert artifact.format in case.artifact_formats
     path = Path(artifact.path)
-    assert path.is_file() and path.parent == tmp_path
+    assert path.is_file() and path.parent == out_dir
     assert artifact.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
