@@ -1,0 +1,144 @@
+"""Reading request bodies: their caps (enforced while they stream in), their media types,
+and the request document in JSON, YAML or a multipart form beside a model upload."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, BinaryIO
+
+import yaml
+from fastapi import Request
+from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from autotune.errors import RequestError
+from autotune.service.api.errors import json_safe, problem
+from autotune.sources import UploadTooLarge
+
+# The request document itself (not a model upload) is small; anything bigger is refused.
+MAX_DOCUMENT_BYTES = 1 << 20
+MAX_DOCUMENT_VALUES = 10_000
+MAX_DOCUMENT_DEPTH = 32
+# Room for multipart boundaries and part headers around the request and the model.
+MULTIPART_SLACK_BYTES = 64 << 10
+JSON_TYPE = "application/json"
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+MULTIPART_TYPE = "multipart/form-data"
+JOBS_PATH = "/v1/jobs"
+
+
+class BodyLimit:
+    """Refuses request bodies over their cap while they stream in (413): a job submission
+    with a model upload may carry the upload cap, every other body a request document."""
+
+    def __init__(self, app: ASGIApp, max_upload_bytes: int) -> None:
+        self.app = app
+        self.max_upload_bytes = max_upload_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self._limit(scope)
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > limit:
+            response = problem(413, too_large(limit))
+            await response(scope, receive, send)
+            return
+        await self.app(scope, _capped(receive, limit), send)
+
+    def _limit(self, scope: Scope) -> int:
+        content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+        if scope["path"] == JOBS_PATH and media_type(content_type) == MULTIPART_TYPE:
+            return self.max_upload_bytes + MAX_DOCUMENT_BYTES + MULTIPART_SLACK_BYTES
+        return MAX_DOCUMENT_BYTES
+
+
+def _capped(receive: Receive, limit: int) -> Receive:
+    received = 0
+
+    async def capped() -> Message:
+        nonlocal received
+        message = await receive()
+        received += len(message.get("body", b""))
+        if received > limit:
+            raise too_large(limit)
+        return message
+
+    return capped
+
+
+def too_large(limit: int) -> UploadTooLarge:
+    return UploadTooLarge("body", f"must be at most {limit} bytes", f"more than {limit} bytes")
+
+
+def media_type(content_type: str) -> str:
+    return content_type.partition(";")[0].strip().lower()
+
+
+@asynccontextmanager
+async def read_form(request: Request) -> AsyncIterator[FormData]:
+    try:
+        form = await request.form(max_files=2, max_fields=2, max_part_size=MAX_DOCUMENT_BYTES)
+    except StarletteHTTPException as error:  # what Starlette makes of a malformed body
+        rule = f"must be well-formed multipart/form-data ({error.detail})"
+        raise RequestError("body", rule, None) from None
+    try:
+        yield form
+    finally:
+        await form.close()
+
+
+async def multipart_parts(form: FormData) -> tuple[Any, BinaryIO | None]:
+    """The request document of a multipart submission, and its model upload if it has one."""
+    names = [name for name, _ in form.multi_items()]
+    if sorted(set(names)) != sorted(names) or not set(names) <= {"request", "model"}:
+        rule = "must have a 'request' part and at most one 'model' part, nothing else"
+        raise RequestError("multipart", rule, names)
+    part = form.get("request")
+    if part is None:
+        raise RequestError("request", "part is required", None)
+    text = await part.read(MAX_DOCUMENT_BYTES + 1) if isinstance(part, UploadFile) else part
+    raw = parse_document(text.encode() if isinstance(text, str) else text, YAML_TYPES[0])
+    model = form.get("model")
+    if model is not None and not isinstance(model, UploadFile):
+        raise RequestError("model", "must be a file part", json_safe(model))
+    return raw, None if model is None else model.file
+
+
+def parse_document(body: bytes, media: str) -> Any:
+    if len(body) > MAX_DOCUMENT_BYTES:
+        raise too_large(MAX_DOCUMENT_BYTES)
+    kind = "JSON" if media == JSON_TYPE else "YAML"
+    try:
+        text = body.decode("utf-8")
+        raw = json.loads(text) if media == JSON_TYPE else yaml.safe_load(text)
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError, RecursionError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise RequestError("request", f"must be valid {kind} ({reason})", None) from None
+    check_document(raw)
+    return raw
+
+
+def check_document(raw: Any) -> None:
+    """A request document is small and plain: bounded size and depth (YAML aliases count
+    each time they are used), finite numbers."""
+    pending: list[tuple[Any, int]] = [(raw, 1)]
+    seen = 0
+    while pending:
+        item, depth = pending.pop()
+        seen += 1
+        if seen > MAX_DOCUMENT_VALUES:
+            raise RequestError("request", f"must hold at most {MAX_DOCUMENT_VALUES} values", None)
+        if depth > MAX_DOCUMENT_DEPTH:
+            raise RequestError("request", f"must nest at most {MAX_DOCUMENT_DEPTH} levels", None)
+        if isinstance(item, float) and not math.isfinite(item):
+            raise RequestError("request", "numbers must be finite", repr(item))
+        if isinstance(item, dict):
+            pending.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple | set):
+            pending.extend((v, depth + 1) for v in item)

@@ -1,0 +1,112 @@
+"""How the API answers an error: bad input as `{"detail": {"field", "rule", "value"}}`, every
+other error as `{"detail": message}` with its status."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from autotune.errors import Conflict, NotFound, RequestError, Unauthorized
+from autotune.sources import UploadTooLarge
+
+DATABASE_DOWN = "the service's job database is unavailable; try again later"
+# What the job database raises when it cannot be reached (refused, gone, timed out): the
+# service is unavailable (503), not broken (500).
+UNAVAILABLE = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
+
+log = logging.getLogger("autotune.api")
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestError, _request_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Unauthorized, _unauthorized)
+    app.add_exception_handler(NotFound, _message(404))
+    app.add_exception_handler(Conflict, _message(409))
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    for unavailable in UNAVAILABLE:
+        app.add_exception_handler(unavailable, _database_unavailable)
+
+
+async def _request_error(request: Request, exc: Exception) -> JSONResponse:
+    error = cast(RequestError, exc)
+    return problem(413 if isinstance(error, UploadTooLarge) else 422, error)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    first = cast(RequestValidationError, exc).errors()[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    # ("body", "every") names the field "every"; a body that is not JSON names "body".
+    field = "body" if first.get("type") == "json_invalid" else ".".join(loc[1:]) or loc[0]
+    return problem(422, RequestError(field, first.get("msg", "invalid"), first.get("input")))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """FastAPI answers a body it could not read (not UTF-8, or cut off at its cap) with a
+    bare 400; here it is bad input like any other (422, or 413 for the cap)."""
+    error = cast(StarletteHTTPException, exc)
+    if error.status_code != 400:
+        return await http_exception_handler(request, error)
+    cause = error.__cause__
+    if isinstance(cause, RequestError):
+        return await _request_error(request, cause)
+    reason = (str(cause).splitlines() or [""])[0] if cause is not None else ""
+    rule = f"must be JSON in UTF-8 ({reason or error.detail})"
+    return problem(422, RequestError("body", rule, None))
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    path = request.url.path
+    log.warning("%s %s: the job database is unavailable: %s", request.method, path, exc)
+    return JSONResponse({"detail": DATABASE_DOWN}, status_code=503, headers={"Retry-After": "10"})
+
+
+async def _unauthorized(request: Request, exc: Exception) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"}
+    return JSONResponse({"detail": str(exc)}, status_code=401, headers=headers)
+
+
+def _message(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    return handler
+
+
+def problem(status: int, error: RequestError) -> JSONResponse:
+    detail = {"field": error.field, "rule": error.rule, "value": json_safe(error.value)}
+    return JSONResponse({"detail": detail}, status_code=status)
+
+
+def json_safe(value: Any, budget: int = 200) -> Any:
+    """`value` as plain JSON for an error body: at most `budget` values, long strings cut,
+    anything JSON cannot hold shown by its repr."""
+    left = [budget]
+
+    def walk(item: Any) -> Any:
+        left[0] -= 1
+        if left[0] < 0:
+            return "..."
+        if item is None or isinstance(item, bool | int):
+            return item
+        if isinstance(item, float):
+            return item if math.isfinite(item) else repr(item)
+        if isinstance(item, str):
+            return item if len(item) <= 1000 else item[:1000] + "..."
+        if isinstance(item, dict):
+            return {str(k)[:200]: walk(v) for k, v in list(item.items())[: left[0] + 1]}
+        if isinstance(item, list | tuple):
+            return [walk(v) for v in item[: left[0] + 1]]
+        return repr(item)[:1000]
+
+    return walk(value)

@@ -1,0 +1,154 @@
+"""The bodies the API reads and answers, and the error responses its routes declare."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from autotune.request import MAX_TRIALS
+from autotune.service.jobs import JobState
+
+REQUEST_REF = "#/components/schemas/TuningRequest"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Problem(Strict):
+    field: str
+    rule: str
+    value: Any
+
+
+class ProblemBody(Strict):
+    detail: Problem
+
+
+class MessageBody(Strict):
+    detail: str
+
+
+class Runners(Strict):
+    """This server's job runner processes (absent where it runs none)."""
+
+    expected: int
+    alive: int
+    restarts: int
+
+
+class Health(Strict):
+    status: Literal["ok", "degraded", "unavailable"]
+    reason: str | None = None
+    runners: Runners | None = None
+    # Running jobs whose runner stopped renewing the lease, not yet back in the queue.
+    expired_leases: int | None = None
+
+
+class Submitted(Strict):
+    id: str
+    state: JobState
+    created: bool
+
+
+class Progress(Strict):
+    trials_done: int
+    budget: int | None
+
+
+class Best(Strict):
+    trial: int
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+
+
+class ModelInfo(Strict):
+    source: dict[str, Any]
+    sha256: str
+
+
+class JobSummary(Strict):
+    id: str
+    name: str
+    state: JobState
+    created_at: datetime
+    finished_at: datetime | None
+    progress: Progress
+
+
+class JobList(Strict):
+    jobs: list[JobSummary]
+
+
+class JobStatus(Strict):
+    id: str
+    state: JobState
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    progress: Progress
+    best: Best | None
+    error: str | None
+    study: str
+    model: ModelInfo
+    registered_model: dict[str, Any] | None
+    watch_id: str | None
+    warm_start_from: str | None
+    attempts: int
+    cancel_requested: bool
+
+
+class ParetoTrial(Strict):
+    trial_number: int
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+
+
+class Pareto(Strict):
+    trials: list[ParetoTrial]
+
+
+class WatchCreate(Strict):
+    request: Annotated[dict[str, Any], WithJsonSchema({"allOf": [{"$ref": REQUEST_REF}]})]
+    every: str | None = None
+    cron: str | None = None
+    retune_trials: int | None = Field(default=None, le=MAX_TRIALS)
+
+
+class WatchOut(Strict):
+    id: str
+    request: dict[str, Any]
+    every_s: float | None
+    cron: str | None
+    retune_trials: int | None
+    next_run_at: datetime
+    last_checked_at: datetime | None
+    last_job_id: str | None
+    created_at: datetime
+
+
+class WatchList(Strict):
+    watches: list[WatchOut]
+
+
+def utc_time(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC)
+
+
+# What every route behind the token may answer, besides its own responses.
+PROTECTED: dict[int | str, dict[str, Any]] = {
+    401: {"model": MessageBody, "description": "missing, unknown or revoked token"},
+    503: {"model": MessageBody, "description": "the job database is unavailable"},
+}
+BAD_INPUT: dict[int | str, dict[str, Any]] = {
+    422: {"model": ProblemBody, "description": "bad input: the field, the rule and the value"},
+}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    **BAD_INPUT,
+    404: {"model": MessageBody, "description": "no such job or watch visible to this token"},
+}
+ENDED: dict[int | str, dict[str, Any]] = {
+    409: {"model": MessageBody, "description": "the job's state does not allow this"}
+}
