@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.metrics import OBJECTIVES, Direction, Metric, with_derived
+from autotune.metrics import ACCURACY, OBJECTIVES, Direction, Metric, with_derived
 from autotune.request import Selection
 
 
@@ -89,26 +89,30 @@ def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
         return min(front, key=lambda c: _weighted_score(c, front, weights))
     metric = selection_metric(selection)
     # Ties on the chosen metric go to higher accuracy, then to the lower trial number.
-    accuracy = OBJECTIVES["accuracy"]
     return min(
         front,
         key=lambda c: (
             _oriented(c, [metric])[0],
-            _oriented(c, [accuracy])[0],
+            _oriented(c, [ACCURACY])[0],
             c.trial_number,
         ),
     )
 
 
+# The objective each selection strategy ranks the front by (a weighted choice breaks ties on
+# latency per call).
+SELECTION_OBJECTIVES = {
+    "lowest_latency": "latency",
+    "highest_throughput": "throughput",
+    "lowest_energy": "energy",
+    "highest_accuracy": "accuracy",
+    "weighted": "latency",
+}
+
+
 def selection_metric(selection: Selection) -> Metric:
     """The metric a selection ranks by (latency per call for a weighted choice)."""
-    return {
-        "lowest_latency": OBJECTIVES["latency"],
-        "highest_throughput": OBJECTIVES["throughput"],
-        "lowest_energy": OBJECTIVES["energy"],
-        "highest_accuracy": OBJECTIVES["accuracy"],
-        "weighted": OBJECTIVES["latency"],
-    }[selection.strategy]
+    return OBJECTIVES[SELECTION_OBJECTIVES[selection.strategy]]
 
 
 def _weighted_score(

@@ -72,6 +72,15 @@ from autotune.contract import (
 )
 from autotune.errors import AutotuneError, RequestError
 from autotune.hardware import HardwareProfile
+from autotune.metrics import (
+    ACCURACY,
+    LATENCY_P50,
+    LATENCY_P90,
+    LATENCY_P95,
+    LATENCY_P99,
+    METRICS,
+    THROUGHPUT,
+)
 from autotune.space import (
     Dimension,
     EffectiveDimension,
@@ -82,7 +91,7 @@ from autotune.space import (
 )
 
 STATUSES: tuple[TrialStatus, ...] = ("ok", "unsupported", "oom", "timeout", "error")
-REQUIRED_METRICS = ("accuracy", "latency_p95_ms")
+REQUIRED_METRICS = (ACCURACY.name, LATENCY_P95.name)
 METRIC_COLUMNS = frozenset(TrialMetrics.model_fields)
 TEXT_METRICS = frozenset({"energy_source", "stopped_by"})
 BASELINE_VALUES = ("fp32", "none", "torch_eager")
@@ -368,21 +377,18 @@ def _metrics(
     for column in REQUIRED_METRICS:
         if column not in recorded:
             raise RequestError(_where(name, line, column), "is required for an ok row", "")
-    p95 = float(recorded["latency_p95_ms"])
+    p95 = float(recorded[LATENCY_P95.name])
     if p95 <= 0:
-        raise RequestError(_where(name, line, "latency_p95_ms"), "must be > 0", p95)
+        raise RequestError(_where(name, line, LATENCY_P95.name), "must be > 0", p95)
     batch = config.get("batch.size", 1)
     samples = float(batch) if isinstance(batch, int | float) else 1.0
+    unrecorded = {m.name: m.unrecorded for m in METRICS.values() if m.unrecorded is not None}
     filled: dict[str, Any] = {
-        "latency_p50_ms": p95,
-        "latency_p90_ms": p95,
-        "latency_p99_ms": p95,
+        **unrecorded,
+        **{m.name: p95 for m in (LATENCY_P50, LATENCY_P90, LATENCY_P99)},
         "latency_mean_ms": p95,
-        "latency_cv": 0.0,
-        "throughput_per_s": 1000.0 * samples / p95,
-        "energy_per_sample_j": 0.0,
+        THROUGHPUT.name: 1000.0 * samples / p95,
         "energy_source": "estimate",
-        "peak_memory_mb": 0.0,
         "iterations": 1,
         "measure_seconds": 0.0,
     }

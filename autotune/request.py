@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    GetJsonSchemaHandler,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
 from autotune.contract import (
     MAX_SECONDS,
@@ -18,21 +29,14 @@ from autotune.contract import (
     Workload,
 )
 from autotune.errors import RequestError
-
-# `latency` is the p95 of one call (one batch); `latency_per_sample` (ms per sample at the
-# configuration's batch size) and `throughput` (samples/s) are per sample.
-Objective = Literal["accuracy", "latency", "latency_per_sample", "throughput", "energy"]
+from autotune.metrics import BOUNDS, OBJECTIVES, Bound
 
 REQUIRED_UNLESS_REPLAY = "is required (except with --replay)"
 
-# Upper bounds of the request's numbers (MeasurementSettings has its own): generous, but
-# finite, so that no number overflows a database column or asks for a study without end.
+# Upper bounds of the request's numbers (MeasurementSettings has its own, the bounds registry
+# those of the constraints): generous, but finite, so that no number overflows a database
+# column or asks for a study without end.
 MAX_TRIALS = 100_000
-MAX_MS = MAX_SECONDS * 1000.0
-MAX_ACCURACY_DROP = 1e6  # in the quality metric's own units (a custom metric's may be large)
-MAX_ENERGY_J = 1e6
-MAX_MEMORY_MB = 1e9
-MAX_THROUGHPUT_PER_S = 1e12
 MAX_WEIGHT = 1e6
 MAX_NEIGHBOURS = 100
 MAX_ROUNDS = 1000
@@ -41,22 +45,73 @@ MAX_PRICE_PER_HOUR = 1e6
 MAX_GCO2_PER_KWH = 1e4
 
 
-class Constraints(Strict):
-    max_accuracy_drop: float | None = Field(
+def _registered_objective(value: Any) -> Any:
+    """An objective must be registered (`autotune.metrics.OBJECTIVES`); read at validation
+    time, so a newly registered objective is accepted at once."""
+    if not isinstance(value, str) or value not in OBJECTIVES:
+        raise PydanticCustomError(
+            "literal_error", "Input should be {expected}", {"expected": _one_of(list(OBJECTIVES))}
+        )
+    return value
+
+
+def _one_of(names: list[str]) -> str:
+    """'a', 'b' or 'c', as pydantic words a Literal's choices."""
+    quoted = [repr(name) for name in names]
+    return " or ".join(filter(None, [", ".join(quoted[:-1]), quoted[-1]]))
+
+
+class _ObjectiveNames:
+    """The objectives' JSON schema: an enum of the registered names."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {**handler(schema), "enum": list(OBJECTIVES)}
+
+
+# `latency` is the p95 of one call (one batch); `latency_per_sample` (ms per sample at the
+# configuration's batch size) and `throughput` (samples/s) are per sample.
+Objective = Annotated[str, BeforeValidator(_registered_objective), _ObjectiveNames()]
+
+
+class ConstraintBounds(Strict):
+    """Bounds on the measured metrics; one optional field per registered bound
+    (`autotune.metrics.BOUNDS`)."""
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> float | None: ...
+
+
+def _bound_field(bound: Bound) -> Any:
+    return Field(
         default=None,
-        ge=0.0,
-        le=MAX_ACCURACY_DROP,
-        description="absolute drop against the baseline, e.g. 0.01 = 1 point",
+        ge=0.0 if bound.zero_allowed else None,
+        gt=None if bound.zero_allowed else 0.0,
+        le=bound.limit,
+        description=bound.description,
     )
-    max_latency_p95_ms: float | None = Field(
-        default=None, gt=0.0, le=MAX_MS, description="per call"
+
+
+def build_constraints_model() -> type[ConstraintBounds]:
+    """The `Constraints` model of the bounds registered now."""
+    fields: dict[str, Any] = {
+        name: (float | None, _bound_field(bound)) for name, bound in BOUNDS.items()
+    }
+    return create_model(
+        "Constraints",
+        __base__=ConstraintBounds,
+        __module__=__name__,
+        __doc__=ConstraintBounds.__doc__,
+        **fields,
     )
-    max_latency_per_sample_ms: float | None = Field(
-        default=None, gt=0.0, le=MAX_MS, description="per sample: 1000 / throughput_per_s"
-    )
-    max_energy_per_sample_j: float | None = Field(default=None, gt=0.0, le=MAX_ENERGY_J)
-    max_memory_mb: float | None = Field(default=None, gt=0.0, le=MAX_MEMORY_MB)
-    min_throughput_per_s: float | None = Field(default=None, gt=0.0, le=MAX_THROUGHPUT_PER_S)
+
+
+if TYPE_CHECKING:
+    Constraints = ConstraintBounds
+else:
+    Constraints = build_constraints_model()
 
 
 class Budget(Strict):

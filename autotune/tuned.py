@@ -8,24 +8,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from autotune.contract import ConfigValue, Strict
-from autotune.metrics import with_derived
+from autotune.metrics import ENERGY, THROUGHPUT, reported_metrics, with_derived
 from autotune.request import Cost
 from autotune.validation import Headline
-
-REPORTED_METRICS = (
-    "accuracy",
-    "accuracy_drop",
-    "latency_p50_ms",
-    "latency_p90_ms",
-    "latency_p95_ms",
-    "latency_p99_ms",
-    "latency_cv",
-    "throughput_per_s",
-    "latency_per_sample_ms",
-    "energy_per_sample_j",
-    "energy_source",
-    "peak_memory_mb",
-)
 
 
 class ConstraintOutcome(Strict):
@@ -57,7 +42,7 @@ class TunedConfig(BaseModel):
 def reported(metrics: dict[str, Any], cost: Cost | None = None) -> dict[str, Any]:
     """The user contract's metrics, plus the figures derived from them."""
     metrics = with_derived(metrics)
-    shown = {k: metrics[k] for k in REPORTED_METRICS if k in metrics}
+    shown = {k: metrics[k] for k in reported_metrics() if k in metrics}
     if "latency_p95_ci_low_ms" in metrics and metrics["latency_p95_ci_low_ms"] is not None:
         shown["latency_p95_ci_ms"] = [
             metrics["latency_p95_ci_low_ms"],
@@ -72,10 +57,10 @@ def reported(metrics: dict[str, Any], cost: Cost | None = None) -> dict[str, Any
 def derived_figures(metrics: dict[str, Any], cost: Cost) -> dict[str, float]:
     """Energy per 1,000 samples; with prices, cost and CO2e per million samples. Derived from
     an estimated energy figure, the CO2e is an estimate too (energy_source says which)."""
-    joules = float(metrics["energy_per_sample_j"])
+    joules = float(metrics[ENERGY.name])
     figures = {"energy_per_1000_samples_j": joules * 1000}
     if cost.price_per_hour is not None:
-        hours_per_million = 1e6 / float(metrics["throughput_per_s"]) / 3600
+        hours_per_million = 1e6 / float(metrics[THROUGHPUT.name]) / 3600
         figures["cost_per_million_samples"] = hours_per_million * cost.price_per_hour
     if cost.grid_gco2_per_kwh is not None:
         kwh_per_million = joules * 1e6 / 3.6e6

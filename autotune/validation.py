@@ -16,6 +16,7 @@ interleaved rounds (`workers.head_to_head`), and the re-measured figures decide.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -23,7 +24,17 @@ from typing import Any, Literal
 from pydantic import Field
 
 from autotune.contract import Contention, EntrantOutcome, RoundFigures, Strict
-from autotune.metrics import Metric
+from autotune.metrics import (
+    ENERGY,
+    LATENCY_P50,
+    LATENCY_P95,
+    LATENCY_PER_SAMPLE,
+    THROUGHPUT,
+    Direction,
+    Metric,
+    get_metric,
+    latency_per_sample_ms,
+)
 from autotune.pareto import Candidate, select, selection_metric
 from autotune.request import Selection
 from autotune.stats import PairedRatio, paired_ratio
@@ -62,17 +73,13 @@ def with_metrics(
     )
 
 
-def _per_sample_ms(figures: RoundFigures) -> float:
-    return 1000.0 / figures.throughput_per_s
-
-
 # The metrics a round measures, read from one entrant's block in one round.
 ROUND_FIGURES: dict[str, Callable[[RoundFigures], float]] = {
-    "latency_p50_ms": lambda f: f.latency_p50_ms,
-    "latency_p95_ms": lambda f: f.latency_p95_ms,
-    "latency_per_sample_ms": _per_sample_ms,
-    "throughput_per_s": lambda f: f.throughput_per_s,
-    "energy_per_sample_j": lambda f: f.energy_per_sample_j,
+    LATENCY_P50.name: lambda f: f.latency_p50_ms,
+    LATENCY_P95.name: lambda f: f.latency_p95_ms,
+    LATENCY_PER_SAMPLE.name: lambda f: latency_per_sample_ms(f.throughput_per_s),
+    THROUGHPUT.name: lambda f: f.throughput_per_s,
+    ENERGY.name: lambda f: f.energy_per_sample_j,
 }
 
 
@@ -155,28 +162,20 @@ class Headline(Strict):
     same_as_baseline: bool
 
 
-# The figure a headline leads with, per selection strategy.
-_LEAD = {
-    "lowest_latency": "latency_p95_ms",
-    "weighted": "latency_p95_ms",
-    "highest_throughput": "throughput_per_s",
-    "highest_accuracy": "throughput_per_s",
-    "lowest_energy": "energy_per_sample_j",
-}
-_WORDING = {
-    "latency_p50_ms": "p50 latency per call",
-    "latency_p95_ms": "p95 latency per call",
-    "latency_per_sample_ms": "latency per sample",
-    "energy_per_sample_j": "energy per sample",
-}
+def _lead(selection: Selection) -> str:
+    """The figure a headline leads with: the selection's, throughput where a round does not
+    measure that (accuracy)."""
+    metric = selection_metric(selection).name
+    return metric if metric in ROUND_FIGURES else THROUGHPUT.name
 
 
 def ratios_to(entrant: EntrantOutcome, baseline: EntrantOutcome) -> dict[str, Ratio]:
     """Every round figure of `entrant` over the baseline's, paired per round; a figure that
-    was not measured (zero, as in a replayed table without energy) is left out."""
+    was not measured (zero, as in a replayed table without energy, or the time per sample
+    derived from a zero throughput) is left out."""
     ratios = {}
     for metric, read in ROUND_FIGURES.items():
-        if any(read(f) <= 0 for f in [*entrant.rounds, *baseline.rounds]):
+        if not all(0 < read(f) < math.inf for f in [*entrant.rounds, *baseline.rounds]):
             continue
         paired = ratio(entrant, baseline, metric)
         ratios[metric] = Ratio(ratio=paired.median, ci_low=paired.low, ci_high=paired.high)
@@ -200,12 +199,11 @@ def headline(
     if same:
         text = "the unmodified model is the best choice: no finalist beat it beyond the noise"
     else:
-        lead = _LEAD[selection.strategy]
-        order = (lead, "throughput_per_s", "latency_p95_ms", "energy_per_sample_j")
+        order = (_lead(selection), THROUGHPUT.name, LATENCY_P95.name, ENERGY.name)
         shown = [m for m in dict.fromkeys(order) if m in ratios]
         parts = [
             _phrase(m, ratios[m])
-            + (" (estimated)" if m == "energy_per_sample_j" and energy_estimated else "")
+            + (" (estimated)" if m == ENERGY.name and energy_estimated else "")
             for m in shown
         ]
         text = "; ".join(parts)
@@ -220,15 +218,17 @@ def headline(
     )
 
 
-def _phrase(metric: str, value: Ratio) -> str:
-    """Throughput as its ratio; a lower-is-better figure as how many times lower (or higher)
-    it is than the baseline's, its interval turned the same way."""
-    if metric == "throughput_per_s":
-        return f"{value.ratio:.3g}× throughput {_interval(value.ci_low, value.ci_high)}"
+def _phrase(name: str, value: Ratio) -> str:
+    """A higher-is-better figure (throughput) as its ratio; a lower-is-better one as how many
+    times lower (or higher) it is than the baseline's, its interval turned the same way."""
+    metric = get_metric(name)
+    interval = _interval(value.ci_low, value.ci_high)
+    if metric.direction is Direction.MAXIMIZE:
+        return f"{value.ratio:.3g}× {metric.label} {interval}"
     if value.ratio <= 1.0:
         low, high = 1 / value.ci_high, 1 / value.ci_low
-        return f"{1 / value.ratio:.3g}× lower {_WORDING[metric]} {_interval(low, high)}"
-    return f"{value.ratio:.3g}× higher {_WORDING[metric]} {_interval(value.ci_low, value.ci_high)}"
+        return f"{1 / value.ratio:.3g}× lower {metric.label} {_interval(low, high)}"
+    return f"{value.ratio:.3g}× higher {metric.label} {interval}"
 
 
 def _interval(low: float, high: float) -> str:
