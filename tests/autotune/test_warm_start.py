@@ -23,7 +23,7 @@ from autotune.hardware import probe
 from autotune.metrics import OBJECTIVES, Direction, Metric
 from autotune.pareto import Candidate, dominates
 from autotune.space import effective_space, load_space, resolve_space_path
-from autotune.tracking import PARENT_TAG, TRIAL_TAG, Tracker, compare_tuned
+from autotune.tracking import PARENT_TAG, TRIAL_TAG, MlflowTracker, compare_tuned
 from autotune.tuning import TuneOptions, run_tune
 from autotune.warm_start import PreviousTrial, WarmStart, load_warm_start
 from tests.conftest import REPO, digits_request
@@ -306,7 +306,7 @@ def test_compare_tuned_names_what_changed() -> None:
 def test_log_comparison_writes_the_document_and_metrics(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = Tracker(uri, "tests", "after")
+    tracker = MlflowTracker(uri, "tests", "after")
     tracker.log_comparison(PREVIOUS, CURRENT)
 
     client = MlflowClient(uri)

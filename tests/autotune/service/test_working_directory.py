@@ -12,10 +12,10 @@ from tests.autotune.service.support import sqlite_settings
 
 
 def test_a_new_experiments_artifacts_land_under_tmp_path(tmp_path: Path) -> None:
-    from autotune.tracking import Tracker
+    from autotune.tracking import MlflowTracker
 
     settings = sqlite_settings(tmp_path)
-    tracker = Tracker(settings.tracking_uri, settings.experiment, "job-x")
+    tracker = MlflowTracker(settings.tracking_uri, settings.experiment, "job-x")
     experiment = MlflowClient(settings.tracking_uri).get_experiment(tracker.experiment_id)
     location = Path(experiment.artifact_location.removeprefix("file://"))
     assert location.is_relative_to(tmp_path), location

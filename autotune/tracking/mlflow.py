@@ -3,29 +3,34 @@
 Child runs are keyed by (study, trial number): logging a trial that already has a run
 does nothing, so a resumed study never logs the same trial twice.
 
+A trial's child run is written by a background thread, in the order trials are logged, so
+that `log_trial` returns without waiting for the store; every other call first waits until
+the queued runs are written, and raises what a deferred write raised.
+
 Each run of a study (the first tuning, then every resume) is one round, numbered in the
 parent run's tag `autotune.round`. Every metric is logged at step = that round's number and
-timestamp = now, so MLflow's latest value of a parent metric is the latest round's (the
-tuned file's), and a metric history tells the rounds apart.
+timestamp = when it was logged, so MLflow's latest value of a parent metric is the latest
+round's (the tuned file's), and a metric history tells the rounds apart.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import math
+import queue
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.contract import Contention
-from autotune.metrics import OBJECTIVES, Metric
+from autotune.metrics import Metric
 from autotune.pareto import Candidate
-from autotune.validation import Headline
+from autotune.tracking.base import TrackerClosed
+from autotune.tracking.report import compare_tuned, is_number, pareto_csv, plot_front
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric as MlflowMetric
@@ -53,7 +58,73 @@ def artifact_location(tracking_uri: str) -> str | None:
     return (database.resolve().parent / "mlruns").as_uri()
 
 
-class Tracker:
+@dataclass(frozen=True)
+class TrialRun:
+    """A trial's child run as logged, before it is written: plain strings and floats, so
+    that nothing the caller changes afterwards reaches the store."""
+
+    trial_number: int
+    logged_ms: int
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+    metric_tags: dict[str, str]
+    status: str
+
+
+class BackgroundWriter:
+    """Runs queued writes one at a time, in order, on a daemon thread started by the first
+    write; keeps what a write raised until `flush` or `close` raises it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._errors: list[BaseException] = []
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(self, write: Callable[[], None]) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        self._queue.put(write)
+
+    def flush(self) -> None:
+        self._queue.join()
+        self._raise_errors()
+
+    def close(self) -> None:
+        """Write what is queued, stop the thread and raise what a write raised."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        self._raise_errors()
+
+    def _run(self) -> None:
+        while (write := self._queue.get()) is not None:
+            try:
+                write()
+            except BaseException as error:  # kept for the caller's next flush
+                self._errors.append(error)
+            finally:
+                self._queue.task_done()
+        self._queue.task_done()
+
+    def _raise_errors(self) -> None:
+        if not self._errors:
+            return
+        first, *others = self._errors
+        self._errors.clear()
+        if others:
+            first.add_note(f"{len(others)} later deferred writes failed too")
+        raise first
+
+
+class MlflowTracker:
     def __init__(self, tracking_uri: str, experiment: str, study: str) -> None:
         from mlflow.tracking import MlflowClient
 
@@ -62,7 +133,7 @@ class Tracker:
         self.tracking_uri = tracking_uri
         self.client: MlflowClient = MlflowClient(tracking_uri)
         found = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = (
+        self.experiment_id: str = (
             found.experiment_id
             if found
             else self.client.create_experiment(
@@ -70,9 +141,22 @@ class Tracker:
             )
         )
         self.study = study
-        self.parent_run_id = self._find_or_create_parent()
+        self.parent_run_id: str = self._find_or_create_parent()
         self.round = self._next_round()
+        # written by the writer thread; read only after a flush
         self._trial_runs = self._existing_trial_runs()
+        self._logged_trials = set(self._trial_runs)
+        self._writer = BackgroundWriter(name=f"mlflow-writer-{study}")
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def writing(self) -> bool:
+        """Whether the background writer's thread is alive."""
+        return self._writer.running
 
     def _find_or_create_parent(self) -> str:
         runs = self.client.search_runs(
@@ -81,11 +165,11 @@ class Tracker:
             max_results=1,
         )
         if runs:
-            return runs[0].info.run_id
+            return str(runs[0].info.run_id)
         run = self.client.create_run(
             self.experiment_id, run_name=self.study, tags={STUDY_TAG: self.study, ROLE_TAG: "study"}
         )
-        return run.info.run_id
+        return str(run.info.run_id)
 
     def _next_round(self) -> int:
         """This round's number: one more than the parent run's last (coordinators sharing a
@@ -95,12 +179,15 @@ class Tracker:
         self.client.set_tag(self.parent_run_id, ROUND_TAG, str(number))
         return number
 
-    def _metrics(self, values: dict[str, float]) -> list[MlflowMetric]:
-        """MLflow metrics of this round: step = the round's number, timestamp = now."""
+    def _metrics(
+        self, values: dict[str, float], timestamp_ms: int | None = None
+    ) -> list[MlflowMetric]:
+        """MLflow metrics of this round: step = the round's number, timestamp = now unless
+        given."""
         from mlflow.entities import Metric as MlflowMetric
 
-        now = int(time.time() * 1000)
-        return [MlflowMetric(k, float(v), now, self.round) for k, v in values.items()]
+        timestamp = _now_ms() if timestamp_ms is None else timestamp_ms
+        return [MlflowMetric(k, float(v), timestamp, self.round) for k, v in values.items()]
 
     def _existing_trial_runs(self) -> dict[int, str]:
         runs = self.client.search_runs(
@@ -117,6 +204,7 @@ class Tracker:
     ) -> None:
         from mlflow.entities import Param, RunTag
 
+        self._wait_for_trials()
         self.client.log_batch(
             self.parent_run_id,
             params=[Param(k, _param(v)) for k, v in params.items()],
@@ -133,35 +221,61 @@ class Tracker:
         metrics: dict[str, Any] | None,
         tags: dict[str, str],
     ) -> None:
-        from mlflow.entities import Param, RunTag
-
-        if trial_number in self._trial_runs:
+        """Queue the trial's child run and return; the background writer writes it."""
+        self._check_open()
+        if trial_number in self._logged_trials:
             return
+        self._logged_trials.add(trial_number)
+        figures = metrics or {}
+        run = TrialRun(
+            trial_number=trial_number,
+            logged_ms=_now_ms(),
+            tags={"autotune.attempt": str(attempt), **tags},
+            params={k: _param(v) for k, v in config.items()},
+            metrics={k: float(v) for k, v in figures.items() if is_number(v)},
+            metric_tags={k: str(v) for k, v in figures.items() if not is_number(v)},
+            status="FINISHED" if metrics is not None else "FAILED",
+        )
+        self._writer.submit(lambda: self._write_trial(run))
+
+    def _write_trial(self, trial: TrialRun) -> None:
+        """Three calls to the store: create the run with every tag (a tag in the batch would
+        cost the store one more transaction), log metrics and params in one batch, and end the
+        run at the time it was logged."""
+        from mlflow.entities import Param
+
         run = self.client.create_run(
             self.experiment_id,
-            run_name=f"trial-{trial_number}",
+            start_time=trial.logged_ms,
+            run_name=f"trial-{trial.trial_number}",
             tags={
                 PARENT_TAG: self.parent_run_id,
                 STUDY_TAG: self.study,
                 ROLE_TAG: "trial",
-                TRIAL_TAG: str(trial_number),
-                "autotune.attempt": str(attempt),
-                **tags,
+                TRIAL_TAG: str(trial.trial_number),
+                **trial.tags,
+                **trial.metric_tags,
             },
         )
-        numeric = {k: float(v) for k, v in (metrics or {}).items() if is_number(v)}
+        run_id = run.info.run_id
         self.client.log_batch(
-            run.info.run_id,
-            metrics=self._metrics(numeric),
-            params=[Param(k, _param(v)) for k, v in config.items()],
-            tags=[RunTag(k, str(v)) for k, v in (metrics or {}).items() if not is_number(v)],
+            run_id,
+            metrics=self._metrics(trial.metrics, trial.logged_ms),
+            params=[Param(k, v) for k, v in trial.params.items()],
         )
-        status = "FINISHED" if metrics is not None else "FAILED"
-        self.client.set_terminated(run.info.run_id, status=status)
-        self._trial_runs[trial_number] = run.info.run_id
+        self.client.set_terminated(run_id, status=trial.status, end_time=trial.logged_ms)
+        self._trial_runs[trial.trial_number] = run_id
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def _wait_for_trials(self) -> None:
+        self._check_open()
+        self._writer.flush()
 
     def log_revalidation(self, report: dict[str, Any]) -> None:
         """Re-measured figures go next to the search figures on each finalist's run."""
+        self._wait_for_trials()
         for finalist in (f for comparison in report["comparisons"] for f in comparison):
             run_id = self._trial_runs.get(finalist["trial"])
             if run_id is None or finalist["revalidated"] is None:
@@ -174,6 +288,7 @@ class Tracker:
         self.client.log_text(self.parent_run_id, _as_text("r.json", report), "revalidation.json")
 
     def mark_pareto(self, trial_numbers: set[int]) -> None:
+        self._wait_for_trials()
         for number, run_id in self._trial_runs.items():
             self.client.set_tag(run_id, "pareto", str(number in trial_numbers).lower())
 
@@ -189,6 +304,7 @@ class Tracker:
     ) -> None:
         from mlflow.entities import RunTag
 
+        self._wait_for_trials()
         logged = self.client.get_run(self.parent_run_id).data.metrics
         stale = {k: math.nan for k in logged if k.startswith(ROUND_FIGURES) and k not in metrics}
         self.client.log_batch(
@@ -212,6 +328,7 @@ class Tracker:
         """How this study's tuned config differs from a previous one (both tuned-config
         documents): comparison.json, a `change.<metric>` relative change per numeric metric,
         and a tag naming the previous parent run."""
+        self._wait_for_trials()
         comparison = compare_tuned(previous, current)
         changes = {
             f"change.{name}": change["relative_change"]
@@ -223,100 +340,24 @@ class Tracker:
         self.client.log_text(self.parent_run_id, _as_text("c.json", comparison), "comparison.json")
 
     def finish(self, status: str) -> None:
-        self.client.set_terminated(self.parent_run_id, status=status)
+        """Write the queued trials and stop the writer, then end the parent run, even when a
+        deferred write failed (its error is raised after)."""
+        self._closed = True
+        try:
+            self._writer.close()
+        finally:
+            self.client.set_terminated(self.parent_run_id, status=status)
 
     def artifact_uri(self, path: str) -> str:
         return f"runs:/{self.parent_run_id}/{path}"
 
-
-def compare_tuned(previous: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """What changed between two tuned-config documents: configuration values (None for a key
-    on one side only) and the numeric metrics of both, with the change relative to the
-    previous value (None where that was 0)."""
-    before, after = previous["config"], current["config"]
-    config_changes = {
-        key: {"before": before.get(key), "after": after.get(key)}
-        for key in sorted(before.keys() | after.keys())
-        if before.get(key) != after.get(key)
-    }
-    metric_changes = {
-        name: _change(value, current["metrics"][name])
-        for name, value in previous["metrics"].items()
-        if is_number(value) and is_number(current["metrics"].get(name))
-    }
-    return {
-        "previous": {"study": previous["study"]["name"], "run_id": previous["mlflow"]["run_id"]},
-        "current": {"study": current["study"]["name"], "run_id": current["mlflow"]["run_id"]},
-        "config_changes": config_changes,
-        "metric_changes": metric_changes,
-    }
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TrackerClosed(f"the tracker of study {self.study!r} is finished")
 
 
-def _change(before: float, after: float) -> dict[str, float | None]:
-    return {
-        "before": before,
-        "after": after,
-        "change": after - before,
-        "relative_change": (after - before) / before if before != 0 else None,
-    }
-
-
-def pareto_csv(candidates: Sequence[Candidate]) -> str:
-    config_keys = sorted({k for c in candidates for k in c.config})
-    metric_keys = sorted({k for c in candidates for k in c.metrics})
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["trial", "feasible", *config_keys, *metric_keys])
-    for c in candidates:
-        writer.writerow(
-            [
-                c.trial_number,
-                c.feasible,
-                *(c.config.get(k, "") for k in config_keys),
-                *(c.metrics.get(k, "") for k in metric_keys),
-            ]
-        )
-    return out.getvalue()
-
-
-def plot_front(
-    candidates: Sequence[Candidate],
-    front: Sequence[Candidate],
-    objectives: Sequence[Metric],
-    path: Path,
-) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    x_metric = OBJECTIVES["latency"]
-    y_metric = OBJECTIVES["accuracy"]
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for label, group, style in (
-        ("infeasible", [c for c in candidates if not c.feasible], {"c": "#bbbbbb", "marker": "x"}),
-        ("feasible", [c for c in candidates if c.feasible], {"c": "#4c72b0", "marker": "o"}),
-        ("Pareto front", list(front), {"c": "#dd8452", "marker": "*", "s": 140}),
-    ):
-        if group:
-            ax.scatter(
-                [c.metrics[x_metric.name] for c in group],
-                [c.metrics[y_metric.name] for c in group],
-                label=label,
-                **style,
-            )
-    ax.set_xscale("log")
-    ax.set_xlabel(f"{x_metric.name} ({x_metric.unit})")
-    ax.set_ylabel(f"{y_metric.name} ({y_metric.unit})")
-    ax.set_title("objectives: " + ", ".join(m.name for m in objectives))
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _param(value: Any) -> str:
@@ -331,39 +372,3 @@ def _as_text(name: str, document: Any) -> str:
 
         return yaml.safe_dump(document, sort_keys=False)
     return json.dumps(document, indent=2, default=str)
-
-
-def headline_metrics(summary: Headline) -> dict[str, float]:
-    """The headline's paired ratios as MLflow metrics: headline.<metric>.{ratio,ci_low,ci_high}."""
-    figures = {"headline.rounds": float(summary.rounds)}
-    figures["headline.contended_rounds"] = float(summary.contended_rounds)
-    for metric, value in summary.ratios.items():
-        for part, number in value.model_dump().items():
-            figures[f"headline.{metric}.{part}"] = float(number)
-    return figures
-
-
-def contention_tags(contention: Contention) -> dict[str, str]:
-    tags = {
-        "contended": str(contention.contended).lower(),
-        "oversubscribed": str(contention.oversubscribed).lower(),
-    }
-    if contention.reasons:
-        tags["contention"] = "; ".join(contention.reasons)
-    if contention.gpu_throttle_reasons:
-        tags["gpu_throttle_reasons"] = ",".join(contention.gpu_throttle_reasons)
-    return tags
-
-
-def contention_figures(contention: Contention) -> dict[str, float]:
-    """The other load a measurement saw, as MLflow metrics contention.*."""
-    figures = {
-        "contention.other_cpu_share": contention.other_cpu_share,
-        "contention.machine_other_cpu_share": contention.machine_other_cpu_share,
-        "contention.steal_share": contention.steal_share,
-        "contention.cores_to_itself": contention.cores_to_itself,
-        "contention.waited_s": contention.waited_s,
-    }
-    if contention.cpu_pressure is not None:
-        figures["contention.cpu_pressure"] = contention.cpu_pressure
-    return figures

@@ -1,0 +1,44 @@
+"""What a study records: the `Tracker` protocol, MLflow's implementation and a null one, and
+the pure helpers (Pareto table and plot, tuned-config comparison, contention figures)."""
+
+from autotune.tracking.base import NullTracker, Tracker, TrackerClosed
+from autotune.tracking.mlflow import (
+    PARENT_TAG,
+    PREVIOUS_RUN_TAG,
+    ROLE_TAG,
+    ROUND_TAG,
+    STUDY_TAG,
+    TRIAL_TAG,
+    MlflowTracker,
+    artifact_location,
+)
+from autotune.tracking.report import (
+    compare_tuned,
+    contention_figures,
+    contention_tags,
+    headline_metrics,
+    is_number,
+    pareto_csv,
+    plot_front,
+)
+
+__all__ = [
+    "PARENT_TAG",
+    "PREVIOUS_RUN_TAG",
+    "ROLE_TAG",
+    "ROUND_TAG",
+    "STUDY_TAG",
+    "TRIAL_TAG",
+    "MlflowTracker",
+    "NullTracker",
+    "Tracker",
+    "TrackerClosed",
+    "artifact_location",
+    "compare_tuned",
+    "contention_figures",
+    "contention_tags",
+    "headline_metrics",
+    "is_number",
+    "pareto_csv",
+    "plot_front",
+]

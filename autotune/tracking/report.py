@@ -1,0 +1,142 @@
+"""Pure helpers around a study's record: the Pareto table and plot, how two tuned
+configurations differ, and the figures and tags a measurement's contention and a headline
+turn into."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune.contract import Contention
+from autotune.metrics import OBJECTIVES, Metric
+from autotune.pareto import Candidate
+from autotune.validation import Headline
+
+
+def compare_tuned(previous: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """What changed between two tuned-config documents: configuration values (None for a key
+    on one side only) and the numeric metrics of both, with the change relative to the
+    previous value (None where that was 0)."""
+    before, after = previous["config"], current["config"]
+    config_changes = {
+        key: {"before": before.get(key), "after": after.get(key)}
+        for key in sorted(before.keys() | after.keys())
+        if before.get(key) != after.get(key)
+    }
+    metric_changes = {
+        name: _change(value, current["metrics"][name])
+        for name, value in previous["metrics"].items()
+        if is_number(value) and is_number(current["metrics"].get(name))
+    }
+    return {
+        "previous": {"study": previous["study"]["name"], "run_id": previous["mlflow"]["run_id"]},
+        "current": {"study": current["study"]["name"], "run_id": current["mlflow"]["run_id"]},
+        "config_changes": config_changes,
+        "metric_changes": metric_changes,
+    }
+
+
+def _change(before: float, after: float) -> dict[str, float | None]:
+    return {
+        "before": before,
+        "after": after,
+        "change": after - before,
+        "relative_change": (after - before) / before if before != 0 else None,
+    }
+
+
+def pareto_csv(candidates: Sequence[Candidate]) -> str:
+    config_keys = sorted({k for c in candidates for k in c.config})
+    metric_keys = sorted({k for c in candidates for k in c.metrics})
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["trial", "feasible", *config_keys, *metric_keys])
+    for c in candidates:
+        writer.writerow(
+            [
+                c.trial_number,
+                c.feasible,
+                *(c.config.get(k, "") for k in config_keys),
+                *(c.metrics.get(k, "") for k in metric_keys),
+            ]
+        )
+    return out.getvalue()
+
+
+def plot_front(
+    candidates: Sequence[Candidate],
+    front: Sequence[Candidate],
+    objectives: Sequence[Metric],
+    path: Path,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x_metric = OBJECTIVES["latency"]
+    y_metric = OBJECTIVES["accuracy"]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for label, group, style in (
+        ("infeasible", [c for c in candidates if not c.feasible], {"c": "#bbbbbb", "marker": "x"}),
+        ("feasible", [c for c in candidates if c.feasible], {"c": "#4c72b0", "marker": "o"}),
+        ("Pareto front", list(front), {"c": "#dd8452", "marker": "*", "s": 140}),
+    ):
+        if group:
+            ax.scatter(
+                [c.metrics[x_metric.name] for c in group],
+                [c.metrics[y_metric.name] for c in group],
+                label=label,
+                **style,
+            )
+    ax.set_xscale("log")
+    ax.set_xlabel(f"{x_metric.name} ({x_metric.unit})")
+    ax.set_ylabel(f"{y_metric.name} ({y_metric.unit})")
+    ax.set_title("objectives: " + ", ".join(m.name for m in objectives))
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def headline_metrics(summary: Headline) -> dict[str, float]:
+    """The headline's paired ratios as MLflow metrics: headline.<metric>.{ratio,ci_low,ci_high}."""
+    figures = {"headline.rounds": float(summary.rounds)}
+    figures["headline.contended_rounds"] = float(summary.contended_rounds)
+    for metric, value in summary.ratios.items():
+        for part, number in value.model_dump().items():
+            figures[f"headline.{metric}.{part}"] = float(number)
+    return figures
+
+
+def contention_tags(contention: Contention) -> dict[str, str]:
+    tags = {
+        "contended": str(contention.contended).lower(),
+        "oversubscribed": str(contention.oversubscribed).lower(),
+    }
+    if contention.reasons:
+        tags["contention"] = "; ".join(contention.reasons)
+    if contention.gpu_throttle_reasons:
+        tags["gpu_throttle_reasons"] = ",".join(contention.gpu_throttle_reasons)
+    return tags
+
+
+def contention_figures(contention: Contention) -> dict[str, float]:
+    """The other load a measurement saw, as MLflow metrics contention.*."""
+    figures = {
+        "contention.other_cpu_share": contention.other_cpu_share,
+        "contention.machine_other_cpu_share": contention.machine_other_cpu_share,
+        "contention.steal_share": contention.steal_share,
+        "contention.cores_to_itself": contention.cores_to_itself,
+        "contention.waited_s": contention.waited_s,
+    }
+    if contention.cpu_pressure is not None:
+        figures["contention.cpu_pressure"] = contention.cpu_pressure
+    return figures
