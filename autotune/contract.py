@@ -184,9 +184,16 @@ class Workload(Strict):
     )
 
 
+# What a spec is run for: a trial of the search (measured), or the export of the chosen
+# configuration's optimized model (built and saved, not measured). Finalists are re-measured
+# through a `HeadToHeadSpec`.
+SpecPurpose = Literal["search", "export"]
+
+
 class TrialSpec(Strict):
     study: str
     trial_number: int
+    purpose: SpecPurpose = "search"
     attempt: int = 0
     workload: Workload
     config: dict[str, ConfigValue]

@@ -15,19 +15,13 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune.errors import AutotuneError
-
-if TYPE_CHECKING:
-    import optuna
-
-OWNER_PREFIX = "autotune:owner:"
-TRIAL_OWNER_KEY = "autotune:owner"
 
 
 @dataclass(frozen=True)
@@ -60,17 +54,17 @@ def _pid_alive(pid: int) -> bool:
 
 
 class Heartbeat:
-    """Refreshes this coordinator's owner record every `interval_s` seconds."""
+    """Calls `beat` (which refreshes this coordinator's owner record) every `interval_s`
+    seconds while the block runs."""
 
-    def __init__(self, study: optuna.Study, owner: Owner, interval_s: float = 5.0) -> None:
-        self._study = study
-        self._owner = owner
+    def __init__(self, beat: Callable[[], None], interval_s: float = 5.0) -> None:
+        self._beat_once = beat
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True, name="autotune-heartbeat")
 
     def __enter__(self) -> Heartbeat:
-        self._write()
+        self._beat_once()
         self._thread.start()
         return self
 
@@ -78,39 +72,12 @@ class Heartbeat:
         self._stop.set()
         self._thread.join()
 
-    def _write(self) -> None:
-        storage = self._study._storage
-        storage.set_study_system_attr(
-            self._study._study_id, OWNER_PREFIX + self._owner.id, self._owner.record()
-        )
-
     def _beat(self) -> None:
         while not self._stop.wait(self._interval_s):
             try:
-                self._write()
+                self._beat_once()
             except Exception:  # the database may be restarting: the next beat retries
                 continue
-
-
-def claim(study: optuna.Study, trial: optuna.Trial, owner: Owner) -> None:
-    study._storage.set_trial_system_attr(trial._trial_id, TRIAL_OWNER_KEY, owner.id)
-
-
-def lost_trials(study: optuna.Study, stale_after_s: float) -> list[optuna.trial.FrozenTrial]:
-    """RUNNING trials whose coordinator is dead."""
-    from optuna.trial import TrialState
-
-    owners = {
-        key.removeprefix(OWNER_PREFIX): value
-        for key, value in study._storage.get_study_system_attrs(study._study_id).items()
-        if key.startswith(OWNER_PREFIX)
-    }
-    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    return [
-        t
-        for t in running
-        if owner_is_dead(owners.get(t.system_attrs.get(TRIAL_OWNER_KEY, "")), stale_after_s)
-    ]
 
 
 @contextmanager

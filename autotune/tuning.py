@@ -9,23 +9,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.budget import Budget
 from autotune.contract import ModelInfo, Workload
-from autotune.coordinator import (
-    Coordinator,
-    TuneOutcome,
-    TuneSettings,
-    feasible_front,
-    opened_study,
-)
+from autotune.coordinator import Coordinator, Events, Tuning
 from autotune.errors import RequestError
 from autotune.executors import Executor, InProcessExecutor, RayExecutor
 from autotune.hardware import HardwareProfile, probe
+from autotune.leases import schema_lock
+from autotune.metrics import OBJECTIVES
+from autotune.outcome import TuneOutcome
 from autotune.pareto import Candidate
 from autotune.replay import ReplayExecutor, ReplayTable
 from autotune.request import TuningRequest, load_request
+from autotune.results import OptunaStore, StudyIdentity, opened_store
 from autotune.sources import check_workload
 from autotune.space import EffectiveSpace, effective_space, load_space, resolve_space_path
-from autotune.strategy import NAME as STRATEGY
+from autotune.strategies import DEFAULT_STRATEGY, Strategy, make_strategy
+from autotune.tracking import MlflowTracker, NullTracker, Tracker
 from autotune.warm_start import WarmStart
 
 ProgressFactory = Callable[[int | None], AbstractContextManager[Callable[[int, Any], None]]]
@@ -54,7 +54,9 @@ class TuneOptions:
     # Trials answered from this recorded table (`autotune.replay`) instead of measured.
     replay: Path | None = None
     space: str | None = None  # a space file in place of the request's search_space
-    sampler: str = STRATEGY
+    sampler: str = DEFAULT_STRATEGY
+    # False: nothing is tracked in MLflow (benchmarks and tests that never read it)
+    track: bool = True
     # Told a line for the user (a study is resumed), and each phase after the search (the
     # finalists' head-to-head, the export).
     on_note: Callable[[str], None] | None = None
@@ -99,6 +101,17 @@ def run_tune(
         budget = request.budget.model_copy(update={"trials": None})
         request = request.model_copy(update={"budget": budget})
     return tune_request(request, request_file.parent, options, progress)
+
+
+@dataclass
+class TuneSettings:
+    study_name: str
+    storage: str
+    artifact_dir: Path
+    n_trials: int | None
+    timeout_s: float | None
+    seed: int | None = None
+    sampler: str = DEFAULT_STRATEGY
 
 
 @dataclass
@@ -167,26 +180,14 @@ def tune_request(
         model_info = executor.inspect(plan.workload)
         space = plan.space(model_info)
         with (progress or _no_progress)(settings.n_trials) as update:
-            coordinator = Coordinator(
-                request=request,
-                workload=plan.workload,
-                model_info=model_info,
-                space=space,
-                profile=plan.profile,
-                executor=executor,
-                settings=settings,
-                tracking_uri=request.tracking.uri,
-                experiment=request.tracking.experiment,
-                on_progress=lambda done, total, result: update(done, result),
-                stop=options.stop,
-                warm_start=options.warm_start,
-                previous_tuned=options.previous_tuned,
-                on_note=options.on_note,
-                on_phase=options.on_phase,
+            tuning = Tuning(
+                request, plan.workload, model_info, space, plan.profile, settings.artifact_dir
             )
-            if options.stale_after_s is not None:
-                coordinator.stale_after_s = options.stale_after_s
-            outcome = coordinator.run()
+            events = Events(on_progress=lambda done, total, result: update(done, result))
+            events.on_note = options.on_note or events.on_note
+            events.on_phase = options.on_phase or events.on_phase
+            tracker = None if options.track else NullTracker(settings.study_name)
+            outcome = run_study(tuning, settings, executor, options, events, tracker)
     finally:
         executor.close()
     if isinstance(executor, ReplayExecutor):
@@ -195,6 +196,87 @@ def tune_request(
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(outcome.tuned.to_yaml())
     return outcome, out_file
+
+
+def run_study(
+    tuning: Tuning,
+    settings: TuneSettings,
+    executor: Executor,
+    options: TuneOptions,
+    events: Events,
+    tracker: Tracker | None = None,
+) -> TuneOutcome:
+    """Open (or resume) the study and its tracking, and run the coordinator on it. Without a
+    `tracker`, the study is tracked in the request's MLflow experiment."""
+    request = tuning.request
+    strategy = make_strategy(settings.sampler, tuning.space, request, settings.seed)
+    store = open_study_store(tuning, settings, strategy)
+    try:
+        if tracker is None:
+            with schema_lock(settings.storage), store.locked():
+                tracker = MlflowTracker(
+                    request.tracking.uri, request.tracking.experiment, settings.study_name
+                )
+        log_study_inputs(tracker, tuning, settings, options.warm_start)
+        coordinator = Coordinator(
+            tuning,
+            store,
+            strategy,
+            executor,
+            tracker,
+            Budget(settings.n_trials, settings.timeout_s),
+            warm_start=options.warm_start,
+            previous_tuned=options.previous_tuned,
+            events=events,
+            stop=options.stop or threading.Event(),
+        )
+        if options.stale_after_s is not None:
+            coordinator.stale_after_s = options.stale_after_s
+        return coordinator.run()
+    finally:
+        store.close()
+
+
+def open_study_store(tuning: Tuning, settings: TuneSettings, strategy: Strategy) -> OptunaStore:
+    identity = StudyIdentity(
+        model_sha256=tuning.model_info.sha256,
+        objectives=list(tuning.request.objectives),
+        space=tuning.space.name,
+        hardware_fingerprint=tuning.profile.fingerprint,
+    )
+    directions = [OBJECTIVES[o].direction.value for o in tuning.request.objectives]
+    return OptunaStore.open(
+        settings.study_name, settings.storage, directions, strategy.sampler(), identity
+    )
+
+
+def log_study_inputs(
+    tracker: Tracker, tuning: Tuning, settings: TuneSettings, warm_start: WarmStart | None
+) -> None:
+    request, info = tuning.request, tuning.model_info
+    params: dict[str, Any] = {
+        "model_kind": info.kind,
+        "model_sha256": info.sha256,
+        "n_eval_samples": info.n_samples,
+        "objectives": ",".join(request.objectives),
+        "search_space": tuning.space.name,
+        "selection": request.selection.strategy,
+        "storage": settings.storage,
+    }
+    for name, bound in request.constraints.model_dump(exclude_none=True).items():
+        params[f"constraint.{name}"] = bound
+    tags = {"energy_source": "pending", "hardware_fingerprint": tuning.profile.fingerprint}
+    if warm_start is not None:
+        tags["autotune.warm_start"] = warm_start.source_study
+    tracker.log_study_inputs(
+        params=params,
+        documents={
+            "request.yaml": request.model_dump(mode="json"),
+            "hardware.json": tuning.profile.model_dump(mode="json"),
+            "space.json": tuning.space.model_dump(mode="json"),
+        },
+        tags=tags,
+    )
 
 
 def _replay_note(executor: ReplayExecutor) -> str:
@@ -208,5 +290,5 @@ def _replay_note(executor: ReplayExecutor) -> str:
 def study_front(study_name: str, storage: str, storage_field: str = "storage") -> list[Candidate]:
     """The feasible Pareto front of a stored study, over the objectives it was run with;
     a storage that does not exist is a bad `storage_field` (nothing is created)."""
-    with opened_study(study_name, storage, "study", storage_field) as study:
-        return feasible_front(study)
+    with opened_store(study_name, storage, "study", storage_field) as store:
+        return store.front()

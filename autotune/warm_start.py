@@ -7,14 +7,14 @@ being measured again.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from autotune.contract import variant_key
-from autotune.coordinator import completed_trials, feasible_front, opened_study
+from autotune.contract import Provenance, TrialMetrics, TrialResult, TrialSpec, variant_key
+from autotune.results.optuna_store import opened_store, producible
 from autotune.space import EffectiveSpace
+from autotune.strategies import Answer
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,20 @@ class WarmStart:
         quiet = (t for t in matching if not (t.provenance.get("contention") or {}).get("contended"))
         return next((t for t in quiet if _agrees(t.provenance, expected)), None)
 
+    def answer(self, spec: TrialSpec, expected: dict[str, Any]) -> Answer | None:
+        """The result of this study's measurement of `spec`'s configuration, if there is one
+        made as a measurement now would be (its provenance has `expected`)."""
+        previous = self.measurement(spec.config, expected)
+        if previous is None:
+            return None
+        result = TrialResult.for_spec(
+            spec,
+            "ok",
+            metrics=TrialMetrics.model_validate(previous.metrics),
+            provenance=Provenance.model_validate(previous.provenance),
+        )
+        return Answer(result, f"{self.source_study}#{previous.number}")
+
     def accuracy(self, variant: str, expected: dict[str, Any]) -> float | None:
         """The accuracy of a model variant, measured under a provenance that has `expected`."""
         matching = self._by_variant.get(variant, [])
@@ -72,39 +86,22 @@ class WarmStart:
 def load_warm_start(study_name: str, storage: str) -> WarmStart:
     """The feasible front (its previously chosen configuration first, then by trial number)
     and every measured trial of a stored study."""
-    with opened_study(study_name, storage, "warm_start") as study:
-        chosen = study.user_attrs.get("revalidation", {}).get("chosen")
-        front = feasible_front(study)
-        measured = completed_trials(study)
+    with opened_store(study_name, storage, "warm_start") as store:
+        report = store.revalidation_report() or {}
+        measured = store.completed()
+        front = store.front()
+    chosen = report.get("chosen")
     front.sort(key=lambda c: (c.trial_number != chosen, c.trial_number))
     trials = [
         PreviousTrial(
-            number=t.number,
-            config=dict(t.user_attrs["config"]),
-            metrics={k: v for k, v in t.user_attrs["metrics"].items() if k != "accuracy_drop"},
-            provenance=dict(t.user_attrs.get("provenance", {})),
+            number=r.number,
+            config=dict(r.config),
+            metrics=r.measured_metrics().model_dump(),  # type: ignore[union-attr]
+            provenance=r.provenance.model_dump(mode="json") if r.provenance else {},
         )
-        for t in measured
+        for r in measured
     ]
     return WarmStart(study_name, [c.config for c in front], trials)
-
-
-def producible(space: EffectiveSpace, config: dict[str, Any]) -> bool:
-    """Whether sampling `space` can give exactly `config`: every active dimension has its
-    key with a value inside its distribution, and there is no other key."""
-    import optuna
-
-    trial = optuna.trial.FixedTrial(config)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # out-of-range values are rejected below instead
-        try:
-            produced = space.sample(trial)  # type: ignore[arg-type]
-        except ValueError:  # a key the space needs is missing, or a value is not a choice
-            return False
-    return produced == config and all(
-        dist._contains(dist.to_internal_repr(config[name]))
-        for name, dist in trial.distributions.items()
-    )
 
 
 def _config_key(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -25,23 +25,24 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from unittest.mock import patch
 
 import numpy as np
 
-from autotune import coordinator
-from autotune.coordinator import constraint_violations, opened_study
+from autotune.metrics import constraint_violations, with_accuracy_drop
 from autotune.pareto import hypervolume
 from autotune.replay import ReplayTable
 from autotune.request import TuningRequest, load_request
+from autotune.results import TrialRecord, opened_store
 from autotune.space import load_space
+from autotune.strategies import DEFAULT_STRATEGY, strategy_names
 from autotune.tuning import TuneOptions, run_tune
 
 ROOT = Path(__file__).resolve().parent
 TABLES = [ROOT / "tables" / "digits.csv", ROOT / "tables" / "minilm.csv"]
 RESULTS = ROOT / "results"
-STRATEGIES = ["autotune", "random", "nsga2", "tpe", "gp"]
-OPTUNA_DEFAULTS = ["nsga2", "tpe", "gp"]
+STRATEGIES = [DEFAULT_STRATEGY, *(s for s in strategy_names() if s != DEFAULT_STRATEGY)]
+# Optuna's model-based samplers with their default settings (random search aside).
+OPTUNA_DEFAULTS = [s for s in STRATEGIES if s not in (DEFAULT_STRATEGY, "random")]
 TARGET = 0.95
 # The reference point lies this share of the true front's extent beyond its worst point.
 MARGIN = 0.1
@@ -72,18 +73,6 @@ class Run:
         return budget + 1, None
 
 
-class NullTracker:
-    """Stands in for MLflow tracking, which the search never reads: it only costs time here."""
-
-    experiment_id = parent_run_id = "none"
-
-    def __init__(self, *args: Any) -> None:
-        pass
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: None
-
-
 def oriented(metrics: Any) -> list[float]:
     """Objective values, smaller is better for each."""
     return [-metrics["accuracy"], metrics["latency_p95_ms"], metrics["energy_per_sample_j"]]
@@ -92,8 +81,9 @@ def oriented(metrics: Any) -> list[float]:
 def feasible_metrics(
     metrics: dict[str, Any], baseline_accuracy: float, request: TuningRequest
 ) -> bool:
-    full = {**metrics, "accuracy_drop": baseline_accuracy - metrics["accuracy"]}
-    return all(v <= 0 for v in constraint_violations(request.constraints, full).values())
+    full = with_accuracy_drop(metrics, baseline_accuracy)
+    bounds = request.constraints.model_dump(exclude_none=True)
+    return all(v <= 0 for v in constraint_violations(bounds, full).values())
 
 
 def true_front(table: ReplayTable, baseline: dict[str, Any], request: TuningRequest) -> Truth:
@@ -113,26 +103,23 @@ def _dominates(a: list[float], b: list[float]) -> bool:
     return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
 
 
-def curve(trials: list[Any], table: ReplayTable, truth: Truth) -> tuple[list[float], list[float]]:
+def curve(
+    trials: list[TrialRecord], table: ReplayTable, truth: Truth
+) -> tuple[list[float], list[float]]:
     """HV fraction and cumulative seconds after each measurement, in the order trials ended."""
-    from optuna.trial import TrialState
-
-    ended = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    ended.sort(key=lambda t: (t.datetime_complete, t.number))
+    ended = [t for t in trials if t.counted]
+    ended.sort(key=lambda t: (t.ended_at, t.number))
     points: list[list[float]] = []
     fractions: list[float] = []
     seconds: list[float] = []
     spent = 0.0
     for trial in ended:
-        if not trial.user_attrs.get("measured", True):
+        if not trial.measured:
             continue
-        row = table.lookup(trial.user_attrs["config"])
+        row = table.lookup(trial.config)
         spent += 0.0 if row is None else row.measure_seconds
-        feasible = trial.state == TrialState.COMPLETE and all(
-            v <= 0 for v in dict(trial.constraints).values()
-        )
-        if feasible:
-            points.append(oriented(trial.user_attrs["metrics"]))
+        if trial.has_metrics and trial.feasible:
+            points.append(oriented(trial.metrics))
         fractions.append(hypervolume(points, truth.reference) / truth.hypervolume)
         seconds.append(spent)
     return fractions, seconds
@@ -141,7 +128,8 @@ def curve(trials: list[Any], table: ReplayTable, truth: Truth) -> tuple[list[flo
 def replay_run(
     paths: tuple[Path, Path, Path], strategy: str, seed: int, budget: int, workers: int, work: Path
 ) -> Any:
-    """One replayed tune; returns its study's trials."""
+    """One replayed tune, tracked nowhere (the search never reads it); returns its study's
+    trials."""
     table_path, space_path, request_path = paths
     name = f"{table_path.stem}-{strategy}-{seed}-w{workers}"
     storage = f"sqlite:///{work / 'studies.db'}"
@@ -157,11 +145,11 @@ def replay_run(
         tracking_uri=f"sqlite:///{work / 'mlflow.db'}",
         experiment=name,
         out_dir=work / name,
+        track=False,
     )
-    with patch.object(coordinator, "Tracker", NullTracker):
-        run_tune(request_path, options)
-    with opened_study(name, storage, "study") as study:
-        return study.trials
+    run_tune(request_path, options)
+    with opened_store(name, storage, "study") as store:
+        return store.records()
 
 
 def table_paths(table: Path) -> tuple[Path, Path, Path]:
@@ -207,13 +195,9 @@ def summary(runs: list[Run], budget: int) -> dict[str, Any]:
 def check_parallel(table_path: Path, budget: int, work: Path) -> str:
     """The default strategy on three slots finishing out of order: every trial told once,
     the budget exact, no configuration measured twice."""
-    from optuna.trial import TrialState
-
-    trials = replay_run(table_paths(table_path), "autotune", 0, budget, 3, work)
-    ended = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    measured = [
-        str(sorted(t.user_attrs["config"].items())) for t in ended if t.user_attrs["measured"]
-    ]
+    trials = replay_run(table_paths(table_path), DEFAULT_STRATEGY, 0, budget, 3, work)
+    ended = [t for t in trials if t.counted]
+    measured = [str(sorted(t.config.items())) for t in ended if t.measured]
     assert len(ended) == len(trials) == budget, "every trial told once, budget exact"
     assert len(measured) == len(set(measured)), "no configuration measured twice"
     return f"{len(ended)} trials told once each, {len(measured)} distinct measurements"

@@ -155,9 +155,10 @@ def private_postgres() -> Iterator[PrivateCluster]:
 
 
 def stored_trials(storage: str, study: str) -> list[Any]:
-    """A stored study's trials, read with a connection that is closed afterwards (polling
-    loops that leave engines to the garbage collector exhaust PostgreSQL's clients)."""
-    from autotune.coordinator import opened_study
+    """A stored study's trial records, read with a connection that is closed afterwards
+    (polling loops that leave engines to the garbage collector exhaust PostgreSQL's
+    clients)."""
+    from autotune.results import opened_store
 
-    with opened_study(study, storage, "study") as loaded:
-        return loaded.trials
+    with opened_store(study, storage, "study") as store:
+        return store.records()

@@ -52,7 +52,7 @@ def write_request(tmp_path: Path, storage: str, tracking: str, **overrides: obje
 def trial_states(storage: str, study: str = "digits-test") -> dict[str, int]:
     counts: dict[str, int] = {}
     for trial in stored_trials(storage, study):
-        counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
+        counts[trial.state] = counts.get(trial.state, 0) + 1
     return counts
 
 
@@ -62,7 +62,7 @@ def counted(storage: str) -> int:
         states = trial_states(storage)
     except RequestError:
         return 0
-    return states.get("COMPLETE", 0) + states.get("PRUNED", 0)
+    return states.get("complete", 0) + states.get("pruned", 0)
 
 
 def child_run_numbers(tracking: str) -> list[int]:
@@ -126,11 +126,11 @@ def test_two_workers_on_postgres(databases: tuple[str, str], tmp_path: Path) -> 
     process = cli(path, tmp_path, "--workers", "2")
     output, _ = process.communicate(timeout=900)
     assert process.returncode == 0, output[-3000:]
-    assert trial_states(storage) == {"COMPLETE": 8} or counted(storage) == 8
-    assert "FAIL" not in trial_states(storage)
+    assert trial_states(storage) == {"complete": 8} or counted(storage) == 8
+    assert "failed" not in trial_states(storage)
     assert child_run_numbers(tracking) == list(range(8))
     trials = stored_trials(storage, "digits-test")
-    pids = {t.user_attrs["provenance"]["pid"] for t in trials if "provenance" in t.user_attrs}
+    pids = {t.provenance.pid for t in trials if t.provenance is not None}
     assert len(pids) == 2  # both slots measured
 
 
@@ -172,9 +172,9 @@ def test_a_worker_killed_mid_trial_is_retried(
         killer.join(timeout=5)
     assert killed, "the worker was never killed"
     states = trial_states(storage)
-    assert counted(storage) == 8 and "FAIL" not in states
+    assert counted(storage) == 8 and "failed" not in states
     trials = stored_trials(storage, "digits-test")
-    attempts = {t.number: t.user_attrs.get("attempt") for t in trials}
+    attempts = {t.number: t.attempt for t in trials}
     assert any(a is not None and a >= 1 for a in attempts.values()), attempts
     assert child_run_numbers(tracking) == list(range(8))
 
@@ -198,7 +198,7 @@ def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path
     assert resumed.returncode == 0, output[-3000:]
     states = trial_states(storage)
     assert counted(storage) == 8
-    lost = states.get("FAIL", 0)  # trials the dead coordinator left RUNNING, reaped
+    lost = states.get("failed", 0)  # trials the dead coordinator left RUNNING, reaped
     assert lost >= 1
     assert states.get("RUNNING", 0) == 0
     assert len(child_run_numbers(tracking)) == 8 + lost
@@ -206,13 +206,13 @@ def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path
 
     # A reaped trial's retry is recorded as the next attempt, in Optuna and in MLflow.
     trials = {t.number: t for t in stored_trials(storage, "digits-test")}
-    retries = [t for t in trials.values() if "retry_of" in t.user_attrs]
+    retries = [t for t in trials.values() if t.marks.retry_of is not None]
     assert len(retries) == lost
     run_attempts = child_run_attempts(tracking)
     for retry in retries:
-        reaped = trials[retry.user_attrs["retry_of"]]
-        assert reaped.state.name == "FAIL" and reaped.user_attrs["status"] == "lost"
-        assert retry.user_attrs["attempt"] == reaped.user_attrs["attempt"] + 1 == 1
+        reaped = trials[retry.marks.retry_of]
+        assert reaped.state == "failed" and reaped.status == "lost"
+        assert retry.attempt == reaped.attempt + 1 == 1
         assert run_attempts[retry.number] == "1"
         assert run_attempts[reaped.number] == "0"
 
@@ -227,9 +227,9 @@ def test_two_coordinators_share_one_study(databases: tuple[str, str], tmp_path: 
     assert first.returncode == 0, outputs[0][-3000:]
     assert second.returncode == 0, outputs[1][-3000:]
     assert counted(storage) == 10
-    assert "FAIL" not in trial_states(storage)
+    assert "failed" not in trial_states(storage)
     trials = stored_trials(storage, "digits-test")
-    assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1
+    assert sum(t.marks.baseline for t in trials) == 1
     owners = {t.system_attrs.get("autotune:owner") for t in trials}
     assert len(owners) == 2  # both coordinators ran trials
     assert child_run_numbers(tracking) == list(range(10))
@@ -356,7 +356,7 @@ def test_postgres_restarted_mid_study(private_postgres: PrivateCluster, tmp_path
     output, _ = process.communicate(timeout=900)
     assert process.returncode == 0, output[-3000:]
     assert counted(storage) == 6
-    assert "FAIL" not in trial_states(storage)
+    assert "failed" not in trial_states(storage)
     assert child_run_numbers(tracking) == list(range(6))
 
 
@@ -373,7 +373,7 @@ def test_ctrl_c_stops_cleanly_and_the_study_resumes(tmp_path: Path) -> None:
     assert process.returncode == 130, output[-3000:]
     assert "resume" in output
     states = trial_states(storage)
-    assert states.get("RUNNING", 0) == 0 and "FAIL" not in states  # running trials finished
+    assert states.get("running", 0) == 0 and "failed" not in states  # running trials finished
     assert counted(storage) < 6
     resumed = cli(path, tmp_path)
     output, _ = resumed.communicate(timeout=600)

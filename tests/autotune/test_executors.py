@@ -98,9 +98,9 @@ def test_a_worker_killed_while_starting_is_replaced_and_the_study_goes_on(
     assert outcome.tuned is not None and outcome.n_trials == 3
     stored = stored_trials(f"sqlite:///{tmp_path / 'study.db'}", "digits-test")
     trials = {t.number: t for t in stored}
-    assert {t.state.name for t in trials.values()} == {"COMPLETE"}
-    assert trials[0].user_attrs["baseline"] and trials[0].user_attrs["attempt"] == 1
-    assert all(trials[n].user_attrs["attempt"] == 0 for n in trials if n != 0)
+    assert {t.state for t in trials.values()} == {"complete"}
+    assert trials[0].marks.baseline and trials[0].attempt == 1
+    assert all(trials[n].attempt == 0 for n in trials if n != 0)
 
 
 @pytest.fixture(scope="module")

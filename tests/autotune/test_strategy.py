@@ -11,13 +11,14 @@ from typing import Any
 import numpy as np
 import optuna
 import pytest
-from optuna.trial import TrialState
 
 from autotune.contract import TrialResult, TrialSpec
 from autotune.replay import ReplayTable
 from autotune.request import TuningRequest, load_request, parse_request
+from autotune.results import TrialRecord
+from autotune.results.optuna_store import record_of
 from autotune.space import EffectiveDimension, EffectiveSpace
-from autotune.strategy import (
+from autotune.strategies.autotune import (
     ACCURACY_VIOLATION,
     SAMPLER_EVERY,
     UNSUPPORTED_LIKE,
@@ -26,7 +27,7 @@ from autotune.strategy import (
     config_key,
     designed_configs,
 )
-from autotune.strategy import NAME as STRATEGY
+from autotune.strategies.autotune import NAME as STRATEGY
 from autotune.tuning import TuneOptions, run_tune
 from tests.autotune.test_replay import (
     BASELINE,
@@ -36,6 +37,7 @@ from tests.autotune.test_replay import (
     write_request,
     write_table,
 )
+from tests.conftest import stored_trials
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "experiments" / "search_benchmark.py"
 
@@ -46,7 +48,7 @@ def tune(
     workers: int = 1,
     rows: list[dict[str, Any]] | None = None,
     **request: Any,
-) -> optuna.Study:
+) -> list[TrialRecord]:
     table = write_table(directory / "table.csv", recorded_rows() if rows is None else rows)
     storage = f"sqlite:///{directory / 'study.db'}"
     options = TuneOptions(
@@ -60,32 +62,28 @@ def tune(
         out_dir=directory / "out",
     )
     run_tune(write_request(directory, **request), options)
-    return optuna.load_study(study_name="s", storage=storage)
+    return stored_trials(storage, "s")
 
 
-def measured_configs(study: optuna.Study) -> list[str]:
-    return [str(sorted(t.user_attrs["config"].items())) for t in study.trials if measured(t)]
-
-
-def measured(trial: optuna.trial.FrozenTrial) -> bool:
-    return bool(trial.user_attrs["measured"])
+def measured_configs(trials: list[TrialRecord]) -> list[str]:
+    return [str(sorted(t.config.items())) for t in trials if t.measured]
 
 
 @pytest.mark.slow
 def test_repeats_are_told_from_the_study_not_measured(tmp_path: Path) -> None:
-    study = tune(tmp_path, budget=40)
+    trials = tune(tmp_path, budget=40)
     distinct = len(recorded_rows()) + 2  # onnxruntime at 0.6 is not in the table
-    configs = measured_configs(study)
-    assert len(study.trials) == 40
+    configs = measured_configs(trials)
+    assert len(trials) == 40
     assert len(configs) == len(set(configs)) <= distinct
-    repeats = [t for t in study.trials if "reused_from" in t.user_attrs]
+    repeats = [t for t in trials if t.reused_from is not None]
     assert repeats, "a budget larger than the space must repeat proposals"
     for trial in repeats:
-        assert trial.user_attrs["measured"] is False
-        study_name, number = trial.user_attrs["reused_from"].split("#")
-        original = study.trials[int(number)]
-        assert study_name == "s" and measured(original)
-        assert original.user_attrs["config"] == trial.user_attrs["config"]
+        assert trial.measured is False
+        study_name, number = trial.reused_from.split("#")
+        original = trials[int(number)]
+        assert study_name == "s" and original.measured
+        assert original.config == trial.config
         assert trial.state == original.state
         assert trial.values == original.values
 
@@ -93,16 +91,16 @@ def test_repeats_are_told_from_the_study_not_measured(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_known_infeasible_variant_is_not_measured(tmp_path: Path) -> None:
     # Pruning at 0.6 costs 3 points of accuracy: beyond a 0.02 bound, once that is known.
-    study = tune(tmp_path, budget=40)
-    baseline = study.trials[0].user_attrs["metrics"]["accuracy"]
+    trials = tune(tmp_path, budget=40)
+    baseline = trials[0].metrics["accuracy"]
     violating: set[str] = set()
-    for trial in sorted(study.trials, key=lambda t: t.datetime_complete):
-        variant = trial.user_attrs["variant_key"]
-        if variant in violating and "reused_from" not in trial.user_attrs:
-            assert not measured(trial)
-            assert trial.state == TrialState.PRUNED
-            assert trial.user_attrs["reason"] == ACCURACY_VIOLATION
-        metrics = trial.user_attrs.get("metrics")
+    for trial in sorted(trials, key=lambda t: t.ended_at):
+        variant = trial.variant_key
+        if variant in violating and trial.reused_from is None:
+            assert not trial.measured
+            assert trial.state == "pruned"
+            assert trial.reason == ACCURACY_VIOLATION
+        metrics = trial.metrics
         if metrics is not None and baseline - metrics["accuracy"] > 0.02:
             violating.add(variant)
     assert violating
@@ -110,34 +108,34 @@ def test_known_infeasible_variant_is_not_measured(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_designed_set_follows_the_baseline(tmp_path: Path) -> None:
-    study = tune(tmp_path, budget=6)
-    configs = [t.user_attrs["config"] for t in study.trials]
+    trials = tune(tmp_path, budget=6)
+    configs = [t.config for t in trials]
     assert configs[0] == BASELINE
     # One engine besides the baseline's, unpruned, at the middle batch size: the default
     # objectives (accuracy, p95 per call, energy per sample) span both ends of the range.
     assert configs[1] == {**BASELINE, "runtime.engine": "onnxruntime", "batch.size": 8}
-    assert study.trials[1].user_attrs["proposed"] == "designed"
+    assert trials[1].marks.proposed == "designed"
 
 
 @pytest.mark.slow
 def test_designed_set_of_a_throughput_request_runs_large_batches(tmp_path: Path) -> None:
-    study = tune(tmp_path, budget=6, selection={"strategy": "highest_throughput"})
-    configs = [t.user_attrs["config"] for t in study.trials]
+    trials = tune(tmp_path, budget=6, selection={"strategy": "highest_throughput"})
+    configs = [t.config for t in trials]
     assert configs[1] == {**BASELINE, "runtime.engine": "onnxruntime", "batch.size": 8}
-    assert study.trials[1].user_attrs["proposed"] == "designed"
+    assert trials[1].marks.proposed == "designed"
 
 
 @pytest.mark.slow
 def test_out_of_order_slots_tell_each_trial_once_and_measure_each_config_once(
     tmp_path: Path,
 ) -> None:
-    study = tune(tmp_path, budget=30, workers=3)
-    finished = (TrialState.COMPLETE, TrialState.PRUNED)
-    assert len(study.trials) == 30
-    assert all(t.state in finished for t in study.trials)
-    configs = measured_configs(study)
+    trials = tune(tmp_path, budget=30, workers=3)
+    finished = ("complete", "pruned")
+    assert len(trials) == 30
+    assert all(t.state in finished for t in trials)
+    configs = measured_configs(trials)
     assert len(configs) == len(set(configs))
-    completed = sorted(study.trials, key=lambda t: t.datetime_complete)
+    completed = sorted(trials, key=lambda t: t.ended_at)
     assert [t.number for t in completed] != sorted(t.number for t in completed)
 
 
@@ -182,15 +180,15 @@ def test_benchmark_true_hypervolume_of_a_hand_made_table(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_benchmark_curve_counts_only_measurements(tmp_path: Path) -> None:
     bench = load_benchmark()
-    study = tune(tmp_path, budget=30)
+    trials = tune(tmp_path, budget=30)
     table = ReplayTable.load(tmp_path / "table.csv")
     request = load_request(tmp_path / "request.yaml", replay=True)
     truth = bench.true_front(table, BASELINE, request)
-    fractions, seconds = bench.curve(study.trials, table, truth)
-    assert len(fractions) == len(measured_configs(study)) < 30
+    fractions, seconds = bench.curve(trials, table, truth)
+    assert len(fractions) == len(measured_configs(trials)) < 30
     assert fractions == sorted(fractions) and fractions[-1] <= 1.0 + 1e-9
     rows = {str(sorted(config_of(r).items())): r for r in recorded_rows()}
-    expected = sum(float(rows[c]["measure_seconds"]) for c in measured_configs(study) if c in rows)
+    expected = sum(float(rows[c]["measure_seconds"]) for c in measured_configs(trials) if c in rows)
     assert seconds[-1] == pytest.approx(expected)
 
 
@@ -317,7 +315,7 @@ def test_local_search_steps_batch_size_toward_the_request(
     ledger = Ledger(small_space(), designed=[], request=req)
     point = {**ONNX, "batch.size": 8}
     ledger.proposed.add(config_key(point))
-    proposals = [ledger.next_proposal([point], set()) for _ in range(SAMPLER_EVERY - 1)]
+    proposals = [ledger.next_proposal(lambda: [point], set()) for _ in range(SAMPLER_EVERY - 1)]
     options = {
         64: {**point, "batch.size": 64},
         1: {**point, "batch.size": 1},
@@ -337,7 +335,7 @@ def test_outcomes_recorded_before_per_sample_latency_load_with_it_derived() -> N
     attrs = {"config": {**ONNX, "batch.size": 8}, "status": "ok", "metrics": old}
     study.add_trial(optuna.trial.create_trial(values=[0.9, 2.0, 0.01], user_attrs=attrs))
     ledger = Ledger(small_space(), designed=[], request=PER_CALL)
-    ledger.load(study)
+    ledger.load([record_of(t) for t in study.trials])
     outcome = ledger.finished[config_key(attrs["config"])]
     assert outcome.metrics is not None
     assert outcome.metrics.latency_per_sample_ms == pytest.approx(0.25)
@@ -351,7 +349,7 @@ def test_local_search_walks_the_fronts_neighbours_nearest_first() -> None:
         "precision.mode=int8_static,prune.method=none,runtime.engine=torch_eager",
         "precision.mode=fp32,prune.method=magnitude,prune.ratio=0.3,runtime.engine=torch_eager",
     }
-    proposals = [ledger.next_proposal(front, excluded) for _ in range(8)]
+    proposals = [ledger.next_proposal(lambda: front, excluded) for _ in range(8)]
     assert proposals[: SAMPLER_EVERY - 1] == [
         ({**SMALL_BASELINE, "batch.size": 8}, "neighbour"),  # one step along batch size
         ({**SMALL_BASELINE, "batch.size": 64}, "neighbour"),  # the rest is known or excluded
@@ -375,7 +373,9 @@ def test_unbuildable_in_one_batch_size_is_not_proposed_in_another(tmp_path: Path
     like = ledger.unsupported_like({**unbuildable, "batch.size": 8})
     assert like is not None and like.trial_number == 3
     assert ledger.unsupported_like({**unbuildable, "prune.method": "magnitude"}) is None
-    proposed = [ledger.next_proposal([unbuildable], set()) for _ in range(SAMPLER_EVERY - 1)]
+    proposed = [
+        ledger.next_proposal(lambda: [unbuildable], set()) for _ in range(SAMPLER_EVERY - 1)
+    ]
     assert ({**unbuildable, "batch.size": 8}, "neighbour") not in proposed
 
 
@@ -388,19 +388,19 @@ def test_a_repeat_of_an_unbuildable_configuration_is_not_measured(tmp_path: Path
             row.update(status="unsupported", reason="no kernel for it")
             for metric in ("accuracy", "latency_p95_ms", "energy_per_sample_j"):
                 row.pop(metric, None)
-    study = tune(tmp_path, budget=30, rows=rows, constraints={"max_accuracy_drop": 0.5})
-    by_ratio: dict[float, list[optuna.trial.FrozenTrial]] = {}
-    for trial in study.trials:
-        config = trial.user_attrs["config"]
+    trials = tune(tmp_path, budget=30, rows=rows, constraints={"max_accuracy_drop": 0.5})
+    by_ratio: dict[float, list[TrialRecord]] = {}
+    for trial in trials:
+        config = trial.config
         if config["runtime.engine"] == "onnxruntime" and config["prune.method"] != "none":
             by_ratio.setdefault(config["prune.ratio"], []).append(trial)
     skipped = 0
     for trials in by_ratio.values():
-        (first,) = [t for t in trials if measured(t)]  # one batch size measured, per ratio
+        (first,) = [t for t in trials if t.measured]  # one batch size measured, per ratio
         for trial in trials:
-            if trial is not first and "reused_from" not in trial.user_attrs:
-                assert not measured(trial) and trial.state == TrialState.PRUNED
-                assert trial.user_attrs["reason"].startswith(UNSUPPORTED_LIKE)
-                assert f"#{first.number}:" in trial.user_attrs["reason"]
+            if trial is not first and trial.reused_from is None:
+                assert not trial.measured and trial.state == "pruned"
+                assert trial.reason.startswith(UNSUPPORTED_LIKE)
+                assert f"#{first.number}:" in trial.reason
                 skipped += 1
     assert skipped

@@ -15,10 +15,11 @@ from autotune.contract import HeadToHeadResult, HeadToHeadSpec
 from autotune.errors import NoFeasibleConfiguration, RequestError
 from autotune.executors import InProcessExecutor
 from autotune.request import load_request
+from autotune.results import opened_store
 from autotune.tracking import PARENT_TAG, ROUND_TAG, STUDY_TAG, TRIAL_TAG, is_number
 from autotune.tuning import TuneOptions, run_tune, study_front
 from autotune.warm_start import load_warm_start
-from tests.conftest import ADMIN_URL, FAST_VALIDATION, postgres_databases
+from tests.conftest import ADMIN_URL, FAST_VALIDATION, postgres_databases, stored_trials
 
 INPROCESS = TuneOptions(executor="inprocess", seed=0)
 
@@ -57,22 +58,20 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     assert Path(tuned["artifact"]).is_file()
 
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    study = optuna.load_study(study_name="digits-test", storage=storage)
-    finished = [t for t in study.trials if t.state.is_finished()]
+    trials = stored_trials(storage, "digits-test")
+    finished = [t for t in trials if t.counted]
     assert len(finished) == 6
-    assert study.trials[0].user_attrs["baseline"] is True
-    assert study.trials[0].params["precision.mode"] == "fp32"
+    assert trials[0].marks.baseline is True
+    assert trials[0].config["precision.mode"] == "fp32"
 
     runs = child_runs(tuned["mlflow"]["tracking_uri"], tuned["mlflow"]["run_id"])
     assert sorted(int(r.data.tags[TRIAL_TAG]) for r in runs) == list(range(6))
     for run in runs:
-        trial = study.trials[int(run.data.tags[TRIAL_TAG])]
-        assert run.data.params == {k: str(v) for k, v in trial.params.items()}
+        trial = trials[int(run.data.tags[TRIAL_TAG])]
+        assert run.data.params == {k: str(v) for k, v in trial.config.items()}
         assert run.data.tags["pareto"] in {"true", "false"}
-        if trial.state == optuna.trial.TrialState.COMPLETE:
-            assert (
-                run.data.metrics["latency_p95_ms"] == trial.user_attrs["metrics"]["latency_p95_ms"]
-            )
+        if trial.metrics is not None:
+            assert run.data.metrics["latency_p95_ms"] == trial.metrics["latency_p95_ms"]
     front_numbers = {c.trial_number for c in outcome.front}
     assert {int(r.data.tags[TRIAL_TAG]) for r in runs if r.data.tags["pareto"] == "true"} == (
         front_numbers
@@ -85,7 +84,8 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     finalists = {f["trial"]: f for f in revalidation["comparisons"][-1]}
     assert finalists[revalidation["chosen"]]["revalidated"] == tuned["metrics"]
     assert revalidation["baseline"] == tuned["baseline"]
-    assert study.user_attrs["revalidation"]["rounds"] == 6  # the request's validation.rounds
+    with opened_store("digits-test", storage, "study") as store:
+        assert store.revalidation_report()["rounds"] == 6  # the request's validation.rounds
     headline = tuned["headline"]
     assert headline["rounds"] == 6
     assert headline["conditions"] in {"quiet", "contended"}
@@ -125,10 +125,8 @@ def test_resume_adds_only_the_missing_trials(write_request, tmp_path: Path) -> N
     assert tuned["mlflow"]["run_id"] == first.tuned.mlflow["run_id"]
     runs = child_runs(tuned["mlflow"]["tracking_uri"], tuned["mlflow"]["run_id"])
     assert sorted(int(r.data.tags[TRIAL_TAG]) for r in runs) == list(range(5))
-    study = optuna.load_study(
-        study_name="digits-test", storage=f"sqlite:///{tmp_path / 'study.db'}"
-    )
-    assert sum(bool(t.user_attrs.get("baseline")) for t in study.trials) == 1
+    trials = stored_trials(f"sqlite:///{tmp_path / 'study.db'}", "digits-test")
+    assert sum(t.marks.baseline for t in trials) == 1
 
 
 @pytest.mark.slow

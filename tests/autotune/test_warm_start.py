@@ -16,11 +16,11 @@ from mlflow.tracking import MlflowClient
 
 from autotune import tuning
 from autotune.contract import TrialSpec, variant_key
-from autotune.coordinator import TuneOutcome
 from autotune.errors import RequestError
 from autotune.executors import InProcessExecutor
 from autotune.hardware import probe
 from autotune.metrics import OBJECTIVES, Direction, Metric
+from autotune.outcome import TuneOutcome
 from autotune.pareto import Candidate, dominates
 from autotune.space import effective_space, load_space, resolve_space_path
 from autotune.tracking import PARENT_TAG, TRIAL_TAG, MlflowTracker, compare_tuned

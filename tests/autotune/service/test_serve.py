@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from optuna.trial import TrialState
 
 from autotune.service.db import Database
 from autotune.service.jobs import JobStore
@@ -117,7 +116,7 @@ def test_a_killed_runner_is_replaced_and_its_job_finishes(tmp_path: Path) -> Non
             assert body == {"status": "ok", "runners": {"expected": 1, "alive": 1, "restarts": 1}}
             assert "ended with exit code -9" in tail(log)
         trials = stored_trials(settings.storage, job.study_name)
-        counted = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        counted = [t for t in trials if t.counted]
         assert len(counted) == 6  # resumed: the budget, not the budget twice
         db.close()
 
@@ -191,5 +190,5 @@ def test_sigterm_stops_the_runners_and_gives_their_job_back(tmp_path: Path) -> N
         assert given_back.lease_owner is None and given_back.attempts == 1
         trials = stored_trials(settings.storage, job.study_name)
         assert 2 <= len(trials) < 40
-        assert TrialState.RUNNING not in {t.state for t in trials}  # running trials ended
+        assert "running" not in {t.state for t in trials}  # running trials ended
         db.close()

@@ -40,7 +40,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -52,11 +52,12 @@ from autotune.contract import (
     TrialSpec,
     variant_key,
 )
+from autotune.results.optuna_store import producible
+from autotune.strategies.base import Answer, Proposal, Strategy, register_strategy
 
 if TYPE_CHECKING:
-    import optuna
-
     from autotune.request import Selection, TuningRequest
+    from autotune.results.records import TrialRecord
     from autotune.space import EffectiveSpace
 
 NAME = "autotune"
@@ -217,7 +218,7 @@ class Outcome:
 @dataclass
 class Ledger:
     """Per configuration: the trial that answered it, or ours that is measuring it now, and
-    the repeats waiting for that one. The `request` orders batch-size steps in the local
+    the configurations proposed. The `request` orders batch-size steps in the local
     search (`batch_lean`)."""
 
     space: EffectiveSpace
@@ -225,7 +226,6 @@ class Ledger:
     request: TuningRequest | None = None
     finished: dict[ConfigKey, Outcome] = field(default_factory=dict)
     in_flight: dict[ConfigKey, int] = field(default_factory=dict)
-    waiting: dict[int, list[tuple[optuna.Trial, TrialSpec]]] = field(default_factory=dict)
     proposed: set[ConfigKey] = field(default_factory=set)
     unsupported: dict[ConfigKey, Outcome] = field(default_factory=dict)
     _searched: int = 0
@@ -239,30 +239,24 @@ class Ledger:
         request = self.request
         return None if request is None else step_preference(request.selection, request.objectives)
 
-    def load(self, study: optuna.Study) -> None:
+    def load(self, records: list[TrialRecord]) -> None:
         """The outcomes a resumed study already holds."""
-        from optuna.trial import TrialState
-
-        states = (TrialState.COMPLETE, TrialState.PRUNED)
-        for trial in study.get_trials(deepcopy=False, states=states):
-            attrs = trial.user_attrs
-            if "config" not in attrs or attrs.get("status") in (None, "lost", "skipped"):
+        for record in records:
+            if not record.counted or record.status in (None, "lost", "skipped"):
                 continue
-            metrics = attrs.get("metrics")
-            provenance = attrs.get("provenance")
             outcome = Outcome(
-                trial.number,
-                attrs["status"],
-                attrs.get("reason"),
-                None if metrics is None else TrialMetrics.model_validate(_measured(metrics)),
-                None if provenance is None else Provenance.model_validate(provenance),
+                record.number,
+                record.status,
+                record.reason,
+                record.measured_metrics(),
+                record.provenance,
             )
-            self.finished.setdefault(config_key(attrs["config"]), outcome)
+            self.finished.setdefault(config_key(record.config), outcome)
             if outcome.status == "unsupported":
-                self.unsupported.setdefault(_build_key(attrs["config"]), outcome)
+                self.unsupported.setdefault(_build_key(record.config), outcome)
 
-    def settle(self, number: int, spec: TrialSpec, result: TrialResult) -> list[Any]:
-        """Record how trial `number` ended; return the repeats that waited for it."""
+    def settle(self, number: int, spec: TrialSpec, result: TrialResult) -> None:
+        """Record how trial `number` ended."""
         key = config_key(spec.config)
         if self.in_flight.get(key) == number:
             del self.in_flight[key]
@@ -273,16 +267,13 @@ class Ledger:
             self.finished.setdefault(key, outcome)
             if result.status == "unsupported":
                 self.unsupported.setdefault(_build_key(spec.config), outcome)
-        return self.waiting.pop(number, [])
 
     def next_proposal(
-        self, front: list[dict[str, ConfigValue]], excluded: set[str]
+        self, front: Callable[[], list[dict[str, ConfigValue]]], excluded: set[str]
     ) -> tuple[dict[str, ConfigValue], str] | None:
         """The next designed configuration not yet known, else an unknown neighbour of the
         `front` (in the order given) whose variant is not in `excluded`; None when the sampler
         proposes."""
-        from autotune.warm_start import producible
-
         for config in self.designed:
             if not self._known(config_key(config)):
                 self.proposed.add(config_key(config))
@@ -290,7 +281,7 @@ class Ledger:
         self._searched += 1
         if self._searched % SAMPLER_EVERY == 0:
             return None
-        for point in front:
+        for point in front():
             for option in self._neighbours(point):
                 key = config_key(option)
                 if self._known(key) or variant_key(option) in excluded:
@@ -353,12 +344,54 @@ def _build_key(config: dict[str, ConfigValue]) -> ConfigKey:
     return config_key({k: v for k, v in config.items() if k not in THROUGHPUT_DIMENSIONS})
 
 
-def _measured(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in metrics.items() if k != "accuracy_drop"}
-
-
 def violates_accuracy(
     variant: str, accuracy: dict[str, float], baseline_accuracy: float, bound: float | None
 ) -> bool:
     known = accuracy.get(variant)
     return bound is not None and known is not None and baseline_accuracy - known > bound
+
+
+@register_strategy
+class AutotuneStrategy(Strategy):
+    """autotune's own strategy (see the module's docstring)."""
+
+    name = NAME
+    proposes = True
+
+    def __init__(self, space: EffectiveSpace, request: TuningRequest, seed: int | None) -> None:
+        super().__init__(space, request, seed)
+        self.ledger = Ledger(space, designed_configs(space, request), request)
+
+    def sampler(self) -> Any:
+        return make_strategy_sampler(self.seed)
+
+    def start(self, records: list[TrialRecord]) -> None:
+        self.ledger.load(records)
+
+    def propose(
+        self, front: Callable[[], list[dict[str, ConfigValue]]], excluded: set[str]
+    ) -> Proposal | None:
+        proposal = self.ledger.next_proposal(front, excluded)
+        return None if proposal is None else Proposal(*proposal)
+
+    def answer(self, study: str, spec: TrialSpec, excluded: set[str]) -> Answer | None:
+        """Not measured: a variant known to violate the accuracy bound, a configuration that
+        could not be built at another batch size or thread count, or one that was (or is
+        being) measured."""
+        if variant_key(spec.config) in excluded:
+            return Answer(TrialResult.for_spec(spec, "skipped", ACCURACY_VIOLATION))
+        unbuildable = self.ledger.unsupported_like(spec.config)
+        if unbuildable is not None:
+            reason = f"{UNSUPPORTED_LIKE} #{unbuildable.trial_number}: {unbuildable.reason}"
+            return Answer(TrialResult.for_spec(spec, "skipped", reason))
+        key = config_key(spec.config)
+        outcome = self.ledger.finished.get(key)
+        if outcome is not None:
+            return Answer(outcome.result_for(spec), f"{study}#{outcome.trial_number}")
+        if key in self.ledger.in_flight:
+            return Answer(wait_for=self.ledger.in_flight[key])
+        self.ledger.in_flight[key] = spec.trial_number
+        return None
+
+    def after_trial(self, spec: TrialSpec, result: TrialResult) -> None:
+        self.ledger.settle(spec.trial_number, spec, result)

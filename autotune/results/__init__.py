@@ -1,0 +1,23 @@
+"""What a study records, and where: typed trial records behind the `ResultStore` interface."""
+
+from autotune.results.optuna_store import OptunaStore, opened_store, producible
+from autotune.results.records import (
+    Outcome,
+    StoredRevalidation,
+    StudyIdentity,
+    TrialMarks,
+    TrialRecord,
+)
+from autotune.results.store import ResultStore
+
+__all__ = [
+    "OptunaStore",
+    "Outcome",
+    "ResultStore",
+    "StoredRevalidation",
+    "StudyIdentity",
+    "TrialMarks",
+    "TrialRecord",
+    "opened_store",
+    "producible",
+]

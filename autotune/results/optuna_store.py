@@ -1,0 +1,471 @@
+"""The result store on an Optuna study: SQLite or PostgreSQL through Optuna's RDB storage, or
+Optuna's in-memory storage (fast tests, one process). This is the only module that reads or
+writes a study's attributes; everything it stores has a type in `autotune.results.records`.
+
+Each trial costs few transactions: a trial the strategy proposed is created running with its
+parameters, marks and owner in one write; a trial's outcome is one attribute, its constraints
+and its values. A SQLite study runs in WAL mode with `synchronous=NORMAL`: a commit does not
+wait for the disk, and the database stays consistent when the process dies.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from autotune import optuna_api
+from autotune.contract import ConfigValue
+from autotune.errors import RequestError
+from autotune.leases import Owner, owner_is_dead, schema_lock, study_lock
+from autotune.metrics import OBJECTIVES
+from autotune.pareto import Candidate, pareto_front
+from autotune.results.records import (
+    RECORD_KEY,
+    Outcome,
+    StoredRevalidation,
+    StudyIdentity,
+    TrialMarks,
+    TrialRecord,
+    TrialState,
+)
+from autotune.stores import require_existing
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.space import EffectiveSpace
+
+# How long storage calls keep retrying while the database is unreachable.
+DATABASE_PATIENCE_S = 120.0
+MARKS_KEY = "marks"
+OWNER_PREFIX = "autotune:owner:"
+TRIAL_OWNER_KEY = "autotune:owner"
+REVALIDATION_KEY = "revalidation"
+REVALIDATION_STATE_KEY = "revalidation_state"
+# What an Optuna storage holds, and without which reading it would write to it first.
+_OPTUNA_TABLES = frozenset({"studies", "version_info", "alembic_version"})
+
+T = TypeVar("T")
+
+
+def retrying(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Storage calls survive a database restart: retry connection errors with backoff."""
+    import sqlalchemy.exc
+    from optuna.exceptions import StorageInternalError
+
+    delay = 0.5
+    deadline = time.monotonic() + DATABASE_PATIENCE_S
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except (
+            sqlalchemy.exc.OperationalError,
+            sqlalchemy.exc.InterfaceError,
+            StorageInternalError,
+        ):
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 8.0)
+
+
+def rdb_storage(url: str, create: bool = True) -> Any:
+    """Optuna's storage at `url`; the caller disposes of its engine. Creating it creates
+    Optuna's tables in a new database, which coordinators starting together must not race."""
+    import optuna
+
+    engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if not url.startswith("sqlite"):
+        engine_kwargs.update(pool_size=5, max_overflow=5)
+    with schema_lock(url):
+        storage = optuna.storages.RDBStorage(
+            url, engine_kwargs=engine_kwargs, skip_table_creation=not create
+        )
+    if url.startswith("sqlite"):
+        fast_sqlite(storage.engine)
+    return storage
+
+
+def fast_sqlite(engine: Any) -> None:
+    """WAL journal, and commits that do not wait for the disk (`synchronous=NORMAL`): a
+    process that dies loses nothing committed; a power cut may lose the last commits."""
+    from sqlalchemy import event
+
+    def on_connect(connection: Any, record: Any) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    event.listen(engine, "connect", on_connect)
+    engine.dispose()  # connections made before the listener
+
+
+class OptunaStore:
+    """A study's trials as typed records, over an Optuna study."""
+
+    def __init__(self, study: optuna.Study, storage_url: str | None) -> None:
+        self.study = study
+        self.storage_url = storage_url
+        self._running: dict[int, optuna.Trial] = {}
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
+
+    @property
+    def location(self) -> str:
+        """Where the study is kept: its storage URL, or 'memory'."""
+        return self.storage_url or "memory"
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        study_name: str,
+        storage_url: str | None,
+        directions: Sequence[str],
+        sampler: Any,
+        identity: StudyIdentity,
+    ) -> OptunaStore:
+        """The study, created or resumed; a resume must tune the same `identity`. With no
+        `storage_url` the study lives in memory."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        storage: Any = optuna.storages.InMemoryStorage()
+        if storage_url is not None:
+            storage = rdb_storage(storage_url)
+        store = cls(
+            optuna.create_study(
+                storage=storage,
+                study_name=study_name,
+                directions=list(directions),  # type: ignore[arg-type]
+                sampler=sampler,
+                load_if_exists=True,
+            ),
+            storage_url,
+        )
+        with store.locked():
+            store._check_identity(identity)
+        return store
+
+    def _check_identity(self, identity: StudyIdentity) -> None:
+        wanted = identity.model_dump()
+        stored = {k: self.study.user_attrs.get(k) for k in wanted}
+        if all(v is None for v in stored.values()):
+            for key, value in wanted.items():
+                self.study.set_user_attr(key, value)
+        elif stored != wanted:
+            changed = sorted(k for k in wanted if stored[k] != wanted[k])
+            raise RequestError(
+                "study",
+                f"exists with a different {', '.join(changed)}; resume only the same tuning "
+                "or choose another study name",
+                self.name,
+            )
+
+    def close(self) -> None:
+        engine = getattr(optuna_api.storage_of(self.study), "engine", None)
+        if engine is None:  # Optuna wraps an RDB storage in its cache
+            engine = getattr(
+                getattr(optuna_api.storage_of(self.study), "_backend", None), "engine", None
+            )
+        if engine is not None:
+            engine.dispose()  # a runner process runs many jobs; each closes its own
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Serializes check-then-act among coordinators sharing this study."""
+        lock = (
+            nullcontext() if self.storage_url is None else study_lock(self.storage_url, self.name)
+        )
+        with lock:
+            yield
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def records(self, states: Sequence[TrialState] | None = None) -> list[TrialRecord]:
+        wanted = None if states is None else tuple(_OPTUNA_STATES[s]() for s in states)
+        trials = retrying(self.study.get_trials, deepcopy=False, states=wanted)
+        return [record_of(t) for t in trials]
+
+    def completed(self) -> list[TrialRecord]:
+        """Trials that ended with metrics."""
+        return [r for r in self.records(("complete",)) if r.metrics is not None]
+
+    def counted(self) -> int:
+        """Trials that count toward the budget: measured, or ended by their candidate."""
+        return retrying(optuna_api.count_trials, self.study, _states("complete", "pruned"))
+
+    def used(self) -> int:
+        """Counted trials and those running now."""
+        states = _states("complete", "pruned", "running")
+        return retrying(optuna_api.count_trials, self.study, states)
+
+    def objective_names(self) -> list[str]:
+        return list(retrying(lambda: self.study.user_attrs).get("objectives", []))
+
+    def front(self) -> list[Candidate]:
+        """The feasible Pareto front, over the objectives the study was run with."""
+        objectives = [OBJECTIVES[o] for o in self.objective_names()]
+        return pareto_front([r.candidate() for r in self.completed() if r.feasible], objectives)
+
+    def revalidation(self) -> StoredRevalidation | None:
+        attrs = retrying(lambda: self.study.user_attrs)
+        report, state = attrs.get(REVALIDATION_KEY), attrs.get(REVALIDATION_STATE_KEY)
+        if report is None or state is None:
+            return None
+        return StoredRevalidation(report=report, **state)
+
+    def revalidation_report(self) -> dict[str, Any] | None:
+        report: dict[str, Any] | None = retrying(lambda: self.study.user_attrs).get(
+            REVALIDATION_KEY
+        )
+        return report
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def enqueue(self, config: dict[str, ConfigValue], marks: TrialMarks) -> None:
+        retrying(self.study.enqueue_trial, config, user_attrs={MARKS_KEY: _dump(marks)})
+
+    def ask(self, space: EffectiveSpace, owner: Owner) -> TrialRecord:
+        """The next waiting trial, else one the sampler proposes; claimed by `owner`."""
+        trial = retrying(self.study.ask)
+        config = retrying(space.sample, trial)
+        storage = optuna_api.storage_of(self.study)
+        retrying(
+            storage.set_trial_system_attr, optuna_api.trial_id(trial), TRIAL_OWNER_KEY, owner.id
+        )
+        self._running[trial.number] = trial
+        marks = TrialMarks.model_validate(trial.user_attrs.get(MARKS_KEY, {}))
+        return TrialRecord(
+            number=trial.number, state="running", config=config, marks=marks, attempt=marks.attempt
+        )
+
+    def create(
+        self,
+        space: EffectiveSpace,
+        config: dict[str, ConfigValue],
+        marks: TrialMarks,
+        owner: Owner,
+    ) -> TrialRecord:
+        """A running trial of `config` (which `space` can produce), in one write."""
+        import optuna
+        from optuna.trial import TrialState as OptunaState
+
+        template = optuna.trial.create_trial(
+            state=OptunaState.RUNNING,
+            params=dict(config),
+            distributions=distributions(space, config),
+            user_attrs={MARKS_KEY: _dump(marks)},
+            system_attrs={TRIAL_OWNER_KEY: owner.id},
+        )
+        storage = optuna_api.storage_of(self.study)
+        frozen = retrying(storage.create_new_trial, optuna_api.study_id(self.study), template)
+        trial_id = frozen if isinstance(frozen, int) else frozen._trial_id
+        trial = optuna.trial.Trial(self.study, trial_id)
+        self._running[trial.number] = trial
+        return TrialRecord(
+            number=trial.number,
+            state="running",
+            config=dict(config),
+            marks=marks,
+            attempt=marks.attempt,
+        )
+
+    def tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None:
+        """The trial's outcome; `values` (the objectives) when it has metrics. Safe to repeat
+        after a lost connection."""
+        retrying(self._tell, number, outcome, values)
+        self._running.pop(number, None)
+
+    def _tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None:
+        from optuna.trial import TrialState as OptunaState
+
+        trial = self._running.get(number) or self._trial(number)
+        storage = optuna_api.storage_of(self.study)
+        if storage.get_trial(optuna_api.trial_id(trial)).state != OptunaState.RUNNING:
+            return  # told before the connection dropped
+        trial.set_user_attr(RECORD_KEY, _dump(outcome))
+        if values is None or outcome.violations is None:
+            state = OptunaState.FAIL if outcome.failed else OptunaState.PRUNED
+            self.study.tell(trial, state=state)
+            return
+        system_attrs = storage.get_trial_system_attrs(optuna_api.trial_id(trial))
+        for name, value in outcome.violations.items():
+            if f"constraints:{name}" not in system_attrs:
+                trial.set_constraint(name, value)
+        self.study.tell(trial, values)
+
+    def _trial(self, number: int) -> optuna.Trial:
+        import optuna
+
+        frozen = self.study.get_trials(deepcopy=False)[number]
+        return optuna.trial.Trial(self.study, frozen._trial_id)
+
+    def save_revalidation(self, stored: StoredRevalidation) -> None:
+        retrying(self.study.set_user_attr, REVALIDATION_KEY, stored.report)
+        state = stored.model_dump(mode="json", exclude={"report"})
+        retrying(self.study.set_user_attr, REVALIDATION_STATE_KEY, state)
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def beat(self, owner: Owner) -> None:
+        """This coordinator is alive: its owner record, with the time."""
+        storage = optuna_api.storage_of(self.study)
+        storage.set_study_system_attr(
+            optuna_api.study_id(self.study), OWNER_PREFIX + owner.id, owner.record()
+        )
+
+    def lost(self, stale_after_s: float) -> list[TrialRecord]:
+        """Running trials whose coordinator is dead."""
+        storage = optuna_api.storage_of(self.study)
+        attrs = retrying(storage.get_study_system_attrs, optuna_api.study_id(self.study))
+        owners = {
+            k.removeprefix(OWNER_PREFIX): v for k, v in attrs.items() if k.startswith(OWNER_PREFIX)
+        }
+        running = retrying(self.study.get_trials, deepcopy=False, states=_states("running"))
+        return [
+            record_of(t)
+            for t in running
+            if owner_is_dead(owners.get(t.system_attrs.get(TRIAL_OWNER_KEY, "")), stale_after_s)
+        ]
+
+
+@contextmanager
+def opened_store(
+    study_name: str, storage: str, field: str, storage_field: str = "storage"
+) -> Iterator[OptunaStore]:
+    """A stored study to read, its connections closed on exit (a long-lived service reads
+    many studies). A name the storage does not hold is a bad `field`; a storage that does
+    not exist is a bad `storage_field`, and reading never creates or migrates one."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    require_existing(storage, storage_field, _OPTUNA_TABLES, "autotune's studies")
+    rdb = rdb_storage(storage, create=False)
+    try:
+        try:
+            study = optuna.load_study(study_name=study_name, storage=rdb)
+        except KeyError:
+            raise RequestError(
+                field, "must name an existing study in the storage", study_name
+            ) from None
+        yield OptunaStore(study, storage)
+    finally:
+        rdb.engine.dispose()
+
+
+def distributions(space: EffectiveSpace, config: dict[str, ConfigValue]) -> dict[str, Any]:
+    """The distribution of each of `config`'s dimensions, as sampling `space` declares them."""
+    import optuna
+
+    trial = optuna.trial.FixedTrial(config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        space.sample(trial)  # type: ignore[arg-type]
+    return dict(trial.distributions)
+
+
+def producible(space: EffectiveSpace, config: dict[str, ConfigValue]) -> bool:
+    """Whether sampling `space` can give exactly `config`: every active dimension has its
+    key with a value inside its distribution, and there is no other key."""
+    import optuna
+
+    trial = optuna.trial.FixedTrial(config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # out-of-range values are rejected below instead
+        try:
+            produced = space.sample(trial)  # type: ignore[arg-type]
+        except ValueError:  # a key the space needs is missing, or a value is not a choice
+            return False
+    return produced == config and all(
+        optuna_api.contains(dist, config[name]) for name, dist in trial.distributions.items()
+    )
+
+
+def record_of(trial: optuna.trial.FrozenTrial) -> TrialRecord:
+    """The typed record of a stored trial; a study written before records were typed keeps
+    each field in an attribute of its own, and reads the same."""
+    attrs = trial.user_attrs
+    marks = TrialMarks.model_validate(attrs[MARKS_KEY]) if MARKS_KEY in attrs else _old_marks(attrs)
+    stored = attrs.get(RECORD_KEY)
+    outcome = Outcome.model_validate(stored) if stored is not None else _old_outcome(attrs)
+    state = _STATE_NAMES[trial.state.name]
+    config = dict(trial.params)
+    if state == "waiting":
+        config = dict(trial.system_attrs.get("fixed_params", {}))
+    record = TrialRecord(
+        number=trial.number,
+        state=state,
+        config=config,
+        marks=marks,
+        attempt=marks.attempt,
+        violations=dict(trial.constraints),
+        values=trial.values,
+        ended_at=trial.datetime_complete,
+    )
+    return record if outcome is None else record.with_outcome(outcome)
+
+
+def _old_marks(attrs: dict[str, Any]) -> TrialMarks:
+    return TrialMarks(
+        baseline=bool(attrs.get("baseline", False)),
+        attempt=int(attrs.get("attempt", 0)),
+        retry_of=attrs.get("retry_of"),
+        proposed=attrs.get("proposed"),
+        warm_start=attrs.get("warm_start"),
+    )
+
+
+def _old_outcome(attrs: dict[str, Any]) -> Outcome | None:
+    if "status" not in attrs or "config" not in attrs:
+        return None
+    return Outcome(
+        config=attrs["config"],
+        attempt=int(attrs.get("attempt", 0)),
+        status=attrs["status"],
+        variant_key=attrs.get("variant_key", ""),
+        reason=attrs.get("reason"),
+        metrics=attrs.get("metrics"),
+        provenance=attrs.get("provenance"),
+        reused_from=attrs.get("reused_from"),
+        measured=bool(attrs.get("measured", True)),
+    )
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    dumped: dict[str, Any] = model.model_dump(mode="json", exclude_defaults=True)
+    return dumped
+
+
+_STATE_NAMES: dict[str, TrialState] = {
+    "WAITING": "waiting",
+    "RUNNING": "running",
+    "COMPLETE": "complete",
+    "PRUNED": "pruned",
+    "FAIL": "failed",
+}
+
+
+def _optuna_state(name: str) -> Callable[[], Any]:
+    def state() -> Any:
+        from optuna.trial import TrialState as OptunaState
+
+        return OptunaState[name]
+
+    return state
+
+
+_OPTUNA_STATES: dict[TrialState, Callable[[], Any]] = {
+    ours: _optuna_state(theirs) for theirs, ours in _STATE_NAMES.items()
+}
+
+
+def _states(*names: TrialState) -> tuple[Any, ...]:
+    return tuple(_OPTUNA_STATES[n]() for n in names)

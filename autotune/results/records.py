@@ -1,0 +1,172 @@
+"""What a study records, typed: one `TrialRecord` per trial, the study's identity and its
+stored head-to-head. These are the only shapes a `ResultStore` reads or writes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.contract import ConfigValue, Provenance, TrialMetrics, TrialResult, TrialStatus
+from autotune.pareto import Candidate
+
+# Where a trial stands in the study: waiting to be asked, being measured, ended.
+TrialState = Literal["waiting", "running", "complete", "pruned", "failed"]
+# The fields of a trial's record: one stored value, written when the trial ends.
+RECORD_KEY = "record"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TrialMarks(Strict):
+    """Why a trial was asked for: set when it is enqueued or created, before it runs."""
+
+    baseline: bool = False
+    attempt: int = Field(default=0, description="a reaped trial's retry counts from here")
+    retry_of: int | None = None
+    proposed: str | None = Field(default=None, description="the strategy's reason for it")
+    warm_start: str | None = Field(default=None, description="the study it was carried from")
+
+
+class TrialRecord(Strict):
+    """A trial as the study holds it. `outcome` fields are None until the trial ends."""
+
+    number: int
+    state: TrialState
+    config: dict[str, ConfigValue]
+    marks: TrialMarks = TrialMarks()
+    attempt: int = Field(default=0, description="the attempt that ended it, or runs it now")
+    status: TrialStatus | None = None
+    variant_key: str | None = None
+    reason: str | None = None
+    metrics: dict[str, Any] | None = Field(
+        default=None, description="the measured metrics plus accuracy_drop from the baseline"
+    )
+    violations: dict[str, float] = Field(
+        default_factory=dict, description="per constraint: <= 0 when the bound is met"
+    )
+    provenance: Provenance | None = None
+    reused_from: str | None = Field(
+        default=None, description="'<study>#<trial>' whose measurement answered this one"
+    )
+    measured: bool = Field(default=False, description="an executor ran it (costs device time)")
+    values: list[float] | None = Field(default=None, description="its objectives' values")
+    ended_at: datetime | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("complete", "pruned", "failed")
+
+    @property
+    def counted(self) -> bool:
+        """Counts toward the budget: measured, or ended by its candidate."""
+        return self.state in ("complete", "pruned")
+
+    @property
+    def feasible(self) -> bool:
+        return all(v <= 0 for v in self.violations.values())
+
+    @property
+    def has_metrics(self) -> bool:
+        return self.state == "complete" and self.metrics is not None
+
+    def told(self, outcome: Outcome) -> TrialRecord:
+        """This trial's record once `outcome` is told."""
+        state: TrialState = "pruned"
+        if outcome.failed:
+            state = "failed"
+        elif outcome.metrics is not None and outcome.violations is not None:
+            state = "complete"
+        return self.with_outcome(outcome, state)
+
+    def with_outcome(self, outcome: Outcome, state: TrialState | None = None) -> TrialRecord:
+        return self.model_copy(
+            update={
+                "state": state or self.state,
+                "config": outcome.config,
+                "attempt": outcome.attempt,
+                "status": outcome.status,
+                "variant_key": outcome.variant_key,
+                "reason": outcome.reason,
+                "metrics": outcome.metrics,
+                "violations": outcome.violations or self.violations,
+                "provenance": outcome.provenance,
+                "reused_from": outcome.reused_from,
+                "measured": outcome.measured,
+            }
+        )
+
+    def candidate(self) -> Candidate:
+        assert self.metrics is not None, f"trial {self.number} has no metrics"
+        return Candidate(
+            trial_number=self.number,
+            config=dict(self.config),
+            metrics=dict(self.metrics),
+            feasible=self.feasible,
+            violations=dict(self.violations),
+        )
+
+    def measured_metrics(self) -> TrialMetrics | None:
+        """The metrics as the executor measured them (without those derived here)."""
+        if self.metrics is None:
+            return None
+        return TrialMetrics.model_validate(
+            {k: v for k, v in self.metrics.items() if k in TrialMetrics.model_fields}
+        )
+
+    def result(self, study: str) -> TrialResult:
+        """This trial's outcome as a result for `study`'s trial of the same number."""
+        assert self.status is not None and self.variant_key is not None
+        return TrialResult(
+            study=study,
+            trial_number=self.number,
+            attempt=self.marks.attempt,
+            status=self.status,
+            reason=self.reason,
+            variant_key=self.variant_key,
+            metrics=self.measured_metrics() if self.status == "ok" else None,
+            provenance=self.provenance,
+            duration_s=0.0,
+        )
+
+
+class Outcome(Strict):
+    """What ending a trial writes: everything of its record that is known only then."""
+
+    config: dict[str, ConfigValue]
+    attempt: int
+    status: TrialStatus
+    variant_key: str
+    reason: str | None = None
+    metrics: dict[str, Any] | None = None
+    violations: dict[str, float] | None = None
+    provenance: Provenance | None = None
+    reused_from: str | None = None
+    measured: bool
+
+    @property
+    def failed(self) -> bool:
+        """Lost to the infrastructure (a dead worker or coordinator), not to its candidate."""
+        return self.status == "lost"
+
+
+class StudyIdentity(Strict):
+    """What a study tunes: a resume must match it exactly."""
+
+    model_sha256: str
+    objectives: list[str]
+    space: str
+    hardware_fingerprint: str
+
+
+class StoredRevalidation(Strict):
+    """A head-to-head's report, and what it was decided on, for a resume to reuse."""
+
+    report: dict[str, Any]
+    basis: dict[str, Any]
+    chosen_metrics: dict[str, Any]
+    baseline_metrics: dict[str, Any]
+    headline: dict[str, Any]

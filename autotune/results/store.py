@@ -1,0 +1,68 @@
+"""The `ResultStore` interface: what the coordinator and its phases need of a study's
+storage. `OptunaStore` implements it on an Optuna study (in a database, or in memory)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
+
+from autotune.contract import ConfigValue
+from autotune.results.records import (
+    Outcome,
+    StoredRevalidation,
+    TrialMarks,
+    TrialRecord,
+    TrialState,
+)
+
+if TYPE_CHECKING:
+    from autotune.leases import Owner
+    from autotune.pareto import Candidate
+    from autotune.space import EffectiveSpace
+
+
+class ResultStore(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def location(self) -> str: ...
+
+    def locked(self) -> AbstractContextManager[None]:
+        """Serializes check-then-act among coordinators sharing the study."""
+        ...
+
+    def records(self, states: Sequence[TrialState] | None = None) -> list[TrialRecord]: ...
+
+    def completed(self) -> list[TrialRecord]: ...
+
+    def front(self) -> list[Candidate]: ...
+
+    def counted(self) -> int: ...
+
+    def used(self) -> int: ...
+
+    def enqueue(self, config: dict[str, ConfigValue], marks: TrialMarks) -> None: ...
+
+    def ask(self, space: EffectiveSpace, owner: Owner) -> TrialRecord: ...
+
+    def create(
+        self,
+        space: EffectiveSpace,
+        config: dict[str, ConfigValue],
+        marks: TrialMarks,
+        owner: Owner,
+    ) -> TrialRecord: ...
+
+    def tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None: ...
+
+    def revalidation(self) -> StoredRevalidation | None: ...
+
+    def save_revalidation(self, stored: StoredRevalidation) -> None: ...
+
+    def beat(self, owner: Owner) -> None: ...
+
+    def lost(self, stale_after_s: float) -> list[TrialRecord]: ...
+
+    def close(self) -> None: ...
