@@ -31,6 +31,7 @@ test: setup
 lint: setup
 	$(BIN)/ruff check autotune workers tests experiments
 	$(BIN)/ruff format --check autotune workers tests experiments
+	$(BIN)/lint-imports
 	$(BIN)/mypy autotune workers
 
 mlflow-ui: setup
