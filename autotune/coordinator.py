@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.answers import Answers
 from autotune.budget import Budget
 from autotune.contract import (
     ConfigValue,
@@ -23,30 +24,28 @@ from autotune.contract import (
     TrialResult,
     TrialSpec,
     Workload,
-    variant_key,
 )
 from autotune.errors import AutotuneError, Interrupted
 from autotune.hardware import HardwareProfile
 from autotune.interrupts import stop_on_sigint
 from autotune.leases import Heartbeat, Owner
-from autotune.metrics import OBJECTIVES, constraint_violations, with_accuracy_drop
+from autotune.metrics import OBJECTIVES
 from autotune.outcome import Conclusion, TuneOutcome
 from autotune.pareto import by_contribution, pareto_front
+from autotune.reaping import MAX_ATTEMPTS, Reaper
 from autotune.request import TuningRequest
-from autotune.results.records import Outcome, TrialMarks, TrialRecord
+from autotune.results.records import TrialMarks, TrialRecord
 from autotune.search_state import SearchState
 from autotune.space import EffectiveSpace
-from autotune.tracking import contention_figures, contention_tags
+from autotune.telling import Teller
 
 if TYPE_CHECKING:
     from autotune.executors import Executor
     from autotune.results.store import ResultStore
-    from autotune.strategies import Answer, Strategy
+    from autotune.strategies import Strategy
     from autotune.tracking import Tracker
     from autotune.warm_start import WarmStart
 
-# A trial lost to a dead worker or coordinator runs at most this many times in all.
-MAX_ATTEMPTS = 3
 # How often the coordinator looks for trials of dead coordinators, and how long a
 # coordinator's heartbeat may be silent before its trials count as lost.
 REAP_EVERY_S = 10.0
@@ -97,6 +96,27 @@ class Coordinator:
     owner: Owner = field(default_factory=Owner)
     state: SearchState = field(default_factory=SearchState)
 
+    def __post_init__(self) -> None:
+        self.teller = Teller(
+            self.tuning.request,
+            self.store,
+            self.tracker,
+            self.state,
+            lambda counted, result: self.events.on_progress(counted, self.budget.trials, result),
+        )
+        self.answers = Answers(
+            self.tuning.request,
+            self.store.name,
+            self.tuning.model_info.sha256,
+            self.tuning.profile.fingerprint,
+            self.strategy,
+            self.state,
+            self.warm_start,
+        )
+        self.reaper = Reaper(
+            self.store, self.teller, self.state, self._spec, self.stale_after_s, self.stop
+        )
+
     def run(self) -> TuneOutcome:
         request = self.tuning.request
         try:
@@ -140,7 +160,7 @@ class Coordinator:
         last_reap = -REAP_EVERY_S
         while True:
             if time.monotonic() - last_reap >= REAP_EVERY_S:
-                self._reap(set(state.running))
+                self.reaper.reap(set(state.running))
                 last_reap = time.monotonic()
             while len(state.running) < self.executor.slots and not self.stop.is_set():
                 record = self._ask()
@@ -150,7 +170,7 @@ class Coordinator:
             if not state.running:
                 if state.baseline is not None:
                     return state.baseline
-                if self.stop.is_set() or not self._wait_for_others():
+                if self.stop.is_set() or not self.reaper.wait_for_others():
                     raise AutotuneError("the baseline (unmodified model) was never measured")
                 continue
             finished, state.ready = state.ready or self.executor.wait(), []
@@ -165,11 +185,11 @@ class Coordinator:
         a waiting one or the sampler's."""
         store, space = self.store, self.tuning.space
         with store.locked():
-            waiting = store.records(("waiting",))
+            waiting = store.waiting()
             need_baseline = self.state.baseline is None
             if need_baseline and not self._baseline_in_flight(waiting):
                 self._enqueue_baseline()
-                waiting = store.records(("waiting",))
+                waiting = store.waiting()
             waiting_baseline = any(r.marks.baseline for r in waiting)
             if not waiting_baseline and not self.budget.allows(store.used()):
                 return None
@@ -179,7 +199,7 @@ class Coordinator:
                 if proposal is not None:
                     marks = TrialMarks(proposed=proposal.why)
                     return store.create(space, proposal.config, marks, self.owner)
-            return store.ask(space, self.owner)
+            return store.ask(space, self.owner, waiting=bool(waiting))
 
     def _baseline_in_flight(self, waiting: list[TrialRecord]) -> bool:
         if any(r.marks.baseline for r in waiting):
@@ -204,7 +224,7 @@ class Coordinator:
         """Answer the trial without measuring it where possible, else submit it."""
         state = self.state
         spec = self._spec(record)
-        answer = self._answer(spec, record)
+        answer = self.answers.answer(spec, record)
         if answer is not None and answer.wait_for is not None:
             state.waiting.setdefault(answer.wait_for, []).append((record, spec))
             return
@@ -214,50 +234,10 @@ class Coordinator:
                 state.reused_from[record.number] = answer.reused_from
             state.ready.append(answer.result)
             return
-        spec = spec.model_copy(update={"known_accuracy": self._known_accuracy(spec)})
+        known = self.answers.known_accuracy(spec, record)
+        spec = spec.model_copy(update={"known_accuracy": known})
         state.running[record.number] = (record, spec)
         self.executor.submit(spec)
-
-    def _known_accuracy(self, spec: TrialSpec) -> float | None:
-        """The accuracy of the spec's model variant, measured in this study, or by the warm
-        start's on the same model and software."""
-        variant = variant_key(spec.config)
-        known = self.state.accuracy.get(variant)
-        if known is not None or self.warm_start is None:
-            return known
-        now = self._provenance_now()
-        same_model = {k: v for k, v in now.items() if k in ("model_sha256", "software")}
-        return self.warm_start.accuracy(variant, same_model)
-
-    def _answer(self, spec: TrialSpec, record: TrialRecord) -> Answer | None:
-        """An answer without measuring: a batch too large for its variant's memory, the
-        strategy's, or the warm start's measurement of the same configuration. The baseline
-        is always measured: it is the study's reference."""
-        state = self.state
-        if state.baseline is not None:
-            too_big = state.oom.answer(spec)
-            if too_big is not None:
-                return too_big
-        max_drop = self.tuning.request.constraints.max_accuracy_drop
-        answer = self.strategy.answer(self.store.name, spec, state.excluded(max_drop))
-        if answer is not None or self.warm_start is None or record.marks.baseline:
-            return answer
-        return self.warm_start.answer(spec, self._provenance_now())
-
-    def _provenance_now(self) -> dict[str, Any]:
-        """What the provenance of a measurement made now says. The workers' software versions
-        are known from the baseline's result; a trial asked while the baseline still runs (on
-        another slot) is matched on model, hardware and measurement settings alone."""
-        tuning = self.tuning
-        now: dict[str, Any] = {
-            "model_sha256": tuning.model_info.sha256,
-            "hardware_fingerprint": tuning.profile.fingerprint,
-            "measurement": tuning.request.measurement.model_dump(mode="json"),
-        }
-        baseline = self.state.baseline
-        if baseline is not None and baseline.provenance is not None:
-            now["software"] = baseline.provenance.software
-        return now
 
     def _spec(self, record: TrialRecord) -> TrialSpec:
         request = self.tuning.request
@@ -290,12 +270,12 @@ class Coordinator:
         elif state.baseline is None and result.metrics is not None:
             state.held.append((record, spec, result))
         else:
-            self._tell(record, spec, result)
+            self.teller.tell(record, spec, result)
         self.strategy.after_trial(spec, result)
         for repeat, repeat_spec in state.waiting.pop(record.number, []):
             if result.status == "lost":
                 lost = TrialResult.for_spec(repeat_spec, "lost", result.reason)
-                self._tell(repeat, repeat_spec, lost)
+                self.teller.tell(repeat, repeat_spec, lost)
                 continue
             state.reused_from[repeat.number] = f"{self.store.name}#{record.number}"
             state.running[repeat.number] = (repeat, repeat_spec)
@@ -311,105 +291,9 @@ class Coordinator:
 
     def _tell_baseline(self, record: TrialRecord, spec: TrialSpec, result: TrialResult) -> None:
         if result.metrics is None:
-            self._tell(record, spec, result)
+            self.teller.tell(record, spec, result)
             raise AutotuneError(f"the baseline (unmodified model) failed: {result.reason}")
-        self.state.baseline = self._tell(record, spec, result, result.metrics.accuracy)
+        self.state.baseline = self.teller.tell(record, spec, result, result.metrics.accuracy)
         for held in self.state.held:
-            self._tell(*held)
+            self.teller.tell(*held)
         self.state.held.clear()
-
-    def _tell(
-        self,
-        record: TrialRecord,
-        spec: TrialSpec,
-        result: TrialResult,
-        baseline_accuracy: float | None = None,
-    ) -> TrialRecord:
-        """The result into the study and the tracker; returns the trial's record."""
-        state = self.state
-        request = self.tuning.request
-        metrics = violations = values = None
-        if result.metrics is not None:
-            if baseline_accuracy is None:
-                assert state.baseline is not None and state.baseline.metrics is not None
-                baseline_accuracy = float(state.baseline.metrics["accuracy"])
-            metrics = with_accuracy_drop(result.metrics.model_dump(), baseline_accuracy)
-            violations = constraint_violations(
-                request.constraints.model_dump(exclude_none=True), metrics
-            )
-            values = [float(metrics[OBJECTIVES[o].name]) for o in request.objectives]
-        reused_from = state.reused_from.pop(record.number, None)
-        outcome = Outcome(
-            config=spec.config,
-            attempt=spec.attempt,
-            status=result.status,
-            variant_key=result.variant_key,
-            reason=result.reason,
-            metrics=metrics,
-            violations=violations,
-            provenance=result.provenance,
-            reused_from=reused_from,
-            measured=reused_from is None and result.status != "skipped",
-        )
-        self.store.tell(record.number, outcome, values)
-        told = record.told(outcome)
-        state.counted += told.counted
-        if told.has_metrics:
-            state.completed[record.number] = told.candidate()
-        self._track(told, spec, result)
-        self.events.on_progress(state.counted, self.budget.trials, result)
-        return told
-
-    def _track(self, told: TrialRecord, spec: TrialSpec, result: TrialResult) -> None:
-        tags: dict[str, str] = {"status": result.status}
-        if result.reason:
-            tags["failure_reason"] = result.reason[:5000]
-        if told.reused_from is not None:
-            tags.update(reused="true", reused_from=told.reused_from)
-        logged = told.metrics
-        if logged is not None:
-            tags["feasible"] = str(told.feasible).lower()
-        contention = result.provenance.contention if result.provenance is not None else None
-        if contention is not None:
-            tags.update(contention_tags(contention))
-            if logged is not None:
-                logged = {**logged, **contention_figures(contention)}
-        self.tracker.log_trial(told.number, spec.attempt, spec.config, logged, tags)
-
-    # -- other coordinators ----------------------------------------------------------------
-
-    def _reap(self, mine: set[int]) -> None:
-        """Fail the trials of dead coordinators, enqueue their configurations again, and
-        catch up with what other coordinators told meanwhile."""
-        store = self.store
-        with store.locked():
-            for record in store.lost(self.stale_after_s):
-                if record.number in mine:
-                    continue
-                spec = self._spec(record)
-                reason = "its coordinator stopped before the trial finished"
-                self._tell(record, spec, TrialResult.for_spec(spec, "lost", reason))
-                if record.attempt + 1 < MAX_ATTEMPTS:
-                    marks = TrialMarks(
-                        baseline=record.marks.baseline,
-                        attempt=record.attempt + 1,
-                        retry_of=record.number,
-                    )
-                    store.enqueue(record.config, marks)
-        if store.counted() != self.state.counted:
-            self.state.load(store.records())
-
-    def _wait_for_others(self) -> bool:
-        """Nothing of ours is running but the baseline is not known: wait while another
-        coordinator's trials run (reaping them if that coordinator died)."""
-        while not self.stop.is_set():
-            self.state.load(self.store.records())
-            if self.state.baseline is not None:
-                return True
-            if any(r.marks.baseline for r in self.store.records(("waiting",))):
-                return True
-            if not self.store.records(("running",)):
-                return False
-            time.sleep(1.0)
-            self._reap(set())
-        return False

@@ -11,7 +11,7 @@ from typing import Any
 
 from autotune.budget import Budget
 from autotune.contract import ModelInfo, Workload
-from autotune.coordinator import Coordinator, Events, Tuning
+from autotune.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
 from autotune.errors import RequestError
 from autotune.executors import Executor, InProcessExecutor, RayExecutor
 from autotune.hardware import HardwareProfile, probe
@@ -229,9 +229,8 @@ def run_study(
             previous_tuned=options.previous_tuned,
             events=events,
             stop=options.stop or threading.Event(),
+            stale_after_s=options.stale_after_s or STALE_AFTER_S,
         )
-        if options.stale_after_s is not None:
-            coordinator.stale_after_s = options.stale_after_s
         return coordinator.run()
     finally:
         store.close()

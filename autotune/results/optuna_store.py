@@ -110,7 +110,7 @@ class OptunaStore:
     def __init__(self, study: optuna.Study, storage_url: str | None) -> None:
         self.study = study
         self.storage_url = storage_url
-        self._running: dict[int, optuna.Trial] = {}
+        self._trial_ids: dict[int, int] = {}  # our running trials' storage ids, by number
 
     @property
     def name(self) -> str:
@@ -198,6 +198,12 @@ class OptunaStore:
         """Trials that ended with metrics."""
         return [r for r in self.records(("complete",)) if r.metrics is not None]
 
+    def waiting(self) -> list[TrialRecord]:
+        """Trials enqueued and not yet asked (counted first: there are seldom any)."""
+        if not retrying(optuna_api.count_trials, self.study, _states("waiting")):
+            return []
+        return self.records(("waiting",))
+
     def counted(self) -> int:
         """Trials that count toward the budget: measured, or ended by their candidate."""
         return retrying(optuna_api.count_trials, self.study, _states("complete", "pruned"))
@@ -233,15 +239,22 @@ class OptunaStore:
     def enqueue(self, config: dict[str, ConfigValue], marks: TrialMarks) -> None:
         retrying(self.study.enqueue_trial, config, user_attrs={MARKS_KEY: _dump(marks)})
 
-    def ask(self, space: EffectiveSpace, owner: Owner) -> TrialRecord:
-        """The next waiting trial, else one the sampler proposes; claimed by `owner`."""
+    def ask(self, space: EffectiveSpace, owner: Owner, waiting: bool) -> TrialRecord:
+        """A trial the sampler proposes, or with `waiting` (some trial waits) the next waiting
+        one; claimed by `owner`. Where the sampler allows, the proposal is sampled in memory
+        and stored in one write."""
+        sampler = self.study.sampler
+        if not waiting and optuna_api.samples_in_memory(sampler):
+            number = retrying(optuna_api.count_trials, self.study, _states(*_STATE_NAMES.values()))
+            sampling = optuna_api.SamplingTrial(self.study, number)
+            config = retrying(space.sample, sampling)
+            return self._create(config, sampling.frozen.distributions, TrialMarks(), owner)
         trial = retrying(self.study.ask)
         config = retrying(space.sample, trial)
         storage = optuna_api.storage_of(self.study)
-        retrying(
-            storage.set_trial_system_attr, optuna_api.trial_id(trial), TRIAL_OWNER_KEY, owner.id
-        )
-        self._running[trial.number] = trial
+        trial_id = optuna_api.trial_id(trial)
+        retrying(storage.set_trial_system_attr, trial_id, TRIAL_OWNER_KEY, owner.id)
+        self._trial_ids[trial.number] = trial_id
         marks = TrialMarks.model_validate(trial.user_attrs.get(MARKS_KEY, {}))
         return TrialRecord(
             number=trial.number, state="running", config=config, marks=marks, attempt=marks.attempt
@@ -255,23 +268,31 @@ class OptunaStore:
         owner: Owner,
     ) -> TrialRecord:
         """A running trial of `config` (which `space` can produce), in one write."""
+        return self._create(config, distributions(space, config), marks, owner)
+
+    def _create(
+        self,
+        config: dict[str, ConfigValue],
+        dists: dict[str, Any],
+        marks: TrialMarks,
+        owner: Owner,
+    ) -> TrialRecord:
         import optuna
         from optuna.trial import TrialState as OptunaState
 
         template = optuna.trial.create_trial(
             state=OptunaState.RUNNING,
             params=dict(config),
-            distributions=distributions(space, config),
+            distributions=dists,
             user_attrs={MARKS_KEY: _dump(marks)},
             system_attrs={TRIAL_OWNER_KEY: owner.id},
         )
         storage = optuna_api.storage_of(self.study)
-        frozen = retrying(storage.create_new_trial, optuna_api.study_id(self.study), template)
-        trial_id = frozen if isinstance(frozen, int) else frozen._trial_id
-        trial = optuna.trial.Trial(self.study, trial_id)
-        self._running[trial.number] = trial
+        created = retrying(storage.create_new_trial, optuna_api.study_id(self.study), template)
+        number = retrying(storage.get_trial_number_from_id, created)
+        self._trial_ids[number] = created
         return TrialRecord(
-            number=trial.number,
+            number=number,
             state="running",
             config=dict(config),
             marks=marks,
@@ -280,33 +301,30 @@ class OptunaStore:
 
     def tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None:
         """The trial's outcome; `values` (the objectives) when it has metrics. Safe to repeat
-        after a lost connection."""
-        retrying(self._tell, number, outcome, values)
-        self._running.pop(number, None)
+        after a lost connection: a retry first looks whether the outcome was told."""
+        attempts = iter(range(1_000_000))
+        retrying(lambda: self._tell(number, outcome, values, retry=next(attempts) > 0))
+        self._trial_ids.pop(number, None)
 
-    def _tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None:
+    def _tell(self, number: int, outcome: Outcome, values: list[float] | None, retry: bool) -> None:
         from optuna.trial import TrialState as OptunaState
 
-        trial = self._running.get(number) or self._trial(number)
         storage = optuna_api.storage_of(self.study)
-        if storage.get_trial(optuna_api.trial_id(trial)).state != OptunaState.RUNNING:
+        trial_id = self._trial_ids.get(number)
+        if trial_id is None:  # another coordinator's trial, reaped
+            trial_id = storage.get_trial_id_from_study_id_trial_number(
+                optuna_api.study_id(self.study), number
+            )
+        if retry and storage.get_trial(trial_id).state != OptunaState.RUNNING:
             return  # told before the connection dropped
-        trial.set_user_attr(RECORD_KEY, _dump(outcome))
+        storage.set_trial_user_attr(trial_id, RECORD_KEY, _dump(outcome))
         if values is None or outcome.violations is None:
             state = OptunaState.FAIL if outcome.failed else OptunaState.PRUNED
-            self.study.tell(trial, state=state)
+            self.study.tell(number, state=state)
             return
-        system_attrs = storage.get_trial_system_attrs(optuna_api.trial_id(trial))
         for name, value in outcome.violations.items():
-            if f"constraints:{name}" not in system_attrs:
-                trial.set_constraint(name, value)
-        self.study.tell(trial, values)
-
-    def _trial(self, number: int) -> optuna.Trial:
-        import optuna
-
-        frozen = self.study.get_trials(deepcopy=False)[number]
-        return optuna.trial.Trial(self.study, frozen._trial_id)
+            optuna_api.set_constraint(self.study, trial_id, name, value)
+        self.study.tell(number, values)
 
     def save_revalidation(self, stored: StoredRevalidation) -> None:
         retrying(self.study.set_user_attr, REVALIDATION_KEY, stored.report)

@@ -152,7 +152,6 @@ def designed_configs(
     per sample, the smallest when it leans per call, else the middle one), the rest as the
     baseline runs (a dimension that only the change makes active at its own baseline); only
     configurations the space can produce, without the baseline itself."""
-    from autotune.warm_start import producible
 
     lean = request_lean(request)
     baseline = space.baseline()

@@ -20,6 +20,7 @@ from autotune.tracking.report import (
     is_number,
     pareto_csv,
     plot_front,
+    trial_log,
 )
 
 __all__ = [
@@ -41,4 +42,5 @@ __all__ = [
     "is_number",
     "pareto_csv",
     "plot_front",
+    "trial_log",
 ]

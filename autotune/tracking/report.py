@@ -8,12 +8,16 @@ import csv
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.contract import Contention
 from autotune.metrics import OBJECTIVES, Metric
 from autotune.pareto import Candidate
 from autotune.validation import Headline
+
+if TYPE_CHECKING:
+    from autotune.contract import TrialResult
+    from autotune.results.records import TrialRecord
 
 
 def compare_tuned(previous: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
@@ -140,3 +144,24 @@ def contention_figures(contention: Contention) -> dict[str, float]:
     if contention.cpu_pressure is not None:
         figures["contention.cpu_pressure"] = contention.cpu_pressure
     return figures
+
+
+def trial_log(
+    told: TrialRecord, result: TrialResult
+) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """What a tracker records of a told trial: its metrics (with the machine's other load
+    during the measurement, as contention.*) and its tags."""
+    tags: dict[str, str] = {"status": result.status}
+    if result.reason:
+        tags["failure_reason"] = result.reason[:5000]
+    if told.reused_from is not None:
+        tags.update(reused="true", reused_from=told.reused_from)
+    logged = told.metrics
+    if logged is not None:
+        tags["feasible"] = str(told.feasible).lower()
+    contention = result.provenance.contention if result.provenance is not None else None
+    if contention is not None:
+        tags.update(contention_tags(contention))
+        if logged is not None:
+            logged = {**logged, **contention_figures(contention)}
+    return logged, tags

@@ -19,8 +19,10 @@ from autotune.cli import app
 from autotune.contract import TrialResult, TrialSpec
 from autotune.errors import AutotuneError, RequestError
 from autotune.replay import NOT_IN_TABLE, ReplayExecutor, ReplayTable
+from autotune.results import TrialRecord
 from autotune.space import load_space
 from autotune.tuning import TuneOptions, run_tune
+from tests.conftest import stored_trials
 
 runner = CliRunner()
 
@@ -111,7 +113,7 @@ class RecordingExecutor(ReplayExecutor):
 @dataclass
 class Replayed:
     tuned: dict[str, Any]
-    study: optuna.Study
+    trials: list[TrialRecord]
     executor: RecordingExecutor
 
 
@@ -130,8 +132,7 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> Replayed:
         result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert RecordingExecutor.last is not None
-    study = optuna.load_study(study_name="s", storage=storage)
-    return Replayed(json.loads(result.stdout), study, RecordingExecutor.last)
+    return Replayed(json.loads(result.stdout), stored_trials(storage, "s"), RecordingExecutor.last)
 
 
 @pytest.mark.slow
@@ -162,23 +163,23 @@ def test_trials_read_back_in_order_and_unrecorded_ones_are_unsupported(
     replayed: Replayed,
 ) -> None:
     recorded = {json.dumps(config_of(r), sort_keys=True): r for r in recorded_rows()}
-    trials = replayed.study.trials
+    trials = replayed.trials
     assert [t.number for t in trials] == list(range(TRIALS))
-    assert trials[0].user_attrs["baseline"] is True
-    assert trials[0].user_attrs["config"] == BASELINE
+    assert trials[0].marks.baseline is True
+    assert trials[0].config == BASELINE
     unrecorded = 0
     for trial in trials:
-        row = recorded.get(json.dumps(trial.user_attrs["config"], sort_keys=True))
+        row = recorded.get(json.dumps(trial.config, sort_keys=True))
         if row is None:
             unrecorded += 1
-            assert trial.state == optuna.trial.TrialState.PRUNED
-            assert trial.user_attrs["reason"] == NOT_IN_TABLE
+            assert trial.state == "pruned"
+            assert trial.reason == NOT_IN_TABLE
         elif row["status"] == "unsupported":
-            assert trial.state == optuna.trial.TrialState.PRUNED
-            assert trial.user_attrs["reason"] == row["reason"]
+            assert trial.state == "pruned"
+            assert trial.reason == row["reason"]
         else:
-            assert trial.state == optuna.trial.TrialState.COMPLETE
-            assert trial.user_attrs["metrics"]["accuracy"] == row["accuracy"]
+            assert trial.state == "complete"
+            assert trial.metrics is not None and trial.metrics["accuracy"] == row["accuracy"]
     assert unrecorded > 0
 
 
@@ -188,9 +189,7 @@ def test_slots_finish_out_of_order_and_every_trial_is_told_once(replayed: Replay
     searched = [r.trial_number for r in executor.returned if r.attempt == 0]
     assert sorted(searched) == list(range(TRIALS))
     assert searched != sorted(searched)
-    states = [t.state for t in replayed.study.trials]
-    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    assert sum(s in finished for s in states) == len(states) == TRIALS
+    assert sum(t.counted for t in replayed.trials) == len(replayed.trials) == TRIALS
     assert executor.measurements == TRIALS
     assert executor.remeasurements >= 2  # the baseline and the choice, measured again
     assert 0 < executor.simulated_seconds < sum(r.duration_s for r in executor.returned)
@@ -391,12 +390,12 @@ def tune_served(directory: Path, **request: Any) -> tuple[dict[str, Any], optuna
         out_dir=directory / "out",
     )  # fmt: skip
     outcome, _ = run_tune(write_request(directory, **request), options)
-    study = optuna.load_study(study_name="s", storage=storage)
-    measured = {(t.user_attrs["config"]["runtime.engine"], t.user_attrs["config"]["batch.size"])
-                for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}  # fmt: skip
+    trials = stored_trials(storage, "s")
+    measured = {(t.config["runtime.engine"], t.config["batch.size"])
+                for t in trials if t.state == "complete"}  # fmt: skip
     assert measured == {(engine, batch) for engine, batch, _ in SERVED}, "every row was seen"
     assert outcome.tuned is not None
-    return outcome.tuned.model_dump(mode="json"), study
+    return outcome.tuned.model_dump(mode="json"), optuna.load_study(study_name="s", storage=storage)
 
 
 @pytest.mark.slow
@@ -422,15 +421,15 @@ def test_highest_throughput_picks_the_fastest_feasible_row(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_per_sample_latency_bound_decides_feasibility(tmp_path: Path) -> None:
     bound = 0.6
-    tuned, study = tune_served(
+    tuned, _ = tune_served(
         tmp_path / "bounded",
         objectives=["accuracy", "latency"],
         constraints={"max_latency_per_sample_ms": bound},
     )
-    for trial in study.trials:
-        if trial.state == optuna.trial.TrialState.COMPLETE:
-            per_sample = trial.user_attrs["metrics"]["latency_per_sample_ms"]
-            assert dict(trial.constraints) == {
+    for trial in stored_trials(f"sqlite:///{tmp_path / 'bounded' / 'study.db'}", "s"):
+        if trial.metrics is not None:
+            per_sample = trial.metrics["latency_per_sample_ms"]
+            assert trial.violations == {
                 "max_latency_per_sample_ms": pytest.approx(per_sample - bound)
             }
     # The lowest p95 (onnxruntime at batch 1, 0.8 ms a sample) breaks the bound: the lowest

@@ -22,11 +22,12 @@ from autotune.hardware import probe
 from autotune.metrics import OBJECTIVES, Direction, Metric
 from autotune.outcome import TuneOutcome
 from autotune.pareto import Candidate, dominates
+from autotune.results import TrialRecord
 from autotune.space import effective_space, load_space, resolve_space_path
 from autotune.tracking import PARENT_TAG, TRIAL_TAG, MlflowTracker, compare_tuned
 from autotune.tuning import TuneOptions, run_tune
 from autotune.warm_start import PreviousTrial, WarmStart, load_warm_start
-from tests.conftest import REPO, digits_request
+from tests.conftest import REPO, digits_request, stored_trials
 
 COLD = "digits-cold"
 RETUNE = "digits-retune"
@@ -84,7 +85,7 @@ def retune(write_request: Any, warm: WarmStart, trials: int, **request: Any) -> 
 
 def expected_queue(warm: WarmStart, storage: str) -> list[dict[str, Any]]:
     """The front's configurations in order, without the baseline and repeats."""
-    baseline = optuna.load_study(study_name=COLD, storage=storage).trials[0].user_attrs["config"]
+    baseline = stored_trials(storage, COLD)[0].config
     queue: list[dict[str, Any]] = []
     for config in warm.front:
         if config != baseline and config not in queue:
@@ -92,9 +93,8 @@ def expected_queue(warm: WarmStart, storage: str) -> list[dict[str, Any]]:
     return queue
 
 
-def finished_trials(storage: str) -> list[optuna.trial.FrozenTrial]:
-    study = optuna.load_study(study_name=RETUNE, storage=storage)
-    return [t for t in study.trials if t.state.is_finished()]
+def finished_trials(storage: str) -> list[TrialRecord]:
+    return [t for t in stored_trials(storage, RETUNE) if t.ended]
 
 
 @pytest.mark.slow
@@ -113,20 +113,19 @@ def test_same_model_and_hardware_reuses_the_previous_front(
     outcome, _ = run_tune(path, options)
 
     trials = finished_trials(storage)
-    assert trials[0].user_attrs["baseline"] is True
-    assert "reused_from" not in trials[0].user_attrs
-    assert [t.user_attrs["config"] for t in trials[1 : len(queue) + 1]] == queue
-    cold_study = optuna.load_study(study_name=COLD, storage=storage)
+    assert trials[0].marks.baseline is True
+    assert trials[0].reused_from is None
+    assert [t.config for t in trials[1 : len(queue) + 1]] == queue
+    cold_trials = stored_trials(storage, COLD)
     for trial in trials[1 : len(queue) + 1]:
-        assert trial.user_attrs["warm_start"] == COLD
-        assert trial.user_attrs["measured"] is False
-        source = cold_study.trials[int(trial.user_attrs["reused_from"].removeprefix(f"{COLD}#"))]
-        assert source.user_attrs["config"] == trial.user_attrs["config"]
-        assert (
-            trial.user_attrs["metrics"]["latency_p95_ms"]
-            == (source.user_attrs["metrics"]["latency_p95_ms"])
-        )
-    reused = {t.number for t in trials if "reused_from" in t.user_attrs}
+        assert trial.marks.warm_start == COLD
+        assert trial.measured is False
+        assert trial.reused_from is not None
+        source = cold_trials[int(trial.reused_from.removeprefix(f"{COLD}#"))]
+        assert source.config == trial.config
+        assert source.metrics is not None and trial.metrics is not None
+        assert trial.metrics["latency_p95_ms"] == source.metrics["latency_p95_ms"]
+    reused = {t.number for t in trials if t.reused_from is not None}
     assert reused >= set(range(1, len(queue) + 1))
     measured = {s.trial_number for s in submitted}
     assert measured == {t.number for t in trials} - reused
@@ -144,7 +143,10 @@ def test_same_model_and_hardware_reuses_the_previous_front(
     # every study measures its own), is still feasible, and on the front or beaten.
     chosen = next(c for c in outcome.candidates if c.config == cold.outcome.tuned.config)
     assert chosen.feasible
-    objectives = [OBJECTIVES[o] for o in cold_study.user_attrs["objectives"]]
+    objectives = [
+        OBJECTIVES[o]
+        for o in optuna.load_study(study_name=COLD, storage=storage).user_attrs["objectives"]
+    ]
     assert any(
         c.config == chosen.config or _dominates(c, chosen, objectives) for c in outcome.front
     ), "the re-tune's front lost the previous choice without beating it"
@@ -171,9 +173,9 @@ def test_changed_model_starts_from_the_front_but_measures_everything(
     retuned = optuna.load_study(study_name=RETUNE, storage=storage)
     cold_study = optuna.load_study(study_name=COLD, storage=storage)
     assert retuned.user_attrs["model_sha256"] != cold_study.user_attrs["model_sha256"]
-    assert [t.user_attrs["config"] for t in trials[1 : len(queue) + 1]] == queue
-    assert all(t.user_attrs["warm_start"] == COLD for t in trials[1 : len(queue) + 1])
-    assert not [t for t in trials if "reused_from" in t.user_attrs]
+    assert [t.config for t in trials[1 : len(queue) + 1]] == queue
+    assert all(t.marks.warm_start == COLD for t in trials[1 : len(queue) + 1])
+    assert not [t for t in trials if t.reused_from is not None]
     assert [s.trial_number for s in submitted] == [t.number for t in trials]
     # Accuracy may come only from this study's own evaluation of the same variant.
     evaluated: set[str] = set()
@@ -194,17 +196,18 @@ def test_changed_hardware_reuses_accuracy_and_measures_latency(
     retune(write_request, warm, len(queue) + 1)
 
     trials = finished_trials(storage)
-    assert not [t for t in trials if "reused_from" in t.user_attrs]
+    assert not [t for t in trials if t.reused_from is not None]
     specs = {s.trial_number: s for s in submitted}
     assert sorted(specs) == [t.number for t in trials]
     assert specs[0].known_accuracy is None  # the baseline evaluates its own accuracy
     accuracy = {variant_key(t.config): float(t.metrics["accuracy"]) for t in warm.trials}
     for trial in trials[1 : len(queue) + 1]:
-        assert trial.user_attrs["warm_start"] == source
+        assert trial.marks.warm_start == source
         spec = specs[trial.number]
         assert spec.known_accuracy == accuracy[variant_key(spec.config)]
-        assert trial.user_attrs["metrics"]["accuracy"] == spec.known_accuracy
-        assert trial.user_attrs["provenance"]["hardware_fingerprint"] == probe().fingerprint
+        assert trial.metrics is not None and trial.metrics["accuracy"] == spec.known_accuracy
+        assert trial.provenance is not None
+        assert trial.provenance.hardware_fingerprint == probe().fingerprint
 
 
 @pytest.mark.slow
@@ -217,11 +220,11 @@ def test_resumed_retune_does_not_enqueue_the_front_again(
     retune(write_request, warm, 2)
     retune(write_request, warm, len(queue) + 2)
 
-    study = optuna.load_study(study_name=RETUNE, storage=storage)
-    from_front = [t.user_attrs["config"] for t in study.trials if "warm_start" in t.user_attrs]
+    retuned = stored_trials(storage, RETUNE)
+    from_front = [t.config for t in retuned if t.marks.warm_start is not None]
     assert from_front == queue
-    assert sum(bool(t.user_attrs.get("baseline")) for t in study.trials) == 1
-    assert all(t.state.is_finished() for t in study.trials)
+    assert sum(t.marks.baseline for t in retuned) == 1
+    assert all(t.ended for t in retuned)
 
 
 def test_front_outside_the_current_space_is_not_enqueued() -> None:
@@ -336,8 +339,9 @@ def _copy_study(storage: str, source: str, target: str, **provenance: Any) -> No
         copy.set_user_attr(key, value)
     for trial in original.trials:
         attrs = dict(trial.user_attrs)
-        if "provenance" in attrs:
-            attrs["provenance"] = {**attrs["provenance"], **provenance}
+        record = attrs.get("record")
+        if record is not None and "provenance" in record:
+            attrs["record"] = {**record, "provenance": {**record["provenance"], **provenance}}
         copy.add_trial(
             optuna.trial.create_trial(
                 state=trial.state,
