@@ -3,9 +3,10 @@
 Child runs are keyed by (study, trial number): logging a trial that already has a run
 does nothing, so a resumed study never logs the same trial twice.
 
-A trial's child run is written by a background thread, in the order trials are logged, so
-that `log_trial` returns without waiting for the store; every other call first waits until
-the queued runs are written, and raises what a deferred write raised.
+A trial's child run is written by a writer process (autotune.tracking.writer), in the order
+trials are logged, so that `log_trial` returns without waiting for the store and the store's
+CPU cost runs beside the caller; every other call first waits until the queued runs are
+written, and raises what a deferred write raised.
 
 Each run of a study (the first tuning, then every resume) is one round, numbered in the
 parent run's tag `autotune.round`. Every metric is logged at step = that round's number and
@@ -18,12 +19,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-import queue
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,15 +29,33 @@ from autotune.metrics import Metric
 from autotune.pareto import Candidate
 from autotune.tracking.base import TrackerClosed
 from autotune.tracking.report import compare_tuned, is_number, pareto_csv, plot_front
+from autotune.tracking.writer import (
+    PARENT_TAG,
+    ROLE_TAG,
+    STUDY_TAG,
+    TRIAL_TAG,
+    ClientFactory,
+    StudyRuns,
+    TrialRun,
+    TrialWriter,
+    start_writer,
+)
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric as MlflowMetric
     from mlflow.tracking import MlflowClient
 
-STUDY_TAG = "autotune.study"
-ROLE_TAG = "autotune.role"
-TRIAL_TAG = "autotune.trial_number"
-PARENT_TAG = "mlflow.parentRunId"
+__all__ = [
+    "PARENT_TAG",
+    "PREVIOUS_RUN_TAG",
+    "ROLE_TAG",
+    "ROUND_TAG",
+    "STUDY_TAG",
+    "TRIAL_TAG",
+    "MlflowTracker",
+    "artifact_location",
+]
+
 PREVIOUS_RUN_TAG = "autotune.previous_run_id"
 ROUND_TAG = "autotune.round"
 # Parent-run figures that describe one round's outcome: a key an earlier round logged and
@@ -58,74 +74,16 @@ def artifact_location(tracking_uri: str) -> str | None:
     return (database.resolve().parent / "mlruns").as_uri()
 
 
-@dataclass(frozen=True)
-class TrialRun:
-    """A trial's child run as logged, before it is written: plain strings and floats, so
-    that nothing the caller changes afterwards reaches the store."""
-
-    trial_number: int
-    logged_ms: int
-    tags: dict[str, str]
-    params: dict[str, str]
-    metrics: dict[str, float]
-    metric_tags: dict[str, str]
-    status: str
-
-
-class BackgroundWriter:
-    """Runs queued writes one at a time, in order, on a daemon thread started by the first
-    write; keeps what a write raised until `flush` or `close` raises it."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._errors: list[BaseException] = []
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def submit(self, write: Callable[[], None]) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
-        self._queue.put(write)
-
-    def flush(self) -> None:
-        self._queue.join()
-        self._raise_errors()
-
-    def close(self) -> None:
-        """Write what is queued, stop the thread and raise what a write raised."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
-        self._raise_errors()
-
-    def _run(self) -> None:
-        while (write := self._queue.get()) is not None:
-            try:
-                write()
-            except BaseException as error:  # kept for the caller's next flush
-                self._errors.append(error)
-            finally:
-                self._queue.task_done()
-        self._queue.task_done()
-
-    def _raise_errors(self) -> None:
-        if not self._errors:
-            return
-        first, *others = self._errors
-        self._errors.clear()
-        if others:
-            first.add_note(f"{len(others)} later deferred writes failed too")
-        raise first
-
-
 class MlflowTracker:
-    def __init__(self, tracking_uri: str, experiment: str, study: str) -> None:
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment: str,
+        study: str,
+        writer_client: ClientFactory | None = None,
+    ) -> None:
+        """`writer_client` makes the writer's client from the tracking URI (default:
+        MlflowClient); it must pickle, as the writer process builds its own."""
         from mlflow.tracking import MlflowClient
 
         # MLflow announces schema migrations of a new store at INFO; they are not news here.
@@ -143,10 +101,11 @@ class MlflowTracker:
         self.study = study
         self.parent_run_id: str = self._find_or_create_parent()
         self.round = self._next_round()
-        # written by the writer thread; read only after a flush
+        # completed by each flush with what the writer wrote since
         self._trial_runs = self._existing_trial_runs()
         self._logged_trials = set(self._trial_runs)
-        self._writer = BackgroundWriter(name=f"mlflow-writer-{study}")
+        self._writer_client = writer_client
+        self._writer: TrialWriter | None = None  # started by the first log_trial
         self._closed = False
 
     @property
@@ -155,8 +114,8 @@ class MlflowTracker:
 
     @property
     def writing(self) -> bool:
-        """Whether the background writer's thread is alive."""
-        return self._writer.running
+        """Whether the writer process is alive."""
+        return self._writer is not None and self._writer.running
 
     def _find_or_create_parent(self) -> str:
         runs = self.client.search_runs(
@@ -221,7 +180,7 @@ class MlflowTracker:
         metrics: dict[str, Any] | None,
         tags: dict[str, str],
     ) -> None:
-        """Queue the trial's child run and return; the background writer writes it."""
+        """Queue the trial's child run and return; the writer process writes it."""
         self._check_open()
         if trial_number in self._logged_trials:
             return
@@ -236,42 +195,24 @@ class MlflowTracker:
             metric_tags={k: str(v) for k, v in figures.items() if not is_number(v)},
             status="FINISHED" if metrics is not None else "FAILED",
         )
-        self._writer.submit(lambda: self._write_trial(run))
+        if self._writer is None:
+            self._writer = start_writer(
+                self._study_runs(), self._trial_runs.__setitem__, self.client, self._writer_client
+            )
+        self._writer.submit(run)
 
-    def _write_trial(self, trial: TrialRun) -> None:
-        """Three calls to the store: create the run with every tag (a tag in the batch would
-        cost the store one more transaction), log metrics and params in one batch, and end the
-        run at the time it was logged."""
-        from mlflow.entities import Param
-
-        run = self.client.create_run(
-            self.experiment_id,
-            start_time=trial.logged_ms,
-            run_name=f"trial-{trial.trial_number}",
-            tags={
-                PARENT_TAG: self.parent_run_id,
-                STUDY_TAG: self.study,
-                ROLE_TAG: "trial",
-                TRIAL_TAG: str(trial.trial_number),
-                **trial.tags,
-                **trial.metric_tags,
-            },
+    def _study_runs(self) -> StudyRuns:
+        return StudyRuns(
+            self.tracking_uri, self.experiment_id, self.parent_run_id, self.study, self.round
         )
-        run_id = run.info.run_id
-        self.client.log_batch(
-            run_id,
-            metrics=self._metrics(trial.metrics, trial.logged_ms),
-            params=[Param(k, v) for k, v in trial.params.items()],
-        )
-        self.client.set_terminated(run_id, status=trial.status, end_time=trial.logged_ms)
-        self._trial_runs[trial.trial_number] = run_id
 
     def flush(self) -> None:
-        self._writer.flush()
+        if self._writer is not None:
+            self._writer.flush()
 
     def _wait_for_trials(self) -> None:
         self._check_open()
-        self._writer.flush()
+        self.flush()
 
     def log_revalidation(self, report: dict[str, Any]) -> None:
         """Re-measured figures go next to the search figures on each finalist's run."""
@@ -341,10 +282,12 @@ class MlflowTracker:
 
     def finish(self, status: str) -> None:
         """Write the queued trials and stop the writer, then end the parent run, even when a
-        deferred write failed (its error is raised after)."""
+        deferred write failed or the writer hung (its error is raised after)."""
         self._closed = True
+        writer, self._writer = self._writer, None
         try:
-            self._writer.close()
+            if writer is not None:
+                writer.close()
         finally:
             self.client.set_terminated(self.parent_run_id, status=status)
 

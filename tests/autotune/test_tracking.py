@@ -1,13 +1,17 @@
-"""MLflow's tracker: where it keeps artifacts, and its background writer of trial runs."""
+"""MLflow's tracker: where it keeps artifacts, and its writer process of trial runs."""
 
 from __future__ import annotations
 
-import threading
+import functools
+import gc
+import os
+import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -16,10 +20,45 @@ from autotune.tracking import (
     TRIAL_TAG,
     MlflowTracker,
     artifact_location,
+    writer,
 )
+from autotune.tracking.writer import WriterFailed
 
 CONFIG = {"batch_size": 8, "shape": [1, 3]}
 METRICS = {"latency_p95_ms": 3.5, "accuracy": 0.9, "energy_source": "estimate"}
+
+
+class ScriptedClient(MlflowClient):
+    """The writer process's client, scripted through a directory it shares with the test:
+    each child run's name is appended to `created` before the run is created; a gated client
+    waits for the file `open` first, a slow one sleeps, and a name in `refuse` is refused."""
+
+    def __init__(
+        self,
+        tracking_uri: str,
+        directory: Path,
+        gated: bool = False,
+        delay_s: float = 0.0,
+        refuse: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(tracking_uri)
+        self.directory = directory
+        self.gated = gated
+        self.delay_s = delay_s
+        self.refuse = refuse
+
+    def create_run(self, *args: Any, **kwargs: Any) -> Any:
+        name = kwargs["run_name"]
+        with (self.directory / "created").open("a") as created:
+            created.write(name + "\n")
+        deadline = time.monotonic() + 30
+        while self.gated and not (self.directory / "open").exists():
+            assert time.monotonic() < deadline, "the test never opened the gate"
+            time.sleep(0.01)
+        time.sleep(self.delay_s)
+        if name in self.refuse:
+            raise ConnectionError(f"{name} refused")
+        return super().create_run(*args, **kwargs)
 
 
 @pytest.fixture
@@ -28,11 +67,25 @@ def uri(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def tracker(uri: str) -> Iterator[MlflowTracker]:
-    made = MlflowTracker(uri, "tests", "study")
-    yield made
-    if not made.closed:
-        made.finish("KILLED")
+def make_tracker(uri: str, tmp_path: Path) -> Iterator[Any]:
+    """Trackers whose writer uses a ScriptedClient set up with the given options; each is
+    finished at the end of the test if the test did not."""
+    made: list[MlflowTracker] = []
+
+    def make(**script: Any) -> MlflowTracker:
+        client = functools.partial(ScriptedClient, directory=tmp_path, **script)
+        made.append(MlflowTracker(uri, "tests", "study", writer_client=client))
+        return made[-1]
+
+    yield make
+    for tracker in made:
+        if not tracker.closed:
+            tracker.finish("KILLED")
+
+
+@pytest.fixture
+def tracker(make_tracker: Any) -> MlflowTracker:
+    return make_tracker()  # type: ignore[no-any-return]
 
 
 def child_runs(uri: str, tracker: MlflowTracker) -> dict[int, Any]:
@@ -42,15 +95,25 @@ def child_runs(uri: str, tracker: MlflowTracker) -> dict[int, Any]:
     return {int(run.data.tags[TRIAL_TAG]): run for run in runs}
 
 
-def wrap_create_run(tracker: MlflowTracker, before: Callable[[str], object]) -> None:
-    """Call `before(run name)` ahead of each child run the tracker creates."""
-    create_run = tracker.client.create_run
+def created(tmp_path: Path) -> list[str]:
+    """The child runs the scripted client was asked to create, in order."""
+    path = tmp_path / "created"
+    return path.read_text().splitlines() if path.exists() else []
 
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        before(kwargs["run_name"])
-        return create_run(*args, **kwargs)
 
-    tracker.client.create_run = wrapped  # type: ignore[method-assign]
+def writer_processes() -> list[psutil.Process]:
+    """This process's children started by multiprocessing's spawn (MLflow's writers here),
+    whether running or exited and not yet reaped."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if any("spawn_main" in part for part in child.cmdline()):
+                found.append(child)
+        except psutil.ZombieProcess:
+            found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
 
 
 def test_a_sqlite_stores_artifacts_live_beside_it_whatever_the_working_directory(
@@ -73,17 +136,18 @@ def test_a_relative_sqlite_path_and_other_stores() -> None:
     assert artifact_location("http://127.0.0.1:5000") is None
 
 
-def test_log_trial_returns_before_the_run_is_written(uri: str, tracker: MlflowTracker) -> None:
-    store_may_write = threading.Event()
-    wrap_create_run(tracker, lambda _: store_may_write.wait(timeout=30))
-
+def test_log_trial_returns_before_the_run_is_written(
+    uri: str, tmp_path: Path, make_tracker: Any
+) -> None:
+    tracker = make_tracker(gated=True)
     tracker.log_trial(0, 0, CONFIG, METRICS, {})
     tracker.log_trial(0, 1, CONFIG, METRICS, {})  # queued, not yet written: not logged again
     assert child_runs(uri, tracker) == {}
 
-    store_may_write.set()
+    (tmp_path / "open").touch()
     tracker.flush()
     assert list(child_runs(uri, tracker)) == [0]
+    assert created(tmp_path) == ["trial-0"]
 
 
 def test_a_trial_run_holds_what_was_logged_when_it_was_logged(
@@ -111,39 +175,33 @@ def test_a_trial_run_holds_what_was_logged_when_it_was_logged(
     assert failed.data.metrics == {}
 
 
-def test_runs_are_written_in_the_order_trials_were_logged(tracker: MlflowTracker) -> None:
-    written: list[str] = []
-    wrap_create_run(tracker, written.append)
+def test_runs_are_written_in_the_order_trials_were_logged(
+    tmp_path: Path, tracker: MlflowTracker
+) -> None:
     for number in (5, 2, 9, 0):
         tracker.log_trial(number, 0, CONFIG, METRICS, {})
     tracker.flush()
-    assert written == ["trial-5", "trial-2", "trial-9", "trial-0"]
+    assert created(tmp_path) == ["trial-5", "trial-2", "trial-9", "trial-0"]
 
 
 def test_a_failed_write_is_raised_by_the_next_flush_and_the_others_are_written(
-    uri: str, tracker: MlflowTracker
+    uri: str, make_tracker: Any
 ) -> None:
-    def refuse_trial_1(run_name: str) -> None:
-        if run_name == "trial-1":
-            raise ConnectionError("store unreachable")
-
-    wrap_create_run(tracker, refuse_trial_1)
+    tracker = make_tracker(refuse=("trial-1",))
     for number in range(3):
         tracker.log_trial(number, 0, CONFIG, METRICS, {})
 
-    with pytest.raises(ConnectionError, match="store unreachable"):
+    with pytest.raises(ConnectionError, match="trial-1 refused") as raised:
         tracker.flush()
+    assert "in create_run" in str(raised.value.__cause__)  # where, in the writer process
     assert sorted(child_runs(uri, tracker)) == [0, 2]
     tracker.flush()  # raised once
 
 
 def test_finish_raises_a_failed_write_after_ending_the_parent_run(
-    uri: str, tracker: MlflowTracker
+    uri: str, make_tracker: Any
 ) -> None:
-    def refuse(run_name: str) -> None:
-        raise ConnectionError(f"{run_name} refused")
-
-    wrap_create_run(tracker, refuse)
+    tracker = make_tracker(refuse=("trial-0", "trial-1"))
     tracker.log_trial(0, 0, CONFIG, METRICS, {})
     tracker.log_trial(1, 0, CONFIG, METRICS, {})
 
@@ -152,12 +210,11 @@ def test_finish_raises_a_failed_write_after_ending_the_parent_run(
     assert raised.value.__notes__ == ["1 later deferred writes failed too"]
     assert MlflowClient(uri).get_run(tracker.parent_run_id).info.status == "FINISHED"
     assert not tracker.writing
+    assert writer_processes() == []
 
 
-def test_revalidation_tags_runs_still_queued_when_it_is_called(
-    uri: str, tracker: MlflowTracker
-) -> None:
-    wrap_create_run(tracker, lambda _: time.sleep(0.2))
+def test_revalidation_tags_runs_still_queued_when_it_is_called(uri: str, make_tracker: Any) -> None:
+    tracker = make_tracker(delay_s=0.2)
     tracker.log_trial(0, 0, CONFIG, METRICS, {})
     tracker.log_trial(1, 0, CONFIG, METRICS, {})
     report = {"comparisons": [[{"trial": 1, "revalidated": {"latency_p95_ms": 3.0}}]]}
@@ -168,9 +225,65 @@ def test_revalidation_tags_runs_still_queued_when_it_is_called(
     assert finalist.data.metrics["revalidated.latency_p95_ms"] == 3.0
 
 
-def test_finish_leaves_no_writer_thread_running(tracker: MlflowTracker) -> None:
+def test_finish_leaves_no_writer_process(tracker: MlflowTracker) -> None:
     tracker.log_trial(0, 0, CONFIG, METRICS, {})
     assert tracker.writing
+    assert len(writer_processes()) == 1
     tracker.finish("FINISHED")
     assert not tracker.writing
-    assert not [t for t in threading.enumerate() if t.name.startswith("mlflow-writer-")]
+    assert writer_processes() == []
+
+
+def test_a_failure_between_log_trial_and_finish_still_reaps_the_writer(
+    uri: str, tracker: MlflowTracker
+) -> None:
+    with pytest.raises(RuntimeError, match="coordinator failed"):
+        try:
+            tracker.log_trial(0, 0, CONFIG, METRICS, {})
+            raise RuntimeError("coordinator failed")
+        finally:
+            tracker.finish("FAILED")
+    assert writer_processes() == []
+    assert MlflowClient(uri).get_run(tracker.parent_run_id).info.status == "FAILED"
+    assert list(child_runs(uri, tracker)) == [0]
+
+
+def test_a_tracker_dropped_unfinished_writes_what_was_queued_and_stops_its_writer(
+    uri: str,
+) -> None:
+    tracker = MlflowTracker(uri, "tests", "study")
+    experiment_id = tracker.experiment_id
+    tracker.log_trial(0, 0, CONFIG, METRICS, {})
+    assert len(writer_processes()) == 1
+    del tracker
+    gc.collect()
+    assert writer_processes() == []
+    (run,) = MlflowClient(uri).search_runs(
+        [experiment_id], filter_string=f"tags.`{TRIAL_TAG}` = '0'"
+    )
+    assert run.info.status == "FINISHED"
+
+
+def test_a_writer_process_that_dies_is_reported_not_waited_for(
+    uri: str, tracker: MlflowTracker
+) -> None:
+    tracker.log_trial(0, 0, CONFIG, METRICS, {})
+    (process,) = writer_processes()
+    os.kill(process.pid, signal.SIGKILL)
+    with pytest.raises(WriterFailed, match="exited"):
+        tracker.flush()
+    with pytest.raises(WriterFailed, match="exited"):
+        tracker.finish("FAILED")
+    assert writer_processes() == []
+    assert MlflowClient(uri).get_run(tracker.parent_run_id).info.status == "FAILED"
+
+
+def test_without_a_writer_process_the_caller_writes_each_run(
+    uri: str, tracker: MlflowTracker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer, "START_METHOD", "no-such-start-method")
+    tracker.log_trial(0, 0, CONFIG, METRICS, {})
+    assert list(child_runs(uri, tracker)) == [0]  # written before log_trial returned
+    assert not tracker.writing
+    assert writer_processes() == []
+    tracker.finish("FINISHED")

@@ -1,0 +1,346 @@
+"""Writers of trial child runs: a process beside the caller, or the caller itself.
+
+Writing a child run costs the store some 20 ms of CPU; a writer process takes that off the
+caller's interpreter. It is started with "spawn", never "fork": the caller may hold threads,
+Ray and database connections. It takes requests as plain tuples on one queue, in order:
+
+    ("trial", *TrialRun)    write the run
+    ("flush", token)        answer ("flushed", token, {trial number: run id}, [failure])
+                            with what was written and what failed since the last answer
+    ("stop",)               exit
+
+Where no process can start, the caller writes each run as it is logged.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import multiprocessing
+import pickle
+import queue
+import signal
+import threading
+import traceback
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from autotune.errors import AutotuneError
+
+if TYPE_CHECKING:
+    from multiprocessing.context import SpawnProcess
+    from multiprocessing.queues import Queue
+
+    from mlflow.tracking import MlflowClient
+
+START_METHOD = "spawn"
+# How long a stopped writer may take to exit (it has written everything before it is told to
+# stop, unless its tracker was dropped unfinished), and how often a waiting side checks that
+# the other is still alive.
+STOP_TIMEOUT_S = 30.0
+LIVENESS_CHECK_S = 1.0
+
+STUDY_TAG = "autotune.study"
+ROLE_TAG = "autotune.role"
+TRIAL_TAG = "autotune.trial_number"
+PARENT_TAG = "mlflow.parentRunId"
+
+logger = logging.getLogger(__name__)
+
+ClientFactory = Callable[[str], "MlflowClient"]
+RecordRun = Callable[[int, str], None]
+
+
+class WriterFailed(AutotuneError):
+    """The writer process exited or hung before it answered."""
+
+
+class WriterTraceback(Exception):
+    """Where a write failed in the writer process, as text (tracebacks do not pickle)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class TrialRun(NamedTuple):
+    """A trial's child run as logged, before it is written: plain strings and floats, so
+    that nothing the caller changes afterwards reaches the store."""
+
+    trial_number: int
+    logged_ms: int
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+    metric_tags: dict[str, str]
+    status: str
+
+
+@dataclass(frozen=True)
+class StudyRuns:
+    """Where a study's child runs go."""
+
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    study: str
+    round: int
+
+
+def write_trial(client: MlflowClient, runs: StudyRuns, trial: TrialRun) -> str:
+    """Write a child run in three calls to the store: create it with every tag (a tag in the
+    batch would cost the store one more transaction), log metrics and params in one batch,
+    and end it at the time it was logged. Returns its run id."""
+    from mlflow.entities import Metric, Param
+
+    run = client.create_run(
+        runs.experiment_id,
+        start_time=trial.logged_ms,
+        run_name=f"trial-{trial.trial_number}",
+        tags={
+            PARENT_TAG: runs.parent_run_id,
+            STUDY_TAG: runs.study,
+            ROLE_TAG: "trial",
+            TRIAL_TAG: str(trial.trial_number),
+            **trial.tags,
+            **trial.metric_tags,
+        },
+    )
+    run_id = str(run.info.run_id)
+    client.log_batch(
+        run_id,
+        metrics=[Metric(k, v, trial.logged_ms, runs.round) for k, v in trial.metrics.items()],
+        params=[Param(k, v) for k, v in trial.params.items()],
+    )
+    client.set_terminated(run_id, status=trial.status, end_time=trial.logged_ms)
+    return run_id
+
+
+class TrialWriter(Protocol):
+    @property
+    def running(self) -> bool: ...
+
+    def submit(self, trial: TrialRun) -> None: ...
+
+    def flush(self) -> None:
+        """Return once every submitted run is written; raise what a write raised."""
+        ...
+
+    def close(self) -> None:
+        """Flush, then release what the writer holds, even when the flush raised."""
+        ...
+
+
+def start_writer(
+    runs: StudyRuns, record: RecordRun, caller_client: MlflowClient, client: ClientFactory | None
+) -> TrialWriter:
+    """A writer process, or, where none can start, the caller writing with its own client."""
+    try:
+        return ProcessWriter(runs, record, client)
+    except (ValueError, OSError) as error:
+        logger.warning("MLflow child runs are written in this process: %s", error)
+        return InlineWriter(runs, record, caller_client)
+
+
+class Failures:
+    """What writes raised, kept until the caller's next flush raises the first of them."""
+
+    def __init__(self) -> None:
+        self._errors: list[BaseException] = []
+
+    def add(self, error: BaseException) -> None:
+        self._errors.append(error)
+
+    def raise_first(self) -> None:
+        if not self._errors:
+            return
+        first, *others = self._errors
+        self._errors.clear()
+        if others:
+            first.add_note(f"{len(others)} later deferred writes failed too")
+        raise first
+
+
+class InlineWriter:
+    """Writes each run as it is submitted, in the caller; a write error waits for the next
+    flush, as a deferred one would."""
+
+    running = False
+
+    def __init__(self, runs: StudyRuns, record: RecordRun, client: MlflowClient) -> None:
+        self._runs = runs
+        self._record = record
+        self._client = client
+        self._failures = Failures()
+
+    def submit(self, trial: TrialRun) -> None:
+        try:
+            self._record(trial.trial_number, write_trial(self._client, self._runs, trial))
+        except Exception as error:  # raised by the next flush
+            self._failures.add(error)
+
+    def flush(self) -> None:
+        self._failures.raise_first()
+
+    def close(self) -> None:
+        self.flush()
+
+
+class ProcessWriter:
+    """A writer process, started with the object; what it wrote reaches `record` at each
+    flush. A writer dropped without `close` is stopped when it is collected or at exit."""
+
+    def __init__(self, runs: StudyRuns, record: RecordRun, client: ClientFactory | None) -> None:
+        context = multiprocessing.get_context(START_METHOD)
+        self._record = record
+        self._failures = Failures()
+        self._lock = threading.Lock()
+        self._flushes = 0
+        self._requests: Queue[tuple[Any, ...]] = context.Queue()
+        self._replies: Queue[tuple[Any, ...]] = context.Queue()
+        # typeshed's BaseContext lacks Process, which every context has
+        self._process: SpawnProcess = context.Process(  # type: ignore[attr-defined]
+            target=serve,
+            args=(runs, client, self._requests, self._replies),
+            name=f"mlflow-writer-{runs.study}",
+            daemon=True,
+        )
+        self._process.start()
+        self._reaper = weakref.finalize(self, stop_process, self._process, self._requests)
+        # registered after multiprocessing's own exit hook, so run before it terminates
+        # daemonic processes: a writer still open at exit writes what is queued first
+        self._reaper.atexit = False
+        atexit.register(self._reaper)
+
+    @property
+    def running(self) -> bool:
+        return self._process.is_alive()
+
+    def submit(self, trial: TrialRun) -> None:
+        self._requests.put(("trial", *trial))
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flushes += 1
+            self._requests.put(("flush", self._flushes))
+            while self._take_reply() != self._flushes:
+                pass
+        self._failures.raise_first()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._reaper.detach()
+            atexit.unregister(self._reaper)
+            stop_process(self._process, self._requests)
+
+    def _take_reply(self) -> int:
+        """Record one flush's answer (an earlier, interrupted flush's comes first) and
+        return its token."""
+        while True:
+            try:
+                _, token, written, failures = self._replies.get(timeout=LIVENESS_CHECK_S)
+                break
+            except queue.Empty:
+                if not self._process.is_alive():
+                    code = self._process.exitcode
+                    raise WriterFailed(f"the MLflow writer process exited (code {code})") from None
+        for trial_number, run_id in written.items():
+            self._record(trial_number, run_id)
+        for error, where in failures:
+            error.__cause__ = WriterTraceback(where)
+            self._failures.add(error)
+        return int(token)
+
+
+def stop_process(process: SpawnProcess, requests: Queue[tuple[Any, ...]]) -> None:
+    """Tell the writer to stop once it has written what is queued, wait for it, and
+    terminate it if it does not exit in time."""
+    if process.is_alive():
+        with contextlib.suppress(ValueError, OSError):  # the queue is already closed
+            requests.put(("stop",))
+        process.join(STOP_TIMEOUT_S)
+    hung = process.is_alive()
+    if hung:
+        process.terminate()
+        process.join()
+    requests.cancel_join_thread()
+    requests.close()
+    if hung:
+        raise WriterFailed(f"the MLflow writer process did not stop in {STOP_TIMEOUT_S:.0f} s")
+
+
+def serve(
+    runs: StudyRuns,
+    make_client: ClientFactory | None,
+    requests: Queue[tuple[Any, ...]],
+    replies: Queue[tuple[Any, ...]],
+) -> None:
+    """The writer process: write each requested run in order until told to stop, or until
+    the process that started it is gone."""
+    # Ctrl-C reaches the whole process group; the tracker stops its writer itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if runs.tracking_uri.startswith("sqlite:"):
+        journal_sqlite_ahead()
+    if make_client is None:
+        from mlflow.tracking import MlflowClient
+
+        make_client = MlflowClient
+    client = make_client(runs.tracking_uri)
+    written: dict[int, str] = {}
+    failures: list[tuple[BaseException, str]] = []
+    while (request := next_request(requests)) is not None:
+        kind, *fields = request
+        if kind == "trial":
+            trial = TrialRun(*fields)
+            try:
+                written[trial.trial_number] = write_trial(client, runs, trial)
+            except Exception as error:  # answered at the next flush
+                failures.append((portable(error), traceback.format_exc()))
+        elif kind == "flush":
+            replies.put(("flushed", fields[0], written, failures))
+            written, failures = {}, []
+    replies.close()
+    replies.join_thread()
+
+
+def next_request(requests: Queue[tuple[Any, ...]]) -> tuple[Any, ...] | None:
+    """The next request, or None when told to stop or when the parent process is gone."""
+    parent = multiprocessing.parent_process()
+    while True:
+        try:
+            request = requests.get(timeout=LIVENESS_CHECK_S)
+        except queue.Empty:
+            if parent is not None and not parent.is_alive():
+                return None
+            continue
+        return None if request[0] == "stop" else request
+
+
+def portable(error: Exception) -> BaseException:
+    """The error itself if it survives pickling, else one that tells the same."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return WriterFailed(f"{type(error).__name__}: {error}")
+    return error
+
+
+def journal_sqlite_ahead() -> None:
+    """Open every SQLite connection with a write-ahead journal, synced at checkpoints only.
+    The listener is on SQLAlchemy's Engine class, so it reaches every engine of the process:
+    acceptable only because this process does nothing but write child runs."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def on_connect(connection: Any, _record: Any) -> None:
+        if type(connection).__module__.startswith("sqlite3"):
+            cursor = connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+    event.listen(Engine, "connect", on_connect)
