@@ -1,0 +1,346 @@
+"""Fast parts for coordinator tests: an executor that answers from a script, a tracker that
+remembers what it was told, and a coordinator on an in-memory study with a small space.
+
+Nothing here loads a model, starts Ray or MLflow, or writes a file: a search of a few trials
+takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.budget import Budget
+from autotune.contract import (
+    ArtifactInfo,
+    ConfigValue,
+    DataRef,
+    HeadToHeadResult,
+    HeadToHeadSpec,
+    ModelInfo,
+    ModelRef,
+    Provenance,
+    TrialMetrics,
+    TrialResult,
+    TrialSpec,
+    TrialStatus,
+    Workload,
+)
+from autotune.coordinator import Coordinator, Events, Tuning
+from autotune.errors import AutotuneError
+from autotune.executors import require_idle_slot
+from autotune.hardware import HardwareProfile
+from autotune.metrics import OBJECTIVES
+from autotune.request import TuningRequest, parse_request
+from autotune.results import OptunaStore, StudyIdentity, TrialMarks, TrialRecord
+from autotune.space import EffectiveDimension, EffectiveSpace
+from autotune.strategies import Strategy, make_strategy
+from autotune.tracking import NullTracker
+
+INFO = ModelInfo(
+    kind="torch",
+    sha256="0" * 64,
+    n_samples=1,
+    input_shape=[1],
+    has_labels=True,
+    parameter_bytes=0,
+)
+PROFILE = HardwareProfile(
+    hostname="scripted", cpu_model="scripted", cpu_cores=1, memory_mb=1, cpu_flags=[]
+)
+WORKLOAD = Workload(
+    model=ModelRef(entry_point="scripted.model:build"),
+    data=DataRef(entry_point="scripted.model:data"),
+)
+STUDY = "coordinator-test"
+# Each search here takes milliseconds; one still running after this never ends.
+SEARCH_DEADLINE_S = 5.0
+
+
+def small_space() -> EffectiveSpace:
+    """Two engines (one with an option of its own), three batch sizes, two precisions and
+    optional pruning; every dimension's first value is the baseline's."""
+    dims: list[tuple[str, list[ConfigValue], dict[str, list[ConfigValue]]]] = [
+        ("runtime.engine", ["torch_eager", "onnxruntime"], {}),
+        ("runtime.graph_opt", ["all", "basic"], {"runtime.engine": ["onnxruntime"]}),
+        ("batch.size", [1, 8, 64], {}),
+        ("precision.mode", ["fp32", "int8_static"], {}),
+        ("prune.method", ["none", "magnitude"], {}),
+        ("prune.ratio", [0.3, 0.6], {"prune.method": ["magnitude"]}),
+    ]
+    return EffectiveSpace(
+        name="small",
+        source="test",
+        hardware_fingerprint=PROFILE.fingerprint,
+        excluded=[],
+        dimensions=[
+            EffectiveDimension(name=n, values=v, range=None, baseline=v[0], when=w)
+            for n, v, w in dims
+        ],
+    )
+
+
+BASELINE: dict[str, ConfigValue] = small_space().baseline()
+BASELINE_ACCURACY = 0.95
+# What int8 costs in accuracy: beyond a bound of 0.01.
+INT8_ACCURACY_LOSS = 0.05
+
+
+def config_with(**changes: ConfigValue) -> dict[str, ConfigValue]:
+    """The baseline with `changes`, given with '__' for '.': `config_with(batch__size=8)`."""
+    return {**BASELINE, **{k.replace("__", "."): v for k, v in changes.items()}}
+
+
+def table_metrics(config: dict[str, ConfigValue]) -> TrialMetrics:
+    """Figures that depend only on the configuration: larger batches are slower per call and
+    cheaper per sample; int8 and pruning cost accuracy."""
+    batch = int(config.get("batch.size", 1))
+    latency = 0.05 * batch**0.8
+    accuracy = BASELINE_ACCURACY - 0.01 * float(config.get("prune.ratio", 0.0))
+    if config.get("precision.mode") == "int8_static":
+        accuracy -= INT8_ACCURACY_LOSS
+    return TrialMetrics(
+        accuracy=accuracy,
+        latency_p50_ms=latency,
+        latency_p90_ms=latency,
+        latency_p95_ms=latency,
+        latency_p99_ms=latency,
+        latency_mean_ms=latency,
+        latency_cv=0.0,
+        throughput_per_s=1000 * batch / latency,
+        energy_per_sample_j=1e-4 / batch,
+        energy_source="estimate",
+        peak_memory_mb=100.0,
+        iterations=1,
+        measure_seconds=0.0,
+    )
+
+
+# What the executor answers to a spec: metrics (status 'ok') or a failure status.
+Reply = Callable[[TrialSpec], TrialStatus | TrialMetrics]
+
+
+def measured(spec: TrialSpec) -> TrialMetrics:
+    return table_metrics(spec.config)
+
+
+def failing(
+    status: TrialStatus, when: Callable[[TrialSpec], bool], otherwise: Reply = measured
+) -> Reply:
+    """`status` for the specs `when` picks, `otherwise`'s answer for the rest."""
+
+    def reply(spec: TrialSpec) -> TrialStatus | TrialMetrics:
+        return status if when(spec) else otherwise(spec)
+
+    return reply
+
+
+def scripted_provenance(spec: TrialSpec) -> Provenance:
+    return Provenance(
+        model_sha256=INFO.sha256,
+        host="scripted",
+        hardware_fingerprint=PROFILE.fingerprint,
+        software={"autotune": "test"},
+        measurement=spec.measurement,
+    )
+
+
+class ScriptedExecutor:
+    """Answers each submitted spec from `reply` at once, and hands one result back per
+    `wait`: the oldest submitted, or with `newest_first` the newest (results out of order
+    across slots). `on_submit` sees each spec after it is submitted."""
+
+    def __init__(
+        self,
+        reply: Reply = measured,
+        slots: int = 1,
+        newest_first: bool = False,
+        on_submit: Callable[[TrialSpec], None] | None = None,
+    ) -> None:
+        self.reply = reply
+        self.slots = slots
+        self.newest_first = newest_first
+        self.on_submit = on_submit
+        self.submitted: list[TrialSpec] = []
+        self._done: list[TrialResult] = []
+
+    def inspect(self, workload: Workload) -> ModelInfo:
+        return INFO
+
+    def submit(self, spec: TrialSpec) -> None:
+        require_idle_slot(self.slots - len(self._done))
+        self.submitted.append(spec)
+        self._done.append(self._result(spec))
+        if self.on_submit is not None:
+            self.on_submit(spec)
+
+    def _result(self, spec: TrialSpec) -> TrialResult:
+        reply = self.reply(spec)
+        if isinstance(reply, TrialMetrics):
+            return TrialResult.for_spec(spec, "ok", None, 0.0, reply, scripted_provenance(spec))
+        return TrialResult.for_spec(spec, reply, f"scripted {reply}")
+
+    def pending(self) -> int:
+        return len(self._done)
+
+    def wait(self) -> list[TrialResult]:
+        if not self._done:  # a real executor would block for ever
+            raise AutotuneError("wait called with nothing submitted")
+        return [self._done.pop(-1 if self.newest_first else 0)]
+
+    def measured_configs(self) -> list[dict[str, ConfigValue]]:
+        return [spec.config for spec in self.submitted]
+
+    def attempts_of(self, trial_number: int) -> list[int]:
+        return [spec.attempt for spec in self.submitted if spec.trial_number == trial_number]
+
+    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
+        raise NotImplementedError("the search's tests stop before the head-to-head")
+
+    def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
+        raise NotImplementedError("the search's tests stop before the export")
+
+    def close(self) -> None:
+        pass
+
+
+class SearchDidNotEnd(Exception):
+    """Not an `AutotuneError`: no test expects it."""
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raises `SearchDidNotEnd` in the main thread after `seconds`: a loop that never ends
+    fails its test instead of hanging the run."""
+
+    def expire(signum: int, frame: Any) -> None:
+        raise SearchDidNotEnd(f"the search did not end within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass(frozen=True)
+class LoggedTrial:
+    number: int
+    attempt: int
+    config: dict[str, Any]
+    metrics: dict[str, Any] | None
+    tags: dict[str, str]
+
+
+class RecordingTracker(NullTracker):
+    """Remembers every trial it is told, in order."""
+
+    def __init__(self) -> None:
+        super().__init__(STUDY)
+        self.trials: list[LoggedTrial] = []
+
+    def log_trial(
+        self,
+        trial_number: int,
+        attempt: int,
+        config: dict[str, Any],
+        metrics: dict[str, Any] | None,
+        tags: dict[str, str],
+    ) -> None:
+        super().log_trial(trial_number, attempt, config, metrics, tags)
+        self.trials.append(LoggedTrial(trial_number, attempt, config, metrics, tags))
+
+    @property
+    def numbers(self) -> list[int]:
+        return [t.number for t in self.trials]
+
+
+@dataclass
+class Rig:
+    """A coordinator and the parts it was given, typed as they are for the test to inspect."""
+
+    coordinator: Coordinator
+    store: OptunaStore
+    executor: ScriptedExecutor
+    tracker: RecordingTracker
+    notes: list[str] = field(default_factory=list)
+
+    def search(self) -> TrialRecord:
+        with deadline(SEARCH_DEADLINE_S):
+            return self.coordinator.search()
+
+    def records(self) -> list[TrialRecord]:
+        return self.store.records()
+
+    def queue(self, *configs: dict[str, ConfigValue]) -> None:
+        """The baseline, then `configs`, waiting in the study: asked in this order before any
+        proposal."""
+        self.store.enqueue(BASELINE, TrialMarks(baseline=True))
+        for config in configs:
+            self.store.enqueue(config, TrialMarks())
+
+
+def make_request(
+    trials: int | None,
+    timeout_s: float | None = None,
+    objectives: list[str] | None = None,
+    constraints: dict[str, float] | None = None,
+) -> TuningRequest:
+    raw: dict[str, Any] = {
+        "name": STUDY,
+        "budget": {"trials": trials, "timeout_s": timeout_s},
+        "constraints": constraints or {},
+    }
+    if objectives is not None:
+        raw["objectives"] = objectives
+    return parse_request(raw, replay=True)
+
+
+def open_store(request: TuningRequest, strategy: Strategy, space: EffectiveSpace) -> OptunaStore:
+    identity = StudyIdentity(
+        model_sha256=INFO.sha256,
+        objectives=list(request.objectives),
+        space=space.name,
+        hardware_fingerprint=PROFILE.fingerprint,
+    )
+    directions = [OBJECTIVES[o].direction.value for o in request.objectives]
+    return OptunaStore.open(STUDY, None, directions, strategy.sampler(), identity)
+
+
+def make_rig(
+    strategy: str = "random",
+    *,
+    executor: ScriptedExecutor | None = None,
+    trials: int | None = 5,
+    timeout_s: float | None = None,
+    objectives: list[str] | None = None,
+    constraints: dict[str, float] | None = None,
+    store: OptunaStore | None = None,
+    seed: int = 0,
+) -> Rig:
+    """A coordinator of the registered `strategy` on the small space, its study in memory
+    (`store`: resume that one), a `RecordingTracker` and a budget of `trials` / `timeout_s`."""
+    space = small_space()
+    request = make_request(trials, timeout_s, objectives, constraints)
+    chosen = make_strategy(strategy, space, request, seed)
+    store = store or open_store(request, chosen, space)
+    executor = executor or ScriptedExecutor()
+    tracker = RecordingTracker()
+    notes: list[str] = []
+    tuning = Tuning(request, WORKLOAD, INFO, space, PROFILE, Path("unused-artifacts"))
+    coordinator = Coordinator(
+        tuning,
+        store,
+        chosen,
+        executor,
+        tracker,
+        Budget(trials, timeout_s),
+        events=Events(on_note=notes.append),
+    )
+    return Rig(coordinator, store, executor, tracker, notes)
