@@ -30,6 +30,8 @@ class Answers:
     def answer(self, spec: TrialSpec, record: TrialRecord) -> Answer | None:
         """An answer for the trial, or None to measure it. The baseline is always measured:
         it is the study's reference."""
+        if record.marks.baseline:
+            return None
         state = self.state
         if state.baseline is not None:
             too_big = state.oom.answer(spec)
@@ -37,7 +39,7 @@ class Answers:
                 return too_big
         max_drop = self.request.constraints.max_accuracy_drop
         answer = self.strategy.answer(self.study, spec, state.excluded(max_drop))
-        if answer is not None or self.warm_start is None or record.marks.baseline:
+        if answer is not None or self.warm_start is None:
             return answer
         return self.warm_start.answer(spec, self._provenance_now())
 

@@ -185,13 +185,13 @@ class Coordinator:
         a waiting one or the sampler's."""
         store, space = self.store, self.tuning.space
         with store.locked():
-            waiting = store.waiting()
-            need_baseline = self.state.baseline is None
-            if need_baseline and not self._baseline_in_flight(waiting):
+            census = store.census()
+            if self.state.baseline is None and not self._baseline_in_flight(census.waiting):
                 self._enqueue_baseline()
-                waiting = store.waiting()
+                census = store.census()
+            waiting = census.waiting
             waiting_baseline = any(r.marks.baseline for r in waiting)
-            if not waiting_baseline and not self.budget.allows(store.used()):
+            if not waiting_baseline and not self.budget.allows(census.used):
                 return None
             if not waiting and self.strategy.proposes:
                 max_drop = self.tuning.request.constraints.max_accuracy_drop

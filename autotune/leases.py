@@ -81,14 +81,15 @@ class Heartbeat:
 
 
 @contextmanager
-def study_lock(storage_url: str, study_name: str) -> Iterator[None]:
+def study_lock(storage_url: str, study_name: str, engine: Any = None) -> Iterator[None]:
     """Serialize the check-then-ask of coordinators sharing a study: a PostgreSQL advisory
-    lock, or a file lock next to a SQLite database."""
+    lock (taken on `engine`'s connections where given, kept between locks by a caller that
+    locks often), or a file lock next to a SQLite database."""
     if storage_url.startswith("sqlite"):
         with _file_lock(storage_url):
             yield
     elif storage_url.startswith("postgresql"):
-        with _advisory_lock(storage_url, study_name):
+        with _advisory_lock(storage_url, study_name, engine):
             yield
     else:
         raise AutotuneError(
@@ -126,12 +127,12 @@ _ENGINES: dict[str, Any] = {}
 
 
 @contextmanager
-def _advisory_lock(storage_url: str, study_name: str) -> Iterator[None]:
+def _advisory_lock(storage_url: str, study_name: str, engine: Any = None) -> Iterator[None]:
     import zlib
 
     import sqlalchemy
 
-    engine = _ENGINES.get(storage_url)
+    engine = engine or _ENGINES.get(storage_url)
     if engine is None:
         # No pool: a lock's connection lives only while the lock is held.
         engine = sqlalchemy.create_engine(storage_url, poolclass=sqlalchemy.pool.NullPool)
@@ -144,3 +145,13 @@ def _advisory_lock(storage_url: str, study_name: str) -> Iterator[None]:
         finally:
             connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
             connection.commit()
+
+
+def lock_engine(storage_url: str) -> Any:
+    """A pooled engine for the study locks of one long-lived caller (its owner disposes of
+    it); None where the lock is not a database's."""
+    if not storage_url.startswith("postgresql"):
+        return None
+    import sqlalchemy
+
+    return sqlalchemy.create_engine(storage_url, pool_size=1, max_overflow=2, pool_pre_ping=True)

@@ -22,11 +22,6 @@ def trial_id(trial: optuna.Trial) -> int:
     return int(trial._trial_id)
 
 
-def count_trials(study: optuna.Study, states: Sequence[Any]) -> int:
-    """Trials in `states`, counted by the database rather than by loading them."""
-    return int(study._storage.get_n_trials(study._study_id, tuple(states)))
-
-
 def contains(distribution: Any, value: Any) -> bool:
     """Whether `value` lies inside `distribution` (a choice of it, or in its range and step)."""
     return bool(distribution._contains(distribution.to_internal_repr(value)))
@@ -61,14 +56,14 @@ class SamplingTrial:
     independently), but only in memory: the trial is stored afterwards in one write, rather
     than one write per parameter. For samplers where `samples_in_memory` holds."""
 
-    def __init__(self, study: optuna.Study, number: int) -> None:
+    def __init__(self, study: optuna.Study) -> None:
         import datetime
 
         from optuna.trial import FrozenTrial, TrialState
 
         self.study = study
         self.frozen = FrozenTrial(
-            number=number,
+            number=-1,  # given when it is stored; samplers use it only to tell trials apart
             state=TrialState.RUNNING,
             value=None,
             values=None,

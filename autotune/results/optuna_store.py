@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from autotune import optuna_api
 from autotune.contract import ConfigValue
 from autotune.errors import RequestError
-from autotune.leases import Owner, owner_is_dead, schema_lock, study_lock
+from autotune.leases import Owner, lock_engine, owner_is_dead, schema_lock, study_lock
 from autotune.metrics import OBJECTIVES
 from autotune.pareto import Candidate, pareto_front
 from autotune.results.records import (
     RECORD_KEY,
+    Census,
     Outcome,
     StoredRevalidation,
     StudyIdentity,
@@ -107,9 +108,12 @@ def fast_sqlite(engine: Any) -> None:
 class OptunaStore:
     """A study's trials as typed records, over an Optuna study."""
 
-    def __init__(self, study: optuna.Study, storage_url: str | None) -> None:
+    def __init__(self, study: optuna.Study, storage_url: str | None, engine: Any = None) -> None:
+        """`engine`: the database engine under the study's storage, closed by `close`."""
         self.study = study
         self.storage_url = storage_url
+        self._engine = engine
+        self._lock_engine = None if storage_url is None else lock_engine(storage_url)
         self._trial_ids: dict[int, int] = {}  # our running trials' storage ids, by number
 
     @property
@@ -140,16 +144,14 @@ class OptunaStore:
         storage: Any = optuna.storages.InMemoryStorage()
         if storage_url is not None:
             storage = rdb_storage(storage_url)
-        store = cls(
-            optuna.create_study(
-                storage=storage,
-                study_name=study_name,
-                directions=list(directions),  # type: ignore[arg-type]
-                sampler=sampler,
-                load_if_exists=True,
-            ),
-            storage_url,
+        study = optuna.create_study(
+            storage=storage,
+            study_name=study_name,
+            directions=list(directions),  # type: ignore[arg-type]
+            sampler=sampler,
+            load_if_exists=True,
         )
+        store = cls(study, storage_url, getattr(storage, "engine", None))
         with store.locked():
             store._check_identity(identity)
         return store
@@ -170,19 +172,18 @@ class OptunaStore:
             )
 
     def close(self) -> None:
-        engine = getattr(optuna_api.storage_of(self.study), "engine", None)
-        if engine is None:  # Optuna wraps an RDB storage in its cache
-            engine = getattr(
-                getattr(optuna_api.storage_of(self.study), "_backend", None), "engine", None
-            )
-        if engine is not None:
-            engine.dispose()  # a runner process runs many jobs; each closes its own
+        """Closes the connections this store opened (a runner process runs many jobs)."""
+        for engine in (self._engine, self._lock_engine):
+            if engine is not None:
+                engine.dispose()
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Serializes check-then-act among coordinators sharing this study."""
         lock = (
-            nullcontext() if self.storage_url is None else study_lock(self.storage_url, self.name)
+            nullcontext()
+            if self.storage_url is None
+            else study_lock(self.storage_url, self.name, self._lock_engine)
         )
         with lock:
             yield
@@ -199,19 +200,25 @@ class OptunaStore:
         return [r for r in self.records(("complete",)) if r.metrics is not None]
 
     def waiting(self) -> list[TrialRecord]:
-        """Trials enqueued and not yet asked (counted first: there are seldom any)."""
-        if not retrying(optuna_api.count_trials, self.study, _states("waiting")):
-            return []
-        return self.records(("waiting",))
-
-    def counted(self) -> int:
-        """Trials that count toward the budget: measured, or ended by their candidate."""
-        return retrying(optuna_api.count_trials, self.study, _states("complete", "pruned"))
+        """Trials enqueued and not yet asked."""
+        return self.census().waiting
 
     def used(self) -> int:
         """Counted trials and those running now."""
-        states = _states("complete", "pruned", "running")
-        return retrying(optuna_api.count_trials, self.study, states)
+        return self.census().used
+
+    def census(self) -> Census:
+        """The waiting trials and the number of trials used, from one read of the study."""
+        trials = retrying(self.study.get_trials, deepcopy=False)
+        used = _states("complete", "pruned", "running")
+        return Census(
+            waiting=[record_of(t) for t in trials if t.state == _states("waiting")[0]],
+            used=sum(t.state in used for t in trials),
+        )
+
+    def counted(self) -> int:
+        """Trials that count toward the budget: measured, or ended by their candidate."""
+        return len(self.records(("complete", "pruned")))
 
     def objective_names(self) -> list[str]:
         return list(retrying(lambda: self.study.user_attrs).get("objectives", []))
@@ -245,8 +252,7 @@ class OptunaStore:
         and stored in one write."""
         sampler = self.study.sampler
         if not waiting and optuna_api.samples_in_memory(sampler):
-            number = retrying(optuna_api.count_trials, self.study, _states(*_STATE_NAMES.values()))
-            sampling = optuna_api.SamplingTrial(self.study, number)
+            sampling = optuna_api.SamplingTrial(self.study)
             config = retrying(space.sample, sampling)
             return self._create(config, sampling.frozen.distributions, TrialMarks(), owner)
         trial = retrying(self.study.ask)
@@ -255,7 +261,7 @@ class OptunaStore:
         trial_id = optuna_api.trial_id(trial)
         retrying(storage.set_trial_system_attr, trial_id, TRIAL_OWNER_KEY, owner.id)
         self._trial_ids[trial.number] = trial_id
-        marks = TrialMarks.model_validate(trial.user_attrs.get(MARKS_KEY, {}))
+        marks = _marks(trial.user_attrs)
         return TrialRecord(
             number=trial.number, state="running", config=config, marks=marks, attempt=marks.attempt
         )
@@ -307,6 +313,7 @@ class OptunaStore:
         self._trial_ids.pop(number, None)
 
     def _tell(self, number: int, outcome: Outcome, values: list[float] | None, retry: bool) -> None:
+        from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState as OptunaState
 
         storage = optuna_api.storage_of(self.study)
@@ -317,7 +324,10 @@ class OptunaStore:
             )
         if retry and storage.get_trial(trial_id).state != OptunaState.RUNNING:
             return  # told before the connection dropped
-        storage.set_trial_user_attr(trial_id, RECORD_KEY, _dump(outcome))
+        try:
+            storage.set_trial_user_attr(trial_id, RECORD_KEY, _dump(outcome))
+        except UpdateFinishedTrialError:
+            return  # told already: by us before, or reaped by another coordinator
         if values is None or outcome.violations is None:
             state = OptunaState.FAIL if outcome.failed else OptunaState.PRUNED
             self.study.tell(number, state=state)
@@ -368,15 +378,17 @@ def opened_store(
     require_existing(storage, storage_field, _OPTUNA_TABLES, "autotune's studies")
     rdb = rdb_storage(storage, create=False)
     try:
-        try:
-            study = optuna.load_study(study_name=study_name, storage=rdb)
-        except KeyError:
-            raise RequestError(
-                field, "must name an existing study in the storage", study_name
-            ) from None
-        yield OptunaStore(study, storage)
-    finally:
+        study = optuna.load_study(study_name=study_name, storage=rdb)
+    except KeyError:
         rdb.engine.dispose()
+        raise RequestError(
+            field, "must name an existing study in the storage", study_name
+        ) from None
+    store = OptunaStore(study, storage, rdb.engine)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def distributions(space: EffectiveSpace, config: dict[str, ConfigValue]) -> dict[str, Any]:
@@ -411,7 +423,7 @@ def record_of(trial: optuna.trial.FrozenTrial) -> TrialRecord:
     """The typed record of a stored trial; a study written before records were typed keeps
     each field in an attribute of its own, and reads the same."""
     attrs = trial.user_attrs
-    marks = TrialMarks.model_validate(attrs[MARKS_KEY]) if MARKS_KEY in attrs else _old_marks(attrs)
+    marks = _marks(attrs)
     stored = attrs.get(RECORD_KEY)
     outcome = Outcome.model_validate(stored) if stored is not None else _old_outcome(attrs)
     state = _STATE_NAMES[trial.state.name]
@@ -429,6 +441,10 @@ def record_of(trial: optuna.trial.FrozenTrial) -> TrialRecord:
         ended_at=trial.datetime_complete,
     )
     return record if outcome is None else record.with_outcome(outcome)
+
+
+def _marks(attrs: dict[str, Any]) -> TrialMarks:
+    return TrialMarks.model_validate(attrs[MARKS_KEY]) if MARKS_KEY in attrs else _old_marks(attrs)
 
 
 def _old_marks(attrs: dict[str, Any]) -> TrialMarks:

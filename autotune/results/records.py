@@ -153,6 +153,13 @@ class Outcome(Strict):
         return self.status == "lost"
 
 
+class Census(Strict):
+    """A study's trials as a coordinator needs them before it asks for one."""
+
+    waiting: list[TrialRecord]
+    used: int = Field(description="trials counted toward the budget or running now")
+
+
 class StudyIdentity(Strict):
     """What a study tunes: a resume must match it exactly."""
 

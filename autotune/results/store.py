@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from autotune.contract import ConfigValue
 from autotune.results.records import (
+    Census,
     Outcome,
     StoredRevalidation,
     TrialMarks,
@@ -41,9 +42,11 @@ class ResultStore(Protocol):
 
     def waiting(self) -> list[TrialRecord]: ...
 
-    def counted(self) -> int: ...
+    def census(self) -> Census: ...
 
     def used(self) -> int: ...
+
+    def counted(self) -> int: ...
 
     def enqueue(self, config: dict[str, ConfigValue], marks: TrialMarks) -> None: ...
 

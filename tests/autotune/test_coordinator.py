@@ -51,13 +51,6 @@ def test_the_baseline_is_trial_zero_and_measured_first(strategy: str) -> None:
     assert rig.records()[0].marks.baseline
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AutotuneError,
-    reason="Answers.answer asks the strategy before it looks at the baseline mark: on a "
-    "resume the autotune strategy answers the re-enqueued baseline from the trial that timed "
-    "out, so it is never measured again",
-)
 def test_a_baseline_that_timed_out_is_measured_again_on_resume() -> None:
     timing_out = ScriptedExecutor(failing("timeout", is_trial(0)))
     first = make_rig("autotune", executor=timing_out, trials=3)

@@ -269,12 +269,6 @@ def test_a_lost_outcome_is_failed(store: OptunaStore) -> None:
     assert not record.counted
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=optuna.exceptions.UpdateFinishedTrialError,
-    reason="OptunaStore._tell looks at the trial's state only when retrying within one call: "
-    "a second tell writes the record attribute of a finished trial, which Optuna refuses",
-)
 def test_telling_twice_is_harmless(store: OptunaStore) -> None:
     first = outcome_of(EIGHT)
     record = store.create(SPACE, EIGHT, TrialMarks(), Owner())
@@ -418,12 +412,6 @@ def test_a_trial_of_the_older_format_reads_as_one_of_today(
     assert old.model_dump(exclude=ignored) == new.model_dump(exclude=ignored)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="OptunaStore.ask reads a waiting trial's marks only from the typed 'marks' "
-    "attribute; record_of falls back to the older per-attribute marks, ask does not",
-)
 def test_a_waiting_trial_of_the_older_format_is_asked_with_its_marks(store: OptunaStore) -> None:
     store.study.enqueue_trial(EIGHT, user_attrs={"baseline": True, "attempt": 1, "retry_of": 0})
     marks = TrialMarks(baseline=True, attempt=1, retry_of=0)
