@@ -24,7 +24,13 @@ from autotune.request import TuningRequest, load_request
 from autotune.results import OptunaStore, StudyIdentity, opened_store
 from autotune.sources import check_workload
 from autotune.space import EffectiveSpace, effective_space, load_space, resolve_space_path
-from autotune.strategies import DEFAULT_STRATEGY, Strategy, make_strategy
+from autotune.strategies import (
+    DEFAULT_STRATEGY,
+    STRATEGIES,
+    Strategy,
+    make_strategy,
+    strategy_names,
+)
 from autotune.tracking import MlflowTracker, NullTracker, Tracker
 from autotune.warm_start import WarmStart
 
@@ -159,6 +165,8 @@ def tune_request(
     progress: ProgressFactory | None = None,
 ) -> tuple[TuneOutcome, Path]:
     """Tune a validated request whose relative paths are relative to `base_dir`."""
+    if options.sampler not in STRATEGIES:
+        raise RequestError("sampler", f"must be one of {strategy_names()}", options.sampler)
     if options.replay is None:
         plan = _measured_plan(request, base_dir, options)
     else:

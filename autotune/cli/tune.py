@@ -9,13 +9,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from autotune.cli.shared import _exit_codes, err, out
 from autotune.cli.tables import _print_comparison, _print_front, _shown
+from autotune.strategies import DEFAULT_STRATEGY, strategy_names
 
 
 def tune(
@@ -33,13 +34,14 @@ def tune(
     ] = "ray",
     seed: Annotated[int | None, typer.Option(help="sampler seed")] = None,
     sampler: Annotated[
-        Literal["autotune", "tpe", "random", "nsga2", "gp"],
+        str,
         typer.Option(
-            help="autotune's structure-aware strategy (default: a designed start, then a "
+            help="the search strategy: autotune's own (default: a designed start, then a "
             "local search around the front; repeats and known-infeasible variants are not "
-            "measured), or one of Optuna's samplers as they come (tpe is multivariate)"
+            "measured), or one of Optuna's samplers as they come (tpe is multivariate); "
+            f"one of: {', '.join(strategy_names())}"
         ),
-    ] = "autotune",
+    ] = DEFAULT_STRATEGY,
     space_file: Annotated[
         str | None, typer.Option("--space", help="space file in place of the request's")
     ] = None,
