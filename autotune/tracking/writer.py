@@ -21,10 +21,13 @@ import multiprocessing
 import pickle
 import queue
 import signal
+import sys
 import threading
 import traceback
+import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -188,6 +191,24 @@ class InlineWriter:
         self.flush()
 
 
+_MAIN_LOCK = threading.Lock()
+
+
+@contextmanager
+def _without_main_module() -> Iterator[None]:
+    """While a writer process is spawned, the caller's `__main__` is hidden: spawn would
+    otherwise run the caller's script again in the child (a script without an
+    `if __name__ == "__main__"` guard would start its work twice). The writer needs nothing
+    from it: its entry point is this module's `serve`."""
+    with _MAIN_LOCK:
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
+
+
 class ProcessWriter:
     """A writer process, started with the object; what it wrote reaches `record` at each
     flush. A writer dropped without `close` is stopped when it is collected or at exit."""
@@ -207,7 +228,8 @@ class ProcessWriter:
             name=f"mlflow-writer-{runs.study}",
             daemon=True,
         )
-        self._process.start()
+        with _without_main_module():
+            self._process.start()
         self._reaper = weakref.finalize(self, stop_process, self._process, self._requests)
         # registered after multiprocessing's own exit hook, so run before it terminates
         # daemonic processes: a writer still open at exit writes what is queued first
