@@ -54,7 +54,8 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -
     """The hypervolume that smaller-is-better `points` dominate up to `reference`; points not
     strictly better than it in every objective add nothing."""
     import numpy as np
-    from optuna._hypervolume import compute_hypervolume  # Optuna's own samplers use it
+
+    from autotune.optuna_api import compute_hypervolume
 
     inside = [p for p in points if all(x < r for x, r in zip(p, reference, strict=True))]
     if not inside:

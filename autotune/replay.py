@@ -71,6 +71,7 @@ from autotune.contract import (
     Workload,
 )
 from autotune.errors import AutotuneError, RequestError
+from autotune.executors import require_idle_slot, require_nothing_pending
 from autotune.hardware import HardwareProfile
 from autotune.metrics import (
     ACCURACY,
@@ -445,8 +446,7 @@ class ReplayExecutor:
         )
 
     def submit(self, spec: TrialSpec) -> None:
-        if len(self._running) >= self._slots:
-            raise AutotuneError("submit called with no idle slot")
+        require_idle_slot(self._slots - len(self._running))
         result = self._answer(spec)
         finish = self.simulated_seconds + result.duration_s
         self._running.append(_Running(finish, self._submitted, result))
@@ -488,8 +488,7 @@ class ReplayExecutor:
     def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
         """Every round of every entrant reads its row's figures: a replay has no noise and
         no machine, so its paired ratios are exact and no round is contended."""
-        if self._running:
-            raise AutotuneError("compare called while trials are running")
+        require_nothing_pending(len(self._running))
         outcomes = []
         for entrant in spec.entrants:
             trial = TrialSpec(
