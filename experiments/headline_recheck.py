@@ -200,14 +200,12 @@ def one_run(
 
 
 def baseline_of(workdir: Path, tuned: dict[str, Any]) -> dict[str, Any]:
-    import optuna
+    from autotune.results import opened_store
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.load_study(
-        study_name=tuned["study"]["name"], storage=f"sqlite:///{workdir / 'study.db'}"
-    )
-    config: dict[str, Any] = study.trials[0].user_attrs["config"]
-    return config
+    storage = f"sqlite:///{workdir / 'study.db'}"
+    with opened_store(tuned["study"]["name"], storage, "study") as store:
+        baseline = next(r for r in store.records() if r.marks.baseline)
+    return dict(baseline.config)
 
 
 def machine() -> str:
