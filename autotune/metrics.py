@@ -62,6 +62,8 @@ class Metric:
     description: str
     label: str  # a few words for tables, axes and headlines
     number_format: str = ".4g"
+    # A table column's header (two short lines); the label where none is given.
+    header: str | None = None
     # A text field reported right after this metric that says how it was obtained.
     qualifier: str | None = None
     # What a record that leaves the metric out (a replayed table) stands for: nothing measured.
@@ -77,6 +79,10 @@ class Metric:
         return (
             self.shown(value) if self.unit in DIMENSIONLESS else f"{self.shown(value)} {self.unit}"
         )
+
+    @property
+    def column(self) -> str:
+        return self.header or self.label
 
     @property
     def axis_label(self) -> str:
@@ -186,6 +192,7 @@ LATENCY_P95 = register_metric(
         aggregation="p95 of per-call latencies",
         description="p95 latency of one call (one batch)",
         label="p95 latency per call",
+        header="p95 ms\nper call",
         number_format=".3f",
     )
 )
@@ -220,6 +227,7 @@ THROUGHPUT = register_metric(
         aggregation="samples over the timed seconds",
         description="samples per second at the configuration's batch size",
         label="throughput",
+        header="samples\nper s",
         number_format=".0f",
     )
 )
@@ -231,6 +239,7 @@ LATENCY_PER_SAMPLE = register_metric(
         aggregation="1000 / throughput_per_s",
         description="milliseconds per sample at the configuration's batch size",
         label="latency per sample",
+        header="ms per\nsample",
         number_format=".4g",
     )
 )
@@ -242,6 +251,7 @@ ENERGY = register_metric(
         aggregation="mean per sample",
         description="energy per inferred sample",
         label="energy per sample",
+        header="J per\nsample",
         number_format=".2e",
         qualifier="energy_source",
         unrecorded=0.0,

@@ -3,7 +3,6 @@ the tuned configuration."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from rich import box
@@ -11,21 +10,14 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from autotune.cli.shared import out
-from autotune.metrics import latency_per_sample_ms
+from autotune.metrics import LATENCY_PER_SAMPLE, OBJECTIVES, Metric, with_derived
 
-# The front's metric columns: header, figure. The one marked False is left out where the
-# table would not fit the terminal otherwise.
-_FRONT_METRICS: list[tuple[str, Callable[[dict[str, Any]], str], bool]] = [
-    ("accuracy", lambda m: f"{m['accuracy']:.4f}", True),
-    ("p95 ms\nper call", lambda m: f"{m['latency_p95_ms']:.3f}", True),
-    (
-        "ms per\nsample",
-        lambda m: f"{latency_per_sample_ms(float(m['throughput_per_s'])):.4g}",
-        False,
-    ),
-    ("samples\nper s", lambda m: f"{m['throughput_per_s']:.0f}", True),
-    ("J per\nsample", lambda m: f"{m['energy_per_sample_j']:.2e}", True),
-]
+
+def _front_metrics(compact: bool) -> list[Metric]:
+    """The front's metric columns: every objective a request may name, once each. Latency
+    per sample (throughput's reciprocal) is left out where the table would not fit."""
+    metrics = list(dict.fromkeys(OBJECTIVES.values()))
+    return [m for m in metrics if not (compact and m is LATENCY_PER_SAMPLE)]
 
 
 def _print_front(front: list[Any], chosen: int | None) -> None:
@@ -55,16 +47,17 @@ def _front_table(front: list[Any], chosen: int | None, varying: list[str], compa
         table.add_column("configuration")
     for key in [] if compact else varying:
         table.add_column(_two_lines(headers[key]))
-    metrics = [(h, figure) for h, figure, always in _FRONT_METRICS if always or not compact]
-    for header, _ in metrics:
-        table.add_column(header, justify="right")
+    metrics = _front_metrics(compact)
+    for metric in metrics:
+        table.add_column(metric.column, justify="right")
     for c in sorted(front, key=lambda c: c.metrics["latency_p95_ms"]):
         values = [_shown(c.config.get(k, "")) for k in varying]
         if compact:
             values = ["\n".join(f"{headers[k]} {v}" for k, v in zip(varying, values, strict=True))]
         mark = "*" if c.trial_number == chosen else ""
+        figures = with_derived(c.metrics)
         table.add_row(
-            f"{c.trial_number}{mark}", *values, *(figure(c.metrics) for _, figure in metrics)
+            f"{c.trial_number}{mark}", *values, *(m.shown(float(figures[m.name])) for m in metrics)
         )
     return table
 

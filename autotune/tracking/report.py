@@ -97,8 +97,8 @@ def plot_front(
                 **style,
             )
     ax.set_xscale("log")
-    ax.set_xlabel(f"{x_metric.name} ({x_metric.unit})")
-    ax.set_ylabel(f"{y_metric.name} ({y_metric.unit})")
+    ax.set_xlabel(x_metric.axis_label)
+    ax.set_ylabel(y_metric.axis_label)
     ax.set_title("objectives: " + ", ".join(m.name for m in objectives))
     ax.legend()
     fig.tight_layout()

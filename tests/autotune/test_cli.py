@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import optuna
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -15,7 +14,7 @@ from typer.testing import CliRunner
 from autotune.cli import app
 from autotune.pareto import Candidate
 from autotune.space import SPACES_DIR
-from tests.conftest import REPO
+from tests.conftest import REPO, stored_trials
 
 runner = CliRunner()
 
@@ -102,16 +101,15 @@ def test_tune_through_ray_end_to_end(write_request, tmp_path: Path) -> None:
     assert "mlflow ui --backend-store-uri" in completed.stdout
     tuned = yaml.safe_load(out.read_text())
     assert tuned["constraints"]["max_accuracy_drop"]["met"]
-    study = optuna.load_study(study_name="digits-test", storage=f"sqlite:///{tmp_path}/study.db")
-    assert sum(t.state.is_finished() for t in study.trials) == 8
+    trials = stored_trials(f"sqlite:///{tmp_path}/study.db", "digits-test")
+    assert sum(t.ended for t in trials) == 8
     client = MlflowClient(tuned["mlflow"]["tracking_uri"])
     children = client.search_runs(
         [tuned["mlflow"]["experiment_id"]],
         filter_string=f"tags.`mlflow.parentRunId` = '{tuned['mlflow']['run_id']}'",
     )
     assert len(children) == 8
-    measured = [t.user_attrs["provenance"] for t in study.trials if "provenance" in t.user_attrs]
-    pids = {p["pid"] for p in measured}
+    pids = {t.provenance.pid for t in trials if t.provenance is not None}
     assert len(pids) == 1 and None not in pids  # one Ray actor measured every trial
 
 

@@ -124,7 +124,7 @@ def test_a_changed_model_file_is_retuned_from_the_previous_front(
 
     previous_study = jobs.get(alice, first).study_name
     trials = stored_trials(settings.storage, done.study_name)
-    warm = [t for t in trials if t.user_attrs.get("warm_start") == previous_study]
+    warm = [t for t in trials if t.marks.warm_start == previous_study]
     assert warm and min(t.number for t in warm) == 1  # right after the baseline
     client = MlflowClient(settings.tracking_uri)
     run_id = done.result["mlflow"]["run_id"]  # type: ignore[index]
