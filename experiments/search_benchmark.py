@@ -248,7 +248,7 @@ def report(
         "run: every trial is answered from the recorded table on a simulated clock).",
         "",
         "Every strategy runs through the same coordinator (`tune --replay`, one slot). "
-        "`autotune` is autotune's default strategy (`autotune/strategy.py`); the others are "
+        "`autotune` is autotune's default strategy (`autotune/strategies/autotune.py`); the others are "
         "Optuna's samplers with default settings (`--sampler tpe|random|nsga2|gp`; `tpe` "
         "multivariate). A measurement is a trial the executor ran (user attr `measured`); a "
         f"run that never reaches 95% counts as budget + 1 = {args.budget + 1} measurements, "
