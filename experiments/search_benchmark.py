@@ -248,9 +248,10 @@ def report(
         "run: every trial is answered from the recorded table on a simulated clock).",
         "",
         "Every strategy runs through the same coordinator (`tune --replay`, one slot). "
-        "`autotune` is autotune's default strategy (`autotune/strategies/autotune.py`); the others are "
-        "Optuna's samplers with default settings (`--sampler tpe|random|nsga2|gp`; `tpe` "
-        "multivariate). A measurement is a trial the executor ran (user attr `measured`); a "
+        "`autotune` is autotune's default strategy (`autotune/strategies/autotune.py`); the "
+        "others are Optuna's samplers with default settings (`--sampler tpe|random|nsga2|gp`; "
+        "`tpe` multivariate). A measurement is a trial the executor ran (its record's "
+        "`measured`); a "
         f"run that never reaches 95% counts as budget + 1 = {args.budget + 1} measurements, "
         f"shown as >{args.budget}; a ratio with such a median is a bound (≥ or ≤). "
         "Seconds: the rows' recorded `measure_seconds`, median over the seeds that reached "
