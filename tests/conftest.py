@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,47 @@ def write_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def mlflow_store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An MLflow SQLite store with every schema migration applied and no experiment, made
+    once a session: a new store costs seconds of migrations, a copy of this one milliseconds.
+    The Default experiment is removed so that a copy creates it when first opened, with the
+    artifact location a new store would get there."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    with closing(sqlite3.connect(path)) as connection:
+        with connection:
+            connection.execute("DELETE FROM experiments")
+        # the file alone is copied: nothing may be left in a write-ahead journal beside it
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
+def copy_mlflow_store(template: Path, path: Path) -> str:
+    """Put an empty, migrated MLflow SQLite store (a copy of `template`) at `path`; returns
+    its tracking URI."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def new_mlflow_store(mlflow_store_template: Path) -> Callable[[Path], str]:
+    """Makes an empty, migrated MLflow SQLite store at the given path and returns its
+    tracking URI."""
+    return functools.partial(copy_mlflow_store, mlflow_store_template)
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path: Path, new_mlflow_store: Callable[[Path], str]) -> str:
+    """The tracking URI of an empty, migrated MLflow SQLite store at tmp_path / mlflow.db."""
+    return new_mlflow_store(tmp_path / "mlflow.db")
 
 
 @contextmanager

@@ -33,6 +33,7 @@ from autotune.sources import (
     resolve_under_root,
     source_fingerprint,
 )
+from tests.conftest import copy_mlflow_store
 from workers.loading import load_onnx
 
 CAP = 1 << 20
@@ -326,10 +327,12 @@ def test_resolve_under_root_keeps_client_paths_inside(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+def registry(
+    tmp_path_factory: pytest.TempPathFactory, mlflow_store_template: Path
+) -> tuple[str, str]:
     """A tracking URI of a fresh SQLite store and an experiment whose artifacts stay in tmp."""
     root = tmp_path_factory.mktemp("mlflow")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = copy_mlflow_store(mlflow_store_template, root / "mlflow.db")
     experiment = MlflowClient(uri).create_experiment("t", artifact_location=str(root / "art"))
     return uri, experiment
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,14 +38,14 @@ class TrackerCase:
     parent_status: Callable[[], str] | None
 
 
-def null_case(tmp_path: Path) -> TrackerCase:
+def null_case(request: pytest.FixtureRequest) -> TrackerCase:
     return TrackerCase(NullTracker(STUDY), lambda: NullTracker(STUDY), None, None)
 
 
-def mlflow_case(tmp_path: Path) -> TrackerCase:
+def mlflow_case(request: pytest.FixtureRequest) -> TrackerCase:
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri: str = request.getfixturevalue("mlflow_uri")
     tracker = MlflowTracker(uri, "conformance", STUDY)
     client = MlflowClient(uri)
 
@@ -69,9 +68,9 @@ def mlflow_case(tmp_path: Path) -> TrackerCase:
 
 
 @pytest.fixture(params=[null_case, mlflow_case], ids=["null", "mlflow"])
-def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TrackerCase]:
-    make_case: Callable[[Path], TrackerCase] = request.param
-    made = make_case(tmp_path)
+def case(request: pytest.FixtureRequest) -> Iterator[TrackerCase]:
+    make_case: Callable[[pytest.FixtureRequest], TrackerCase] = request.param
+    made = make_case(request)
     yield made
     if not made.tracker.closed:
         made.tracker.finish("KILLED")

@@ -7,7 +7,7 @@ import gc
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +62,8 @@ class ScriptedClient(MlflowClient):
 
 
 @pytest.fixture
-def uri(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+def uri(mlflow_uri: str) -> str:
+    return mlflow_uri
 
 
 @pytest.fixture
@@ -117,13 +117,12 @@ def writer_processes() -> list[psutil.Process]:
 
 
 def test_a_sqlite_stores_artifacts_live_beside_it_whatever_the_working_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_mlflow_store: Callable[[Path], str]
 ) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
-    (tmp_path / "store").mkdir()
+    uri = new_mlflow_store(tmp_path / "store" / "mlflow.db")
     tracker = MlflowTracker(uri, "tests", "study")
     location = MlflowClient(uri).get_experiment(tracker.experiment_id).artifact_location
     assert location == (tmp_path / "store" / "mlruns").as_uri()

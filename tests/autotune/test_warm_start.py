@@ -306,9 +306,11 @@ def test_compare_tuned_names_what_changed() -> None:
     assert "energy_source" not in comparison["metric_changes"]
 
 
-def test_log_comparison_writes_the_document_and_metrics(tmp_path: Path, monkeypatch) -> None:
+def test_log_comparison_writes_the_document_and_metrics(
+    tmp_path: Path, monkeypatch, mlflow_uri: str
+) -> None:
     monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     tracker = MlflowTracker(uri, "tests", "after")
     tracker.log_comparison(PREVIOUS, CURRENT)
 

@@ -11,10 +11,11 @@ from mlflow.tracking import MlflowClient
 from tests.autotune.service.support import sqlite_settings
 
 
-def test_a_new_experiments_artifacts_land_under_tmp_path(tmp_path: Path) -> None:
+def test_a_new_experiments_artifacts_land_under_tmp_path(tmp_path: Path, mlflow_uri: str) -> None:
     from autotune.tracking import MlflowTracker
 
     settings = sqlite_settings(tmp_path)
+    assert settings.tracking_uri == mlflow_uri  # the store is there, migrated and empty
     tracker = MlflowTracker(settings.tracking_uri, settings.experiment, "job-x")
     experiment = MlflowClient(settings.tracking_uri).get_experiment(tracker.experiment_id)
     location = Path(experiment.artifact_location.removeprefix("file://"))
