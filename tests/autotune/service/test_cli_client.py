@@ -351,6 +351,7 @@ def test_every_service_command_has_help(command: list[str]) -> None:
     assert result.exit_code == 0 and "Usage" in result.output
 
 
+@pytest.mark.slow
 def test_serve_runs_an_api_only_process_configured_by_variables(
     tmp_path: Path, request_file: Path
 ) -> None:
