@@ -11,32 +11,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.answers import Answers
 from autotune.budget import Budget
-from autotune.contract import (
-    ConfigValue,
-    ModelInfo,
-    TrialResult,
-    TrialSpec,
-    Workload,
-)
+from autotune.contract import ConfigValue, TrialResult, TrialSpec
 from autotune.errors import AutotuneError, Interrupted
-from autotune.hardware import HardwareProfile
+from autotune.inputs import Events, Tuning
 from autotune.interrupts import stop_on_sigint
 from autotune.leases import Heartbeat, Owner
 from autotune.metrics import OBJECTIVES
 from autotune.outcome import Conclusion, TuneOutcome
 from autotune.pareto import by_contribution, pareto_front
 from autotune.reaping import MAX_ATTEMPTS, Reaper
-from autotune.request import TuningRequest
 from autotune.results.records import TrialMarks, TrialRecord
 from autotune.search_state import SearchState
-from autotune.space import EffectiveSpace
 from autotune.telling import Teller
 
 if TYPE_CHECKING:
@@ -50,33 +40,6 @@ if TYPE_CHECKING:
 # coordinator's heartbeat may be silent before its trials count as lost.
 REAP_EVERY_S = 10.0
 STALE_AFTER_S = 60.0
-
-ProgressCallback = Callable[[int, int | None, TrialResult], None]
-# A line for the user (a resumed study), or the phase the study is in after its search.
-NoteCallback = Callable[[str], None]
-
-
-def _ignore(*args: Any) -> None:
-    pass
-
-
-@dataclass(frozen=True)
-class Tuning:
-    """What is tuned, and where: the request and what was learnt before the search."""
-
-    request: TuningRequest
-    workload: Workload
-    model_info: ModelInfo
-    space: EffectiveSpace
-    profile: HardwareProfile
-    artifact_dir: Path
-
-
-@dataclass
-class Events:
-    on_progress: ProgressCallback = _ignore
-    on_note: NoteCallback = _ignore
-    on_phase: NoteCallback = _ignore
 
 
 @dataclass
@@ -162,6 +125,7 @@ class Coordinator:
             if time.monotonic() - last_reap >= REAP_EVERY_S:
                 self.reaper.reap(set(state.running))
                 last_reap = time.monotonic()
+            self._follow_the_baseline()
             while len(state.running) < self.executor.slots and not self.stop.is_set():
                 record = self._ask()
                 if record is None:
@@ -294,6 +258,19 @@ class Coordinator:
             self.teller.tell(record, spec, result)
             raise AutotuneError(f"the baseline (unmodified model) failed: {result.reason}")
         self.state.baseline = self.teller.tell(record, spec, result, result.metrics.accuracy)
-        for held in self.state.held:
-            self.teller.tell(*held)
-        self.state.held.clear()
+        self._follow_the_baseline()
+
+    def _follow_the_baseline(self) -> None:
+        """Results held for the baseline's accuracy are told once it is known, whichever
+        coordinator measured it."""
+        state = self.state
+        found = state.held and any(r.marks.baseline for r in self.store.completed())
+        if state.baseline is None and found:
+            state.load(self.store.records())
+        if state.baseline is None:
+            return
+        held, state.held = state.held, []
+        for record, spec, result in held:
+            if result.metrics is not None:
+                state.accuracy.setdefault(result.variant_key, result.metrics.accuracy)
+            self.teller.tell(record, spec, result)

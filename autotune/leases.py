@@ -100,22 +100,25 @@ def study_lock(storage_url: str, study_name: str, engine: Any = None) -> Iterato
 @contextmanager
 def schema_lock(storage_url: str) -> Iterator[None]:
     """Serialize the first use of new databases (Optuna's and MLflow's Alembic migrations
-    race otherwise) among coordinators sharing a PostgreSQL storage. On SQLite the study
-    lock already is one lock per database file."""
+    race otherwise) among coordinators sharing a storage: a PostgreSQL advisory lock, or a
+    file lock beside a SQLite database (not the study lock's: the two nest)."""
     if storage_url.startswith("postgresql"):
         with _advisory_lock(storage_url, "autotune-schemas"):
+            yield
+    elif storage_url.startswith("sqlite"):
+        with _file_lock(storage_url, ".schema.lock"):
             yield
     else:
         yield
 
 
 @contextmanager
-def _file_lock(storage_url: str) -> Iterator[None]:
+def _file_lock(storage_url: str, suffix: str = ".lock") -> Iterator[None]:
     database = storage_url.split(":///", 1)[1] if ":///" in storage_url else ""
     if not database or database == ":memory:":
         yield
         return
-    with open(Path(database + ".lock"), "a") as handle:
+    with open(Path(database + suffix), "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

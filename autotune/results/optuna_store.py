@@ -439,6 +439,7 @@ def record_of(trial: optuna.trial.FrozenTrial) -> TrialRecord:
         violations=dict(trial.constraints),
         values=trial.values,
         ended_at=trial.datetime_complete,
+        owner=trial.system_attrs.get(TRIAL_OWNER_KEY),
     )
     return record if outcome is None else record.with_outcome(outcome)
 

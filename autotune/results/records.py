@@ -54,6 +54,7 @@ class TrialRecord(Strict):
     )
     measured: bool = Field(default=False, description="an executor ran it (costs device time)")
     values: list[float] | None = Field(default=None, description="its objectives' values")
+    owner: str | None = Field(default=None, description="the coordinator that asked for it")
     ended_at: datetime | None = None
 
     @property

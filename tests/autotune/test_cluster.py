@@ -186,7 +186,7 @@ def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path
     deadline = time.monotonic() + 300
     # Killed inside a trial, so that one trial is left RUNNING for the next run to reap.
     while time.monotonic() < deadline and not (
-        counted(storage) >= 3 and trial_states(storage).get("RUNNING", 0) >= 1
+        counted(storage) >= 3 and trial_states(storage).get("running", 0) >= 1
     ):
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)
@@ -200,7 +200,7 @@ def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path
     assert counted(storage) == 8
     lost = states.get("failed", 0)  # trials the dead coordinator left RUNNING, reaped
     assert lost >= 1
-    assert states.get("RUNNING", 0) == 0
+    assert states.get("running", 0) == 0
     assert len(child_run_numbers(tracking)) == 8 + lost
     assert child_run_numbers(tracking) == list(range(8 + lost))
 
@@ -230,7 +230,7 @@ def test_two_coordinators_share_one_study(databases: tuple[str, str], tmp_path: 
     assert "failed" not in trial_states(storage)
     trials = stored_trials(storage, "digits-test")
     assert sum(t.marks.baseline for t in trials) == 1
-    owners = {t.system_attrs.get("autotune:owner") for t in trials}
+    owners = {t.owner for t in trials}
     assert len(owners) == 2  # both coordinators ran trials
     assert child_run_numbers(tracking) == list(range(10))
 

@@ -8,9 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
-from autotune.contract import TrialMetrics, TrialSpec, TrialStatus
+from autotune.contract import TrialMetrics, TrialSpec, TrialStatus, variant_key
 from autotune.errors import AutotuneError
+from autotune.leases import Owner
+from autotune.metrics import OBJECTIVES, with_accuracy_drop
 from autotune.reaping import MAX_ATTEMPTS
+from autotune.results import Outcome, TrialMarks
 from autotune.strategies.autotune import ACCURACY_VIOLATION, UNSUPPORTED_LIKE
 from tests.autotune.coordinator_support import (
     BASELINE,
@@ -270,3 +273,39 @@ def test_every_trial_is_told_to_the_tracker_once() -> None:
     attempts = {t.number: t.attempt for t in rig.tracker.trials}
     assert attempts == {r.number: r.attempt for r in records}
     assert all(r.ended for r in records)
+
+
+def test_results_held_for_another_coordinators_baseline_are_told_once_it_is() -> None:
+    """Another (live) coordinator measures the baseline: this one's results wait for it, and
+    are told, with their accuracy drop, when it lands in the study."""
+    rig = make_rig("random", trials=4)
+    store, space = rig.store, rig.coordinator.tuning.space
+    alive = Owner()
+    store.beat(alive)  # its heartbeat is fresh: its trial is not reaped
+    other = store.create(space, BASELINE, TrialMarks(baseline=True), alive)
+    baseline_metrics = with_accuracy_drop(table_metrics(BASELINE).model_dump(), BASELINE_ACCURACY)
+
+    def baseline_lands(spec: TrialSpec) -> None:
+        if other.state == "running" and store.records(("running",))[0].number == other.number:
+            outcome = Outcome(
+                config=BASELINE,
+                attempt=0,
+                status="ok",
+                variant_key=variant_key(BASELINE),
+                metrics=baseline_metrics,
+                violations={},
+                measured=True,
+            )
+            objectives = rig.coordinator.tuning.request.objectives
+            store.tell(
+                other.number, outcome, [baseline_metrics[OBJECTIVES[o].name] for o in objectives]
+            )
+
+    rig.executor.on_submit = baseline_lands
+    baseline = rig.search()
+    records = rig.records()
+    assert baseline.number == other.number
+    assert [r.state for r in records] == ["complete"] * 4, [r.state for r in records]
+    ours = [r for r in records if not r.marks.baseline]
+    assert all(r.metrics is not None and "accuracy_drop" in r.metrics for r in ours)
+    assert rig.tracker.numbers == [r.number for r in ours]
