@@ -102,12 +102,14 @@ def created(tmp_path: Path) -> list[str]:
 
 
 def writer_processes() -> list[psutil.Process]:
-    """This process's children started by multiprocessing's spawn (MLflow's writers here),
-    whether running or exited and not yet reaped."""
+    """The writer processes of this process (MLflow's writers here): spawned, or forked from
+    the forkserver (which stays, and is not one); running, or exited and not yet reaped."""
     found = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if any("spawn_main" in part for part in child.cmdline()):
+            command = " ".join(child.cmdline())
+            forked = "forkserver" in command and child.ppid() != os.getpid()
+            if "spawn_main" in command or forked:
                 found.append(child)
         except psutil.ZombieProcess:
             found.append(child)
@@ -280,7 +282,7 @@ def test_a_writer_process_that_dies_is_reported_not_waited_for(
 def test_without_a_writer_process_the_caller_writes_each_run(
     uri: str, tracker: MlflowTracker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(writer, "START_METHOD", "no-such-start-method")
+    monkeypatch.setattr(writer, "START_METHODS", ("no-such-start-method",))
     tracker.log_trial(0, 0, CONFIG, METRICS, {})
     assert list(child_runs(uri, tracker)) == [0]  # written before log_trial returned
     assert not tracker.writing
