@@ -17,7 +17,6 @@ from autotune.replay import ReplayTable
 from autotune.request import TuningRequest, load_request, parse_request
 from autotune.results import TrialRecord
 from autotune.results.optuna_store import record_of
-from autotune.space import EffectiveDimension, EffectiveSpace
 from autotune.strategies.autotune import (
     ACCURACY_VIOLATION,
     SAMPLER_EVERY,
@@ -29,6 +28,7 @@ from autotune.strategies.autotune import (
 )
 from autotune.strategies.autotune import NAME as STRATEGY
 from autotune.tuning import TuneOptions, run_tune
+from tests.autotune.coordinator_support import small_space
 from tests.autotune.test_replay import (
     BASELINE,
     COLUMNS,
@@ -190,27 +190,6 @@ def test_benchmark_curve_counts_only_measurements(tmp_path: Path) -> None:
     rows = {str(sorted(config_of(r).items())): r for r in recorded_rows()}
     expected = sum(float(rows[c]["measure_seconds"]) for c in measured_configs(trials) if c in rows)
     assert seconds[-1] == pytest.approx(expected)
-
-
-def small_space() -> EffectiveSpace:
-    dims = [
-        ("runtime.engine", ["torch_eager", "onnxruntime"], {}),
-        ("runtime.graph_opt", ["all", "basic"], {"runtime.engine": ["onnxruntime"]}),
-        ("batch.size", [1, 8, 64], {}),
-        ("precision.mode", ["fp32", "int8_static"], {}),
-        ("prune.method", ["none", "magnitude"], {}),
-        ("prune.ratio", [0.3, 0.6], {"prune.method": ["magnitude"]}),
-    ]
-    return EffectiveSpace(
-        name="small",
-        source="test",
-        hardware_fingerprint="test",
-        excluded=[],
-        dimensions=[
-            EffectiveDimension(name=n, values=v, range=None, baseline=v[0], when=w)
-            for n, v, w in dims
-        ],
-    )
 
 
 SMALL_BASELINE = {**BASELINE, "precision.mode": "fp32"}
