@@ -725,5 +725,10 @@ def test_dockerignore_keeps_secrets_and_local_state_out() -> None:
         "experiments/digits/.cache/cnn.safetensors",
     ):
         assert ignored(path, patterns), path
-    for path in ("pyproject.toml", "autotune/cli/__init__.py", "docker/constraints.txt", "search_spaces"):
+    for path in (
+        "pyproject.toml",
+        "autotune/cli/__init__.py",
+        "docker/constraints.txt",
+        "search_spaces",
+    ):
         assert not ignored(path, patterns), path
