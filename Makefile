@@ -38,4 +38,4 @@ mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db
 
 clean:
-	rm -rf autotune-out mlflow.db mlruns autotune.db autotune.db.lock autotune-service.db autotune-service.db.lock autotune-data
+	rm -rf autotune-out mlflow.db mlruns autotune.db autotune.db.lock autotune.db.schema.lock autotune-service.db autotune-service.db.lock autotune-service.db.schema.lock autotune-data
