@@ -15,6 +15,7 @@ from autotune.contract import Provenance, TrialMetrics, TrialResult, TrialSpec, 
 from autotune.results.optuna_store import opened_store, producible
 from autotune.space import EffectiveSpace
 from autotune.strategies import Answer
+from autotune.strategies.autotune import ConfigKey, config_key
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class WarmStart:
     def measurement(self, config: dict[str, Any], expected: dict[str, Any]) -> PreviousTrial | None:
         """A previous measurement of exactly `config` whose provenance has `expected`, taken
         on a quiet machine (a contended one is measured again)."""
-        matching = self._by_config.get(_config_key(config), [])
+        matching = self._by_config.get(config_key(config), [])
         quiet = (t for t in matching if not (t.provenance.get("contention") or {}).get("contended"))
         return next((t for t in quiet if _agrees(t.provenance, expected)), None)
 
@@ -69,10 +70,10 @@ class WarmStart:
         return None if found is None else float(found.metrics["accuracy"])
 
     @cached_property
-    def _by_config(self) -> dict[tuple[tuple[str, Any], ...], list[PreviousTrial]]:
+    def _by_config(self) -> dict[ConfigKey, list[PreviousTrial]]:
         index: dict[tuple[tuple[str, Any], ...], list[PreviousTrial]] = {}
         for trial in self.trials:
-            index.setdefault(_config_key(trial.config), []).append(trial)
+            index.setdefault(config_key(trial.config), []).append(trial)
         return index
 
     @cached_property
@@ -102,10 +103,6 @@ def load_warm_start(study_name: str, storage: str) -> WarmStart:
         for r in measured
     ]
     return WarmStart(study_name, [c.config for c in front], trials)
-
-
-def _config_key(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted(config.items()))
 
 
 def _agrees(provenance: dict[str, Any], expected: dict[str, Any]) -> bool:

@@ -191,7 +191,7 @@ class OptunaStore:
     # -- reading ---------------------------------------------------------------------------
 
     def records(self, states: Sequence[TrialState] | None = None) -> list[TrialRecord]:
-        wanted = None if states is None else tuple(_OPTUNA_STATES[s]() for s in states)
+        wanted = None if states is None else _states(*states)
         trials = retrying(self.study.get_trials, deepcopy=False, states=wanted)
         return [record_of(t) for t in trials]
 
@@ -210,15 +210,18 @@ class OptunaStore:
     def census(self) -> Census:
         """The waiting trials and the number of trials used, from one read of the study."""
         trials = retrying(self.study.get_trials, deepcopy=False)
+        (waiting,) = _states("waiting")
         used = _states("complete", "pruned", "running")
         return Census(
-            waiting=[record_of(t) for t in trials if t.state == _states("waiting")[0]],
+            waiting=[record_of(t) for t in trials if t.state == waiting],
             used=sum(t.state in used for t in trials),
         )
 
     def counted(self) -> int:
-        """Trials that count toward the budget: measured, or ended by their candidate."""
-        return len(self.records(("complete", "pruned")))
+        """Trials that count toward the budget: measured, or ended by their candidate (counted
+        without reading their records)."""
+        states = _states("complete", "pruned")
+        return len(retrying(self.study.get_trials, deepcopy=False, states=states))
 
     def objective_names(self) -> list[str]:
         return list(retrying(lambda: self.study.user_attrs).get("objectives", []))
@@ -307,12 +310,12 @@ class OptunaStore:
 
     def tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None:
         """The trial's outcome; `values` (the objectives) when it has metrics. Safe to repeat
-        after a lost connection: a retry first looks whether the outcome was told."""
-        attempts = iter(range(1_000_000))
-        retrying(lambda: self._tell(number, outcome, values, retry=next(attempts) > 0))
+        (after a lost connection, or once another coordinator told it): a trial that ended
+        refuses the first write, and nothing more is written."""
+        retrying(self._tell, number, outcome, values)
         self._trial_ids.pop(number, None)
 
-    def _tell(self, number: int, outcome: Outcome, values: list[float] | None, retry: bool) -> None:
+    def _tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None:
         from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState as OptunaState
 
@@ -322,8 +325,6 @@ class OptunaStore:
             trial_id = storage.get_trial_id_from_study_id_trial_number(
                 optuna_api.study_id(self.study), number
             )
-        if retry and storage.get_trial(trial_id).state != OptunaState.RUNNING:
-            return  # told before the connection dropped
         try:
             storage.set_trial_user_attr(trial_id, RECORD_KEY, _dump(outcome))
         except UpdateFinishedTrialError:
@@ -479,28 +480,18 @@ def _dump(model: Any) -> dict[str, Any]:
     return dumped
 
 
-_STATE_NAMES: dict[str, TrialState] = {
-    "WAITING": "waiting",
-    "RUNNING": "running",
-    "COMPLETE": "complete",
-    "PRUNED": "pruned",
-    "FAIL": "failed",
+# Each of our trial states, as Optuna names it.
+_OPTUNA_NAMES: dict[TrialState, str] = {
+    "waiting": "WAITING",
+    "running": "RUNNING",
+    "complete": "COMPLETE",
+    "pruned": "PRUNED",
+    "failed": "FAIL",
 }
-
-
-def _optuna_state(name: str) -> Callable[[], Any]:
-    def state() -> Any:
-        from optuna.trial import TrialState as OptunaState
-
-        return OptunaState[name]
-
-    return state
-
-
-_OPTUNA_STATES: dict[TrialState, Callable[[], Any]] = {
-    ours: _optuna_state(theirs) for theirs, ours in _STATE_NAMES.items()
-}
+_STATE_NAMES: dict[str, TrialState] = {theirs: ours for ours, theirs in _OPTUNA_NAMES.items()}
 
 
 def _states(*names: TrialState) -> tuple[Any, ...]:
-    return tuple(_OPTUNA_STATES[n]() for n in names)
+    from optuna.trial import TrialState as OptunaState
+
+    return tuple(OptunaState[_OPTUNA_NAMES[n]] for n in names)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.contract import ConfigValue, Provenance, TrialMetrics, TrialResult, TrialStatus
+from autotune.contract import ConfigValue, Provenance, TrialMetrics, TrialStatus
 from autotune.pareto import Candidate
 
 # Where a trial stands in the study: waiting to be asked, being measured, ended.
@@ -116,21 +116,6 @@ class TrialRecord(Strict):
             return None
         return TrialMetrics.model_validate(
             {k: v for k, v in self.metrics.items() if k in TrialMetrics.model_fields}
-        )
-
-    def result(self, study: str) -> TrialResult:
-        """This trial's outcome as a result for `study`'s trial of the same number."""
-        assert self.status is not None and self.variant_key is not None
-        return TrialResult(
-            study=study,
-            trial_number=self.number,
-            attempt=self.marks.attempt,
-            status=self.status,
-            reason=self.reason,
-            variant_key=self.variant_key,
-            metrics=self.measured_metrics() if self.status == "ok" else None,
-            provenance=self.provenance,
-            duration_s=0.0,
         )
 
 

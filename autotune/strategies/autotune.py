@@ -343,13 +343,6 @@ def _build_key(config: dict[str, ConfigValue]) -> ConfigKey:
     return config_key({k: v for k, v in config.items() if k not in THROUGHPUT_DIMENSIONS})
 
 
-def violates_accuracy(
-    variant: str, accuracy: dict[str, float], baseline_accuracy: float, bound: float | None
-) -> bool:
-    known = accuracy.get(variant)
-    return bound is not None and known is not None and baseline_accuracy - known > bound
-
-
 @register_strategy
 class AutotuneStrategy(Strategy):
     """autotune's own strategy (see the module's docstring)."""
