@@ -1,0 +1,195 @@
+"""The OpenVINO Runtime engine, on the CPU plugin: it runs the fp32 ONNX export and applies
+the precision itself as INFERENCE_PRECISION_HINT (f32 or bf16) when it compiles the model, so
+no bf16 copy of the model is built. It also applies runtime.threads (INFERENCE_NUM_THREADS),
+its own runtime.ov_performance_hint (PERFORMANCE_HINT) and runtime.ov_streams (NUM_STREAMS).
+
+The plugin adjusts what it cannot honour without saying so (on a CPU with bf16 kernels its
+default precision is bf16, streams are capped by threads and threads by cores), so every
+property is set explicitly, read back from the compiled model, and a difference is refused.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autotune.errors import Unsupported
+from workers.knobs.base import DEVICE_KEY, Engine, Option, Target, register
+from workers.knobs.engines import foreign_setting, onnx_bytes_of
+
+if TYPE_CHECKING:
+    from workers.config import TrialConfig
+    from workers.runtimes import Session
+    from workers.variants import Variant
+
+OV_PERFORMANCE_HINT = Option("runtime.ov_performance_hint", ("latency", "throughput"), "latency")
+OV_STREAMS = Option("runtime.ov_streams", None, 1)
+# precision.mode -> the INFERENCE_PRECISION_HINT type name that applies it.
+OV_PRECISIONS = {"fp32": "f32", "bf16": "bf16"}
+# OpenVINO element type names and the numpy dtype fed to each (Type.bf16.to_dtype() answers
+# float16, so the mapping is spelled out).
+_OV_INPUT_TYPES = {
+    "f32": np.float32,
+    "f64": np.float64,
+    "f16": np.float16,
+    "i64": np.int64,
+    "i32": np.int32,
+    "u8": np.uint8,
+    "i8": np.int8,
+    "boolean": np.bool_,
+}
+
+
+@register
+class OpenVino(Engine):
+    name = "openvino"
+    model_format = "onnx"
+    precisions = frozenset(OV_PRECISIONS)
+    applies_precisions = frozenset(OV_PRECISIONS)
+    options = (OV_PERFORMANCE_HINT, OV_STREAMS)
+    needs = ("openvino",)
+    provides = ("openvino",)
+    software = ("openvino",)
+    concurrent_calls = True  # one compiled model, one infer request per calling thread
+
+    def supports(self, config: TrialConfig, target: Target) -> str | None:
+        reason = foreign_setting(self, config, {}) or super().supports(config, target)
+        if reason is not None:
+            return reason
+        if config.device != "cpu":
+            return f"{DEVICE_KEY}={config.device}: {self.key}={self.name} runs on the CPU only"
+        streams = config.option(OV_STREAMS.key)
+        if isinstance(streams, int) and streams > config.threads:
+            return (
+                f"{OV_STREAMS.key}={streams} exceeds runtime.threads={config.threads}: "
+                "each OpenVINO stream needs a thread of its own"
+            )
+        return None
+
+    def probe(self) -> set[str]:
+        try:
+            return {"openvino"} if _has_cpu_device() else set()
+        except (ImportError, RuntimeError):
+            return set()
+
+    def check_machine(self, config: TrialConfig) -> None:
+        try:
+            has_cpu = _has_cpu_device()
+        except (ImportError, RuntimeError) as error:
+            raise Unsupported(
+                f"{self.key}={self.name}: openvino is not usable ({error})"
+            ) from error
+        if not has_cpu:
+            raise Unsupported(f"{self.key}={self.name}: OpenVINO reports no CPU device")
+
+    def session(self, variant: Variant, config: TrialConfig) -> Session:
+        return OpenVinoSession(
+            onnx_bytes_of(variant, self.name),
+            config.threads,
+            config.precision,
+            str(config.option(OV_PERFORMANCE_HINT.key)),
+            int(config.option(OV_STREAMS.key)),
+        )
+
+
+def _has_cpu_device() -> bool:
+    import openvino
+
+    return "CPU" in openvino.Core().available_devices
+
+
+class OpenVinoSession:
+    """An ONNX model compiled by OpenVINO for the CPU with explicit threads, precision,
+    performance hint and streams; returns the model's first output. `applied` holds the
+    properties read back from the compiled model; any that differs from what was asked is
+    refused (`Unsupported`)."""
+
+    def __init__(
+        self,
+        model_bytes: bytes,
+        threads: int,
+        precision_hint: str,
+        performance_hint: str,
+        streams: int,
+    ) -> None:
+        import openvino
+        import openvino.properties as props
+        import openvino.properties.hint as hints
+
+        if precision_hint not in OV_PRECISIONS:
+            raise Unsupported(f"precision.mode={precision_hint} does not run on openvino")
+        core = openvino.Core()
+        model = core.read_model(io.BytesIO(model_bytes))
+        if len(model.inputs) != 1:
+            raise Unsupported(
+                f"the model takes {len(model.inputs)} inputs; autotune feeds exactly one"
+            )
+        asked = {
+            "threads": str(threads),
+            "precision": OV_PRECISIONS[precision_hint],
+            "hint": performance_hint,
+            "streams": str(streams),
+        }
+        self._compiled: Any = core.compile_model(
+            model,
+            "CPU",
+            {
+                props.inference_num_threads: threads,
+                hints.inference_precision: getattr(openvino.Type, asked["precision"]),
+                hints.performance_mode: getattr(hints.PerformanceMode, performance_hint.upper()),
+                props.num_streams: streams,
+            },
+        )
+        self.applied: dict[str, str] = {
+            "threads": str(self._compiled.get_property(props.inference_num_threads())),
+            "precision": self._compiled.get_property(hints.inference_precision()).get_type_name(),
+            "hint": str(self._compiled.get_property(hints.performance_mode())).lower(),
+            "streams": str(self._compiled.get_property(props.num_streams())),
+        }
+        _refuse_unapplied(asked, self.applied)
+        self._input_dtype = _input_dtype(self._compiled.input(0))
+        self.fixed_batch: int | None = _leading_dim(self._compiled.input(0))
+        self._per_thread = threading.local()
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        request = getattr(self._per_thread, "request", None)
+        if request is None:
+            request = self._per_thread.request = self._compiled.create_infer_request()
+        results = request.infer({0: batch.astype(self._input_dtype, copy=False)})
+        return np.asarray(results[0])
+
+
+# The applied property -> the setting it comes from, for refusals.
+_SETTING_OF = {
+    "threads": "runtime.threads",
+    "precision": "precision.mode",
+    "hint": OV_PERFORMANCE_HINT.key,
+    "streams": OV_STREAMS.key,
+}
+
+
+def _refuse_unapplied(asked: dict[str, str], applied: dict[str, str]) -> None:
+    for name, value in asked.items():
+        if applied[name] != value:
+            raise Unsupported(
+                f"{_SETTING_OF[name]}: OpenVINO's CPU plugin was asked for {name} {value} "
+                f"but compiled the model with {applied[name]}"
+            )
+
+
+def _input_dtype(port: Any) -> type[np.generic]:
+    type_name = port.get_element_type().get_type_name()
+    dtype = _OV_INPUT_TYPES.get(type_name)
+    if dtype is None:
+        raise Unsupported(f"the model's input type {type_name} is not supported")
+    return dtype
+
+
+def _leading_dim(port: Any) -> int | None:
+    shape = port.get_partial_shape()
+    if shape.rank.is_dynamic or len(shape) == 0 or shape[0].is_dynamic:
+        return None
+    return int(shape[0].get_length())
