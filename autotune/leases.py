@@ -146,8 +146,19 @@ def _advisory_lock(storage_url: str, study_name: str, engine: Any = None) -> Ite
         try:
             yield
         finally:
-            connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-            connection.commit()
+            _unlock(connection, key)
+
+
+def _unlock(connection: Any, key: int) -> None:
+    import sqlalchemy
+
+    try:
+        connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+        connection.commit()
+    except sqlalchemy.exc.DBAPIError:
+        # The server ended the session (a restart, say), and its advisory locks with it; a
+        # session still alive is closed, which releases them too.
+        connection.invalidate()
 
 
 def lock_engine(storage_url: str) -> Any:

@@ -27,10 +27,14 @@ from autotune.space import effective_space, load_space, resolve_space_path
 from autotune.tracking import PARENT_TAG, TRIAL_TAG, MlflowTracker, compare_tuned
 from autotune.tuning import TuneOptions, run_tune
 from autotune.warm_start import PreviousTrial, WarmStart, load_warm_start
-from tests.conftest import REPO, digits_request, stored_trials
+from tests.conftest import FAST_MEASUREMENT, REPO, digits_request, stored_trials
 
 COLD = "digits-cold"
 RETUNE = "digits-retune"
+# Every measurement here counts as quiet, however busy the machine: a contended one is measured
+# again rather than reused (test_a_measurement_taken_on_a_busy_machine_is_not_reused), which
+# would make what these tests expect depend on the machine's load.
+MEASUREMENT = {**FAST_MEASUREMENT, "contention_threshold": 1.0}
 
 
 @dataclass(frozen=True)
@@ -49,9 +53,19 @@ def cold(tmp_path_factory: pytest.TempPathFactory) -> ColdStudy:
         patch.chdir(root)
         patch.syspath_prepend(str(REPO))
         path = root / "request.yaml"
-        path.write_text(yaml.safe_dump(digits_request(root, name=COLD, budget={"trials": 8})))
+        path.write_text(yaml.safe_dump(digits_request(root, name=COLD, budget={"trials": 8}, measurement=MEASUREMENT)))
         outcome, _ = run_tune(path, TuneOptions(executor="inprocess", seed=0, sampler="tpe"))
     return ColdStudy(root / "study.db", outcome)
+
+
+@pytest.fixture
+def write_request(write_request: Any) -> Any:
+    """The shared request writer, measuring as the cold study did."""
+
+    def write(**overrides: Any) -> Path:
+        return write_request(**{"measurement": MEASUREMENT, **overrides})
+
+    return write
 
 
 @pytest.fixture
