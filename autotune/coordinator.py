@@ -77,7 +77,13 @@ class Coordinator:
             self.warm_start,
         )
         self.reaper = Reaper(
-            self.store, self.teller, self.state, self._spec, self.stale_after_s, self.stop
+            self.store,
+            self.tuning.space,
+            self.teller,
+            self.state,
+            self._spec,
+            self.stale_after_s,
+            self.stop,
         )
 
     def run(self) -> TuneOutcome:
@@ -173,11 +179,12 @@ class Coordinator:
     def _enqueue_baseline(self) -> None:
         """The baseline, and in a new study a warm start's front right after it."""
         new_study = not self.store.records()
-        self.store.enqueue(self.tuning.space.baseline(), TrialMarks(baseline=True))
+        space = self.tuning.space
+        self.store.enqueue(space, space.baseline(), TrialMarks(baseline=True))
         if self.warm_start is not None and new_study:
             marks = TrialMarks(warm_start=self.warm_start.source_study)
             for config in self.warm_start.configs_for(self.tuning.space):
-                self.store.enqueue(config, marks)
+                self.store.enqueue(self.tuning.space, config, marks)
 
     def _front(self) -> list[dict[str, ConfigValue]]:
         objectives = [OBJECTIVES[o] for o in self.tuning.request.objectives]

@@ -57,6 +57,9 @@ class HardwareProfile(Strict):
         description="torch.compile can build kernels here (inductor needs a C++ "
         "compiler on CPU, Triton on GPU)",
     )
+    engines: list[str] = Field(
+        default=[], description="capabilities the installed engines offer (their own probes)"
+    )
     notes: list[str] = Field(default=[], description="what the probe could not see, and why")
 
     @property
@@ -74,7 +77,7 @@ class HardwareProfile(Strict):
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def capabilities(self) -> set[str]:
-        return {name for name, has in CAPABILITIES.items() if has(self)}
+        return {name for name, has in CAPABILITIES.items() if has(self)} | set(self.engines)
 
 
 def _min_cc(major: int, minor: int) -> Callable[[HardwareProfile], bool]:
@@ -124,6 +127,7 @@ def probe() -> HardwareProfile:
         cpu_flags=_cpu_flags(),
         gpus=gpus,
         onnxruntime_providers=_ort_providers(notes),
+        engines=_engine_capabilities(),
         torch_version=torch_version,
         cuda_version=cuda_version,
         cudnn_version=cudnn_version,
@@ -170,6 +174,12 @@ def _memory_mb() -> int:
     import psutil
 
     return int(psutil.virtual_memory().total / 2**20)
+
+
+def _engine_capabilities() -> list[str]:
+    from workers.knobs import ENGINES
+
+    return sorted({cap for engine in ENGINES.values() for cap in engine.probe()})
 
 
 def _ort_providers(notes: list[str]) -> list[str]:

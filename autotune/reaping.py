@@ -17,6 +17,7 @@ from autotune.telling import Teller
 
 if TYPE_CHECKING:
     from autotune.results.store import ResultStore
+    from autotune.space import EffectiveSpace
 
 # A trial lost to a dead worker or coordinator runs at most this many times in all.
 MAX_ATTEMPTS = 3
@@ -26,6 +27,7 @@ LOST_REASON = "its coordinator stopped before the trial finished"
 @dataclass
 class Reaper:
     store: ResultStore
+    space: EffectiveSpace
     teller: Teller
     state: SearchState
     spec_for: Callable[[TrialRecord], TrialSpec]
@@ -48,7 +50,7 @@ class Reaper:
                         attempt=record.attempt + 1,
                         retry_of=record.number,
                     )
-                    store.enqueue(record.config, marks)
+                    store.enqueue(self.space, record.config, marks)
         if store.counted() != self.state.counted:
             self.state.load(store.records())
 

@@ -246,7 +246,7 @@ class ReplayTable:
             if dim.values is None or values:
                 kept.append(_unrestricted(dim, values if dim.values is not None else None))
         narrowed = space.model_copy(update={"dimensions": kept})
-        effective = effective_space(narrowed, self.profile(), source)
+        effective = effective_space(narrowed, self.profile(), source, apply_knob_rules=False)
         baseline = effective.baseline()
         row = self.lookup(baseline)
         if row is None or row.status != "ok":

@@ -1,5 +1,11 @@
-"""Declarative search spaces: YAML dimensions, filtered by the hardware's capabilities,
-sampled through Optuna's define-by-run API."""
+"""Declarative search spaces: YAML dimensions, filtered by the hardware's capabilities and
+by the knobs' rules (`workers.knobs`), sampled through Optuna's define-by-run API.
+
+A dimension whose allowed values depend on earlier choices (the precision modes an engine
+runs, say) becomes one dimension per distinct set of values, each active where the earlier
+choices allow exactly that set; one whose set is narrower than the file's samples under its
+own Optuna parameter name, `name[value,...]`, because Optuna keeps one distribution per name.
+A configuration always uses the plain key."""
 
 from __future__ import annotations
 
@@ -10,9 +16,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from autotune import knob_rules
 from autotune.contract import ConfigValue, ModelInfo, Strict
 from autotune.errors import SpaceError
 from autotune.hardware import CAPABILITIES, HardwareProfile
+from workers.knobs import Target
 
 if TYPE_CHECKING:
     import optuna
@@ -22,7 +30,20 @@ DEFAULT_SPACE = "default.yaml"
 
 # What a model's format allows, next to what the hardware allows.
 MODEL_CAPABILITIES = ("model.torch", "model.onnx")
-KNOWN_CAPABILITIES = sorted([*CAPABILITIES, *MODEL_CAPABILITIES])
+
+
+def known_capabilities() -> list[str]:
+    from workers.knobs import ENGINES
+
+    engines = [cap for engine in ENGINES.values() for cap in engine.provides]
+    return sorted({*CAPABILITIES, *MODEL_CAPABILITIES, *engines})
+
+
+def parameter_key(param: str) -> str:
+    """The configuration key an Optuna parameter name samples (`precision.mode[fp32,bf16]`:
+    `precision.mode`)."""
+    return param.split("[", 1)[0]
+
 
 # Share of device memory a trial may plan to fill; the rest is for the runtime itself.
 MEMORY_HEADROOM = 0.8
@@ -115,11 +136,10 @@ class SpaceFile(Strict):
             if dim.name in seen:
                 raise ValueError(f"dimension {dim.name!r} is declared twice")
             requirements = [*dim.requires, *(c for cs in dim.value_requires.values() for c in cs)]
+            known = known_capabilities()
             for cap in (alt for req in requirements for alt in req.split("|")):
-                if cap not in KNOWN_CAPABILITIES:
-                    raise ValueError(
-                        f"{dim.name}: unknown capability {cap!r} (known: {KNOWN_CAPABILITIES})"
-                    )
+                if cap not in known:
+                    raise ValueError(f"{dim.name}: unknown capability {cap!r} (known: {known})")
             for other in dim.when:
                 if other not in seen:
                     raise ValueError(
@@ -133,6 +153,9 @@ class Exclusion(Strict):
     dimension: str
     value: ConfigValue | None = Field(description="None when the whole dimension is excluded")
     reason: str
+    when: dict[str, ConfigValue | None] = Field(
+        default={}, description="the earlier choices under which it is excluded (none: always)"
+    )
 
 
 class EffectiveDimension(Strict):
@@ -141,20 +164,34 @@ class EffectiveDimension(Strict):
     range: Range | None
     baseline: ConfigValue | None
     when: dict[str, list[ConfigValue]]
+    param: str | None = Field(default=None, description="Optuna's name for it; None: `name`")
+    contexts: list[dict[str, ConfigValue | None]] | None = Field(
+        default=None,
+        description="active only where the earlier choices are one of these (None: anywhere)",
+    )
+
+    @property
+    def parameter(self) -> str:
+        return self.param or self.name
 
     def active(self, config: dict[str, ConfigValue]) -> bool:
-        return all(config.get(name) in allowed for name, allowed in self.when.items())
+        if not all(config.get(name) in allowed for name, allowed in self.when.items()):
+            return False
+        return self.contexts is None or any(
+            all(config.get(k) == v for k, v in context.items()) for context in self.contexts
+        )
 
     def suggest(self, trial: optuna.Trial) -> ConfigValue:
+        name = self.parameter
         if self.values is not None:
-            value: Any = trial.suggest_categorical(self.name, self.values)  # type: ignore[arg-type]
+            value: Any = trial.suggest_categorical(name, self.values)  # type: ignore[arg-type]
             return value
         assert self.range is not None
         r = self.range
         if r.integer:
             step = int(r.step or 1)
-            return trial.suggest_int(self.name, int(r.low), int(r.high), step=step, log=r.log)
-        return trial.suggest_float(self.name, r.low, r.high, step=r.step, log=r.log)
+            return trial.suggest_int(name, int(r.low), int(r.high), step=step, log=r.log)
+        return trial.suggest_float(name, r.low, r.high, step=r.step, log=r.log)
 
 
 class EffectiveSpace(Strict):
@@ -177,6 +214,19 @@ class EffectiveSpace(Strict):
             if dim.active(config) and dim.baseline is not None:
                 config[dim.name] = dim.baseline
         return config
+
+    def params_of(self, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
+        """`config` under the Optuna parameter names that sampling it would use."""
+        params: dict[str, ConfigValue] = {}
+        partial: dict[str, ConfigValue] = {}
+        for dim in self.dimensions:
+            if dim.name in config and dim.name not in partial and dim.active(partial):
+                partial[dim.name] = config[dim.name]
+                params[dim.parameter] = config[dim.name]
+        for key, value in config.items():  # keys the space does not sample stay as they are
+            if key not in partial:
+                params[key] = value
+        return params
 
 
 def resolve_space_path(name: str | None) -> Path:
@@ -208,10 +258,14 @@ def effective_space(
     source: str,
     model: ModelInfo | None = None,
     slots: int = 1,
+    apply_knob_rules: bool = True,
 ) -> EffectiveSpace:
     """Filter a space by what the hardware (and, when known, the model) supports. With
-    several trial slots sharing the machine's cores, thread counts stop at one slot's share."""
+    several trial slots sharing the machine's cores, thread counts stop at one slot's share.
+    Without `apply_knob_rules` (a replayed table, which says itself what ran) the knobs'
+    rules are not applied."""
     caps = profile.capabilities() | _model_capabilities(model)
+    target = Target(frozenset(caps), model.kind if model is not None else None)
     dims: list[EffectiveDimension] = []
     excluded: list[Exclusion] = []
     for dim in space.dimensions:
@@ -220,8 +274,12 @@ def effective_space(
             excluded.append(Exclusion(dimension=dim.name, value=None, reason=_needs(missing)))
             continue
         effective = _filter_dimension(dim, profile, model, caps, excluded, slots)
-        if effective is not None:
+        if effective is not None and not apply_knob_rules:
             dims.append(effective)
+        elif effective is not None:
+            split, dropped = knob_rules.split(effective, dims, target)
+            dims.extend(split)
+            excluded.extend(Exclusion.model_validate(d) for d in dropped)
     return EffectiveSpace(
         name=space.name,
         source=source,

@@ -8,25 +8,30 @@ raises `Unsupported` naming it, so a trial never claims a setting it did not app
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
 
 from autotune.contract import ConfigValue
 from autotune.errors import Unsupported
-
-ModelKind = Literal["torch", "onnx"]
+from workers.knobs import (
+    DEVICE_KEY,
+    ENGINE_KEY,
+    ENGINES,
+    PRECISION_KEY,
+    PRUNE_KEY,
+    PRUNINGS,
+    ModelKind,
+    Option,
+    variant_key,
+)
+from workers.knobs import PRECISIONS as PRECISIONS_BY_NAME
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8_dynamic", "int8_static", "fp8")
-PRUNE_METHODS = ("none", "magnitude", "structured", "semi_structured_2_4")
-ENGINES = ("torch_eager", "torch_compile", "onnxruntime")
 DEVICES = ("cpu", "cuda")
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-ORT_PROVIDERS = ("cpu", "cuda", "tensorrt")
-ORT_GRAPH_OPT = ("disable", "basic", "extended", "all")
 SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
 MAX_PRUNE_RATIO = 0.95
 
-KNOWN_KEYS = frozenset(
+# The keys every engine reads; each engine's own keys come from its class (`Engine.options`).
+SHARED_KEYS = frozenset(
     {
         "batch.size",
         "precision.mode",
@@ -35,9 +40,6 @@ KNOWN_KEYS = frozenset(
         "runtime.engine",
         "runtime.threads",
         "runtime.device",
-        "runtime.compile_mode",
-        "runtime.provider",
-        "runtime.graph_opt",
         "attention.sdpa_backend",
         "cuda.cudnn_benchmark",
         "cuda.graphs",
@@ -46,12 +48,20 @@ KNOWN_KEYS = frozenset(
         "load.concurrency",
     }
 )
-KNOWN_GROUPS = frozenset(key.split(".", 1)[0] for key in KNOWN_KEYS)
+
+
+def known_keys() -> frozenset[str]:
+    return SHARED_KEYS | {option.key for option in engine_options()}
+
+
+def engine_options() -> list[Option]:
+    return [option for engine in ENGINES.values() for option in engine.options]
 
 
 @dataclass(frozen=True)
 class TrialConfig:
-    """The settings of one trial, every default filled in."""
+    """The settings of one trial, every default filled in; `options` holds the registered
+    engines' own keys (`Engine.options`), each at its value or default."""
 
     batch_size: int
     precision: str
@@ -60,31 +70,40 @@ class TrialConfig:
     engine: str
     threads: int
     device: str = "cpu"
-    compile_mode: str = "default"
-    ort_provider: str = "cpu"
-    ort_graph_opt: str = "all"
     sdpa_backend: str = "auto"
     cudnn_benchmark: bool = False
     cuda_graphs: bool = False
     tensor_parallel: int = 1
     data_parallel: int = 1
     concurrency: int = 1  # threads calling the session at once while it is measured
+    options: dict[str, ConfigValue] = field(default_factory=dict, compare=False)
+
+    def option(self, key: str) -> ConfigValue:
+        """An engine option's value (its default where the configuration leaves it out)."""
+        if key in self.options:
+            return self.options[key]
+        return next(o.default for o in engine_options() if o.key == key)
 
     @property
     def prunes(self) -> bool:
-        """2:4 sparsity has a fixed ratio of one half; the other methods need a ratio > 0."""
-        if self.prune_method == "semi_structured_2_4":
-            return True
-        return self.prune_method != "none" and self.prune_ratio > 0.0
+        return PRUNINGS[self.prune_method].prunes(self)
 
     @property
     def variant_id(self) -> str:
         """Names the model variant: equal ids build identical variants, whatever the spelling
         of the configuration (a missing key and its default are the same)."""
-        pruning = f"{self.prune_method}:{self.prune_ratio!r}" if self.prunes else "none"
-        return (
-            f"engine={self.engine},device={self.device},precision={self.precision},prune={pruning}"
-        )
+        return variant_key(self.as_config())
+
+    def as_config(self) -> dict[str, ConfigValue]:
+        """The configuration's keys that choose the variant and its engine, defaults filled."""
+        return {
+            ENGINE_KEY: self.engine,
+            DEVICE_KEY: self.device,
+            PRECISION_KEY: self.precision,
+            PRUNE_KEY: self.prune_method,
+            "prune.ratio": self.prune_ratio,
+            **self.options,
+        }
 
 
 def default_threads() -> int:
@@ -92,40 +111,40 @@ def default_threads() -> int:
 
 
 def default_engine(kind: ModelKind) -> str:
-    return "torch_eager" if kind == "torch" else "onnxruntime"
+    return next(e.name for e in ENGINES.values() if e.model_format == kind)
 
 
 def parse_config(config: dict[str, ConfigValue], kind: ModelKind) -> TrialConfig:
     """Validate the keys this package owns; `prune.ratio` is ignored when `prune.method` is
     `none` (a search space may sample both independently)."""
     _reject_unknown_keys(config)
-    engine = _choice(config, "runtime.engine", ENGINES, default_engine(kind))
-    if engine != "onnxruntime" and kind == "onnx":
+    engine = _choice(config, ENGINE_KEY, tuple(ENGINES), default_engine(kind))
+    if ENGINES[engine].model_format == "torch" and kind == "onnx":
         raise Unsupported(f"runtime.engine={engine} runs torch models only; this model is ONNX")
     return TrialConfig(
         batch_size=_positive_int(config, "batch.size", 1),
-        precision=_choice(config, "precision.mode", PRECISIONS, "fp32"),
-        prune_method=_choice(config, "prune.method", PRUNE_METHODS, "none"),
+        precision=_choice(config, PRECISION_KEY, tuple(PRECISIONS_BY_NAME), "fp32"),
+        prune_method=_choice(config, PRUNE_KEY, tuple(PRUNINGS), "none"),
         prune_ratio=_prune_ratio(config),
         engine=engine,
         threads=_positive_int(config, "runtime.threads", default_threads()),
-        device=_choice(config, "runtime.device", DEVICES, "cpu"),
-        compile_mode=_choice(config, "runtime.compile_mode", COMPILE_MODES, "default"),
-        ort_provider=_choice(config, "runtime.provider", ORT_PROVIDERS, "cpu"),
-        ort_graph_opt=_choice(config, "runtime.graph_opt", ORT_GRAPH_OPT, "all"),
+        device=_choice(config, DEVICE_KEY, DEVICES, "cpu"),
         sdpa_backend=_choice(config, "attention.sdpa_backend", SDPA_BACKENDS, "auto"),
         cudnn_benchmark=_flag(config, "cuda.cudnn_benchmark"),
         cuda_graphs=_flag(config, "cuda.graphs"),
         tensor_parallel=_positive_int(config, "shard.tensor_parallel", 1),
         data_parallel=_positive_int(config, "shard.data_parallel", 1),
         concurrency=_positive_int(config, "load.concurrency", 1),
+        options={option.key: option.parse(config) for option in engine_options()},
     )
 
 
 def _reject_unknown_keys(config: dict[str, ConfigValue]) -> None:
+    known = known_keys()
+    groups = {key.split(".", 1)[0] for key in known}
     for key in config:
-        if key.split(".", 1)[0] in KNOWN_GROUPS and key not in KNOWN_KEYS:
-            raise Unsupported(f"unknown configuration key {key!r} (known: {sorted(KNOWN_KEYS)})")
+        if key.split(".", 1)[0] in groups and key not in known:
+            raise Unsupported(f"unknown configuration key {key!r} (known: {sorted(known)})")
 
 
 def _choice(

@@ -30,6 +30,7 @@ from workers.config import TrialConfig
 from workers.cpu_power import CPUINFO, estimate_power_model
 from workers.energy_estimate import CpuTimeEnergyEstimate, cpu_seconds_with
 from workers.energy_meter import EnergyMeter, EnergyReading, MeterUnavailable
+from workers.knobs import ENGINES
 from workers.nvml import NvmlEnergyMeter, import_pynvml, nvml_index_of_cuda_device
 from workers.rapl import POWERCAP_ROOT, RaplEnergyMeter
 
@@ -56,11 +57,9 @@ __all__ = [
 
 def cuda_device_indices(config: TrialConfig) -> list[int]:
     """The CUDA devices a trial runs on (empty for a CPU trial): replicas and ranks take
-    cuda:0..n-1; onnxruntime's CUDA and TensorRT providers run on cuda:0."""
-    on_cuda = config.device == "cuda" or (
-        config.engine == "onnxruntime" and config.ort_provider in ("cuda", "tensorrt")
-    )
-    if not on_cuda:
+    cuda:0..n-1; an engine's own CUDA session (onnxruntime's CUDA and TensorRT providers) runs
+    on cuda:0."""
+    if not ENGINES[config.engine].on_cuda(config):
         return []
     return list(range(max(config.tensor_parallel, config.data_parallel, 1)))
 

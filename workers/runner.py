@@ -31,17 +31,14 @@ from workers.config import TrialConfig
 from workers.contention import check_contention, probe_for, waited_for_quiet
 from workers.energy import EnergyMeter, cpu_seconds_with, select_meter
 from workers.evaluate import tile_batch
+from workers.knobs import ENGINES
 from workers.loading import TorchModel, call_entry_point, load_onnx
 from workers.meters import Measurement, PeakMemorySampler, measure, warm_up
+from workers.ort_session import OnnxRuntimeSession
 from workers.pruning import pruned_skeleton
-from workers.runtimes import (
-    OnnxRuntimeSession,
-    Session,
-    TorchEagerSession,
-    helper_pids,
-    opened,
-)
+from workers.runtimes import Session, helper_pids, opened
 from workers.store import LoadedWorkload, WorkloadStore, default_store
+from workers.torch_sessions import TorchEagerSession
 from workers.transforms import TRANSFORMS
 from workers.variants import BuildContext, OnnxVariant, TorchVariant
 
@@ -158,10 +155,11 @@ def check_concurrency(config: TrialConfig) -> None:
         return
     if config.tensor_parallel > 1 or config.data_parallel > 1:
         raise Unsupported(f"load.concurrency={n}: sharded sessions take one call at a time")
-    if config.engine not in ("onnxruntime", "torch_eager"):
+    if not ENGINES[config.engine].concurrent_calls:
+        safe = ", ".join(name for name, engine in ENGINES.items() if engine.concurrent_calls)
         raise Unsupported(
             f"load.concurrency={n}: runtime.engine={config.engine} sessions are not safe to "
-            "call from several threads (onnxruntime and torch_eager are)"
+            f"call from several threads ({safe} are)"
         )
     if config.cuda_graphs:
         raise Unsupported(
@@ -237,7 +235,7 @@ def hardware_fingerprint() -> str:
 
 def software_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
-    for name, distributions in _VERSIONED.items():
+    for name, distributions in _versioned().items():
         for distribution in distributions:
             try:
                 versions[name] = importlib.metadata.version(distribution)
@@ -247,12 +245,14 @@ def software_versions() -> dict[str, str]:
     return versions
 
 
-_VERSIONED = {
-    "torch": ("torch",),
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
-    "onnx": ("onnx",),
-    "numpy": ("numpy",),
-}
+# Where a package is published under several names, the names to look for.
+_DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu")}
+
+
+def _versioned() -> dict[str, tuple[str, ...]]:
+    """numpy and every registered engine's software, each with its distribution names."""
+    names = ["numpy", *(name for engine in ENGINES.values() for name in engine.software)]
+    return {name: _DISTRIBUTIONS.get(name, (name,)) for name in dict.fromkeys(names)}
 
 
 def export_artifact(
@@ -260,7 +260,8 @@ def export_artifact(
 ) -> ArtifactInfo:
     """Write the configuration's optimized model into `out_dir`.
 
-    onnxruntime: `model.onnx`, the exact ONNX model the trial ran. torch_eager:
+    An engine that runs ONNX: `model.onnx`, the exact ONNX model the trial ran (an engine that
+    applies the precision itself gets it from the tuned configuration). A torch engine:
     `model.safetensors` with the variant's pruned fp32 weights and `variant.json` (the
     configuration and the model entry point); loading re-applies the precision deterministically.
     """
@@ -268,9 +269,9 @@ def export_artifact(
     config = loaded.parse(spec.config)
     directory = Path(out_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    if config.engine == "onnxruntime":
+    if ENGINES[config.engine].model_format == "onnx":
         variant = loaded.variant_for(config)
-        assert isinstance(variant, OnnxVariant)  # the onnxruntime pipeline always ends in ONNX
+        assert isinstance(variant, OnnxVariant)  # an ONNX engine's pipeline ends in ONNX
         path = directory / ONNX_ARTIFACT
         path.write_bytes(variant.model_bytes)
         return ArtifactInfo(path=str(path), format="onnx", sha256=_file_sha256(path))

@@ -345,7 +345,8 @@ class DataParallelSession:
         self._forwards: list[Callable[[torch.Tensor], Any]] = list(self._modules)
         if config.engine == "torch_compile":
             torch._dynamo.reset()
-            self._forwards = [compile_module(m, config.compile_mode) for m in self._modules]
+            mode = str(config.option("runtime.compile_mode"))
+            self._forwards = [compile_module(m, mode) for m in self._modules]
         self._attention_unchecked = config.sdpa_backend != "auto"
 
     def run(self, batch: np.ndarray) -> np.ndarray:

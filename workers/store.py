@@ -77,7 +77,7 @@ class LoadedWorkload:
     def session_for(self, config: TrialConfig) -> Session:
         """A session to close after use (`workers.runtimes.opened`): sharded ones hold
         processes. Settings the runtime cannot apply are refused before the variant is built."""
-        check_runtime(config)
+        check_runtime(config, self.model.kind)
         return build_session(self.variant_for(config), config, self.model_source())
 
     def reference_outputs(self) -> np.ndarray:

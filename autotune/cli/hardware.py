@@ -4,7 +4,7 @@ it leaves."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -61,7 +61,8 @@ def space(
     excluded: dict[str, list[str]] = {}
     for ex in effective.excluded:
         what = "all" if ex.value is None else str(ex.value)
-        excluded.setdefault(ex.dimension, []).append(f"{what} ({ex.reason})")
+        when = "".join(f" with {k}={v}" for k, v in ex.when.items())
+        excluded.setdefault(ex.dimension, []).append(f"{what}{when}: {ex.reason}")
     for dim in effective.dimensions:
         values = dim.values if dim.values is not None else dim.range
         line = f"  {dim.name}: {values}"
@@ -69,8 +70,15 @@ def space(
             line += f"  baseline {dim.baseline}"
         if dim.when:
             line += f"  when {dim.when}"
+        if dim.contexts is not None:
+            line += "  where " + " or ".join(_shown(c) for c in dim.contexts)
         out.print(line, highlight=False)
-        if dim.name in excluded:
-            out.print(f"    [dim]excluded: {', '.join(excluded.pop(dim.name))}[/dim]")
     for name, reasons in excluded.items():
-        out.print(f"  [dim]{name}: excluded {', '.join(reasons)}[/dim]")
+        out.print(f"  [dim]{name}: excluded[/dim]", highlight=False)
+        for reason in reasons:
+            out.print(f"    [dim]{reason}[/dim]", highlight=False)
+
+
+def _shown(context: dict[str, Any]) -> str:
+    """The choices that are set (an unset one is another engine's option)."""
+    return ", ".join(f"{k}={v}" for k, v in context.items() if v is not None)

@@ -32,6 +32,7 @@ from autotune.results.records import (
     TrialRecord,
     TrialState,
 )
+from autotune.space import parameter_key
 from autotune.stores import require_existing
 
 if TYPE_CHECKING:
@@ -246,8 +247,11 @@ class OptunaStore:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def enqueue(self, config: dict[str, ConfigValue], marks: TrialMarks) -> None:
-        retrying(self.study.enqueue_trial, config, user_attrs={MARKS_KEY: _dump(marks)})
+    def enqueue(
+        self, space: EffectiveSpace, config: dict[str, ConfigValue], marks: TrialMarks
+    ) -> None:
+        params = space.params_of(config)
+        retrying(self.study.enqueue_trial, params, user_attrs={MARKS_KEY: _dump(marks)})
 
     def ask(self, space: EffectiveSpace, owner: Owner, waiting: bool) -> TrialRecord:
         """A trial the sampler proposes, or with `waiting` (some trial waits) the next waiting
@@ -257,7 +261,8 @@ class OptunaStore:
         if not waiting and optuna_api.samples_in_memory(sampler):
             sampling = optuna_api.SamplingTrial(self.study)
             config = retrying(space.sample, sampling)
-            return self._create(config, sampling.frozen.distributions, TrialMarks(), owner)
+            frozen = sampling.frozen
+            return self._create(config, frozen.params, frozen.distributions, TrialMarks(), owner)
         trial = retrying(self.study.ask)
         config = retrying(space.sample, trial)
         storage = optuna_api.storage_of(self.study)
@@ -277,11 +282,13 @@ class OptunaStore:
         owner: Owner,
     ) -> TrialRecord:
         """A running trial of `config` (which `space` can produce), in one write."""
-        return self._create(config, distributions(space, config), marks, owner)
+        params = space.params_of(config)
+        return self._create(config, params, distributions(space, config), marks, owner)
 
     def _create(
         self,
         config: dict[str, ConfigValue],
+        params: dict[str, ConfigValue],
         dists: dict[str, Any],
         marks: TrialMarks,
         owner: Owner,
@@ -291,7 +298,7 @@ class OptunaStore:
 
         template = optuna.trial.create_trial(
             state=OptunaState.RUNNING,
-            params=dict(config),
+            params=dict(params),
             distributions=dists,
             user_attrs={MARKS_KEY: _dump(marks)},
             system_attrs={TRIAL_OWNER_KEY: owner.id},
@@ -396,7 +403,7 @@ def distributions(space: EffectiveSpace, config: dict[str, ConfigValue]) -> dict
     """The distribution of each of `config`'s dimensions, as sampling `space` declares them."""
     import optuna
 
-    trial = optuna.trial.FixedTrial(config)
+    trial = optuna.trial.FixedTrial(space.params_of(config))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         space.sample(trial)  # type: ignore[arg-type]
@@ -408,7 +415,8 @@ def producible(space: EffectiveSpace, config: dict[str, ConfigValue]) -> bool:
     key with a value inside its distribution, and there is no other key."""
     import optuna
 
-    trial = optuna.trial.FixedTrial(config)
+    params = space.params_of(config)
+    trial = optuna.trial.FixedTrial(params)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # out-of-range values are rejected below instead
         try:
@@ -416,7 +424,7 @@ def producible(space: EffectiveSpace, config: dict[str, ConfigValue]) -> bool:
         except ValueError:  # a key the space needs is missing, or a value is not a choice
             return False
     return produced == config and all(
-        optuna_api.contains(dist, config[name]) for name, dist in trial.distributions.items()
+        optuna_api.contains(dist, params[name]) for name, dist in trial.distributions.items()
     )
 
 
@@ -428,9 +436,8 @@ def record_of(trial: optuna.trial.FrozenTrial) -> TrialRecord:
     stored = attrs.get(RECORD_KEY)
     outcome = Outcome.model_validate(stored) if stored is not None else _old_outcome(attrs)
     state = _STATE_NAMES[trial.state.name]
-    config = dict(trial.params)
-    if state == "waiting":
-        config = dict(trial.system_attrs.get("fixed_params", {}))
+    params = trial.system_attrs.get("fixed_params", {}) if state == "waiting" else trial.params
+    config = {parameter_key(name): value for name, value in params.items()}
     record = TrialRecord(
         number=trial.number,
         state=state,

@@ -84,7 +84,8 @@ def small_space() -> EffectiveSpace:
     )
 
 
-BASELINE: dict[str, ConfigValue] = small_space().baseline()
+SPACE = small_space()
+BASELINE: dict[str, ConfigValue] = SPACE.baseline()
 BASELINE_ACCURACY = 0.95
 # What int8 costs in accuracy: beyond a bound of 0.01.
 INT8_ACCURACY_LOSS = 0.05
@@ -281,9 +282,9 @@ class Rig:
     def queue(self, *configs: dict[str, ConfigValue]) -> None:
         """The baseline, then `configs`, waiting in the study: asked in this order before any
         proposal."""
-        self.store.enqueue(BASELINE, TrialMarks(baseline=True))
+        self.store.enqueue(SPACE, BASELINE, TrialMarks(baseline=True))
         for config in configs:
-            self.store.enqueue(config, TrialMarks())
+            self.store.enqueue(SPACE, config, TrialMarks())
 
 
 def make_request(

@@ -36,8 +36,14 @@ def test_space_for_a_saved_profile() -> None:
     profile = SPACES_DIR / "profiles" / "h200x8.json"
     result = runner.invoke(app, ["space", "--hardware", str(profile), "--json"])
     assert result.exit_code == 0
-    dims = {d["name"]: d for d in json.loads(result.output)["dimensions"]}
-    assert "fp16" in dims["precision.mode"]["values"]
+    space = json.loads(result.output)
+    precisions = [d for d in space["dimensions"] if d["name"] == "precision.mode"]
+    on_cuda = [
+        d for d in precisions if any(c.get("runtime.device") == "cuda" for c in d["contexts"])
+    ]
+    assert on_cuda and all("fp16" in d["values"] for d in on_cuda)
+    on_ort = [e for e in space["excluded"] if e["when"].get("runtime.provider") == "cuda"]
+    assert any(e["value"] == "bf16" and "engine=onnxruntime" in e["reason"] for e in on_ort)
 
 
 def test_bad_request_exits_2_naming_the_field(write_request) -> None:

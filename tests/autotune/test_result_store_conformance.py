@@ -205,7 +205,7 @@ def test_resuming_with_another_identity_names_the_study(database_url: str, study
 
 def test_ask_pops_the_waiting_trial_with_its_marks(store: OptunaStore) -> None:
     marks = TrialMarks(baseline=True, attempt=1, retry_of=4)
-    store.enqueue(EIGHT, marks)
+    store.enqueue(SPACE, EIGHT, marks)
     [waiting] = store.waiting()
     assert (waiting.state, waiting.config, waiting.marks) == ("waiting", EIGHT, marks)
     asked = store.ask(SPACE, Owner(), waiting=True)
@@ -283,7 +283,7 @@ def test_counted_and_used(store: OptunaStore) -> None:
     told(store, EIGHT, outcome_of(EIGHT, "skipped"), values=False)
     told(store, INT8, outcome_of(INT8, "lost"), values=False)
     store.create(SPACE, SIXTY_FOUR, TrialMarks(), Owner())
-    store.enqueue(EIGHT, TrialMarks())
+    store.enqueue(SPACE, EIGHT, TrialMarks())
     assert store.counted() == 2  # complete and pruned
     assert store.used() == 3  # and running; not failed, not waiting
     assert [r.state for r in store.records()] == [

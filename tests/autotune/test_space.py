@@ -3,13 +3,15 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.contract import ModelInfo
+from autotune.contract import ConfigValue, ModelInfo
 from autotune.errors import SpaceError
 from autotune.hardware import HardwareProfile, load_profile
 from autotune.space import (
     SPACES_DIR,
+    EffectiveSpace,
     effective_space,
     load_space,
+    parameter_key,
     resolve_space_path,
 )
 
@@ -38,6 +40,21 @@ def effective(name: str, profile: HardwareProfile):
     return effective_space(load_space(path), profile, str(path))
 
 
+def all_values(space: EffectiveSpace) -> dict[str, list[ConfigValue]]:
+    """Each key's values over its dimensions (a key the knobs narrow per earlier choice has
+    several)."""
+    values: dict[str, list[ConfigValue]] = {}
+    for dim in space.dimensions:
+        kept = values.setdefault(dim.name, [])
+        kept.extend(v for v in dim.values or [] if v not in kept)
+    return values
+
+
+def always_excluded(space: EffectiveSpace) -> dict[tuple[str, ConfigValue | None], str]:
+    """The exclusions that hold whatever else is chosen."""
+    return {(e.dimension, e.value): e.reason for e in space.excluded if not e.when}
+
+
 @pytest.mark.parametrize("path", sorted(SPACES_DIR.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_bundled_space_loads_for_every_profile(path: Path) -> None:
     for profile_path in PROFILES.glob("*.json"):
@@ -47,31 +64,27 @@ def test_every_bundled_space_loads_for_every_profile(path: Path) -> None:
 
 def test_cpu_profile_excludes_gpu_values_with_reasons(cpu_profile: HardwareProfile) -> None:
     space = effective("default.yaml", cpu_profile)
-    values = {d.name: d.values for d in space.dimensions}
+    values = all_values(space)
     assert "fp16" not in values["precision.mode"]
     assert "bf16" in values["precision.mode"]  # this profile's CPU has avx512_bf16
     assert max(values["runtime.threads"]) == cpu_profile.cpu_cores
-    reasons = {(e.dimension, e.value): e.reason for e in space.excluded}
+    reasons = always_excluded(space)
     assert reasons[("precision.mode", "fp16")] == "needs cuda"
 
 
 def test_cpu_flags_gate_bf16_and_int8(cpu_profile: HardwareProfile) -> None:
     vnni_only = cpu_profile.model_copy(update={"cpu_flags": ["avx2", "avx512_vnni"]})
     space = effective("default.yaml", vnni_only)
-    precision = next(d for d in space.dimensions if d.name == "precision.mode")
-    assert precision.values == ["fp32", "int8_dynamic", "int8_static"]
+    assert all_values(space)["precision.mode"] == ["fp32", "int8_dynamic", "int8_static"]
     plain = cpu_profile.model_copy(update={"cpu_flags": ["avx2"]})
-    precision = next(
-        d for d in effective("default.yaml", plain).dimensions if d.name == "precision.mode"
-    )
-    assert precision.values == ["fp32"]
+    assert all_values(effective("default.yaml", plain))["precision.mode"] == ["fp32"]
     reasons = {e.value: e.reason for e in effective("default.yaml", plain).excluded}
     assert reasons["int8_static"] == "needs cpu.vnni or cuda"
 
 
 def test_h200_node_gets_every_gpu_family() -> None:
     space = effective("default.yaml", load_profile(PROFILES / "h200x8.json"))
-    values = {d.name: d.values for d in space.dimensions}
+    values = all_values(space)
     assert {"fp16", "fp8", "bf16"} <= set(values["precision.mode"])
     assert "semi_structured_2_4" in values["prune.method"]
     assert {"cuda", "tensorrt"} <= set(values["runtime.provider"])
@@ -79,26 +92,26 @@ def test_h200_node_gets_every_gpu_family() -> None:
     assert values["shard.data_parallel"] == [1, 2, 4, 8]
     assert values["runtime.threads"] == [1, 2, 4, 8, 16, 32, 64]
     assert space.baseline()["runtime.device"] == "cuda"
-    assert not space.excluded
+    assert not always_excluded(space)
 
 
 def test_ampere_gpu_has_no_fp8_and_no_sharding() -> None:
     space = effective("nvidia-gpu.yaml", load_profile(PROFILES / "a100.json"))
-    values = {d.name: d.values for d in space.dimensions}
+    values = all_values(space)
     assert "fp8" not in values["precision.mode"] and "bf16" in values["precision.mode"]
     assert "semi_structured_2_4" in values["prune.method"]
-    reasons = {(e.dimension, e.value): e.reason for e in space.excluded}
+    reasons = always_excluded(space)
     assert reasons[("precision.mode", "fp8")] == "needs cuda.fp8"
     assert reasons[("shard.tensor_parallel", None)] == "needs multi_gpu"
 
 
 def test_cpu_only_machine_gets_the_cpu_families(cpu_profile: HardwareProfile) -> None:
     space = effective("default.yaml", cpu_profile)
-    values = {d.name: d.values for d in space.dimensions}
+    values = all_values(space)
     assert {"bf16", "int8_dynamic", "int8_static"} <= set(values["precision.mode"])
     assert {"torch_eager", "torch_compile", "onnxruntime"} == set(values["runtime.engine"])
     assert "structured" in values["prune.method"]
-    reasons = {(e.dimension, e.value): e.reason for e in space.excluded}
+    reasons = always_excluded(space)
     assert reasons[("precision.mode", "fp8")] == "needs cuda.fp8"
     assert reasons[("shard.tensor_parallel", None)] == "needs multi_gpu"
     assert reasons[("prune.method", "semi_structured_2_4")] == "needs cuda.sparse24"
@@ -119,7 +132,7 @@ def test_batch_sizes_stop_where_memory_ends(cpu_profile: HardwareProfile) -> Non
     space = effective_space(load_space(path), cpu_profile, str(path), model=huge)
     batch = next(d for d in space.dimensions if d.name == "batch.size")
     assert batch.values == [1, 2, 4, 8]  # 16 samples would need all memory, headroom is 0.8
-    reasons = {(e.dimension, e.value): e.reason for e in space.excluded}
+    reasons = always_excluded(space)
     assert reasons[("batch.size", 16)].startswith("exceeds batch_memory")
 
 
@@ -150,7 +163,12 @@ def test_sampling_respects_conditions(cpu_profile: HardwareProfile) -> None:
         assert ("runtime.compile_mode" in config) == (config["runtime.engine"] == "torch_compile")
         if "prune.ratio" in config:
             assert 0.1 <= config["prune.ratio"] <= 0.6
-        assert config == trial.params
+        assert config == {parameter_key(k): v for k, v in trial.params.items()}
+        assert space.params_of(config) == trial.params
+        if config["runtime.engine"] == "onnxruntime":
+            assert config["precision.mode"] != "bf16"
+        else:
+            assert config["precision.mode"] != "int8_static"
         study.tell(trial, 1.0)
     assert seen_methods == {"none", "magnitude", "structured"}
 
@@ -158,7 +176,7 @@ def test_sampling_respects_conditions(cpu_profile: HardwareProfile) -> None:
 def test_enqueued_baseline_is_sampled_exactly(cpu_profile: HardwareProfile) -> None:
     space = effective("default.yaml", cpu_profile)
     study = optuna.create_study(directions=["minimize"])
-    study.enqueue_trial(space.baseline())
+    study.enqueue_trial(space.params_of(space.baseline()))
     assert space.sample(study.ask()) == space.baseline()
 
 

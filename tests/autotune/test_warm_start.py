@@ -53,7 +53,11 @@ def cold(tmp_path_factory: pytest.TempPathFactory) -> ColdStudy:
         patch.chdir(root)
         patch.syspath_prepend(str(REPO))
         path = root / "request.yaml"
-        path.write_text(yaml.safe_dump(digits_request(root, name=COLD, budget={"trials": 8}, measurement=MEASUREMENT)))
+        path.write_text(
+            yaml.safe_dump(
+                digits_request(root, name=COLD, budget={"trials": 8}, measurement=MEASUREMENT)
+            )
+        )
         outcome, _ = run_tune(path, TuneOptions(executor="inprocess", seed=0, sampler="tpe"))
     return ColdStudy(root / "study.db", outcome)
 

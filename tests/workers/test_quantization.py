@@ -3,6 +3,7 @@ ONNX, and the CUDA paths (fp16/bf16 placement, fp8 with torchao) where a GPU is 
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ from autotune.errors import Unsupported
 from tests.workers.conftest import digits_workload, export_digits_onnx, spec_for
 from workers import evaluate_artifact, export_artifact, quantization, run_trial, transforms
 from workers.config import parse_config
+from workers.knobs import PRECISIONS, Target, supports
+from workers.ort_session import OnnxRuntimeSession
 from workers.quantization import (
     CALIBRATION_SAMPLES,
     calibration_reader,
@@ -24,7 +27,7 @@ from workers.quantization import (
     quantize_onnx_int8_static,
     torch_precision,
 )
-from workers.runtimes import OnnxRuntimeSession
+from workers.runtimes import machine_target
 from workers.store import WorkloadStore
 from workers.variants import BuildContext, TorchVariant
 
@@ -44,15 +47,22 @@ def ops(model_bytes: bytes) -> set[str]:
 # --- which combinations build -------------------------------------------------------------------
 
 
-def reason(config: dict[str, ConfigValue]) -> str | None:
-    return transforms.unsupported_reason(parse_config(config, "torch"))
+CPU_CAPS = frozenset({"cpu", "cpu.bf16", "cpu.vnni", "ort.cpu", "torch.compile"})
+HOPPER_CAPS = CPU_CAPS | {
+    "cuda",
+    "cuda.bf16",
+    "cuda.fp8",
+    "cuda.sparse24",
+    "ort.cuda",
+    "ort.tensorrt",
+}
+AMPERE_CAPS = HOPPER_CAPS - {"cuda.fp8"}
+TURING_CAPS = AMPERE_CAPS - {"cuda.bf16", "cuda.sparse24"}
 
 
-@pytest.fixture
-def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pretend a compute capability 9.0 GPU is visible (nothing touches it)."""
-    monkeypatch.setattr(transforms, "_cuda_available", lambda: True)
-    monkeypatch.setattr(transforms, "_cuda_capability", lambda: (9, 0))
+def reason(config: dict[str, ConfigValue], caps: frozenset[str] = CPU_CAPS) -> str | None:
+    """Why the knobs refuse `config` on a machine with `caps`, decided before any build."""
+    return supports(parse_config(config, "torch"), Target(caps, "torch"))
 
 
 ORT = {"runtime.engine": "onnxruntime"}
@@ -62,55 +72,64 @@ CUDA = {"runtime.device": "cuda"}
 @pytest.mark.parametrize(
     ("config", "reason_part"),
     [
-        ({"precision.mode": "int8_static"}, "runs on runtime.engine=onnxruntime only"),
+        ({"precision.mode": "int8_static"}, "int8_static does not run on runtime.engine=torch"),
         ({"precision.mode": "fp16"}, "fp16 needs CUDA"),
         ({"precision.mode": "fp8"}, "fp8 needs CUDA with compute capability >= 8.9"),
         ({"prune.method": "semi_structured_2_4"}, "accelerated only on CUDA"),
         ({**ORT, "precision.mode": "fp16"}, "not supported by onnxruntime's CPUExecutionProvider"),
-        ({**ORT, "precision.mode": "bf16", "runtime.provider": "cuda"}, "use fp16"),
-        ({**ORT, "precision.mode": "fp8", "runtime.provider": "cuda"}, "torchao"),
+        ({**ORT, "precision.mode": "bf16", "runtime.provider": "cuda"}, "bf16 does not run on"),
+        ({**ORT, "precision.mode": "fp8", "runtime.provider": "cuda"}, "fp8 does not run on"),
         ({**ORT, "prune.method": "semi_structured_2_4"}, "torch engines on CUDA"),
     ],
 )
 def test_combinations_that_cannot_build(config: dict[str, ConfigValue], reason_part: str) -> None:
-    assert reason_part in (reason(config) or "")
+    assert reason_part in (
+        reason(config, HOPPER_CAPS if "runtime.provider" in config else CPU_CAPS) or ""
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")
 def test_cuda_without_a_device_is_unsupported() -> None:
-    assert reason(CUDA) == "runtime.device=cuda but no CUDA device is visible"
+    assert reason(CUDA, machine_target().capabilities) == (
+        "runtime.device=cuda but no CUDA device is visible"
+    )
     result = run_trial(spec_for(digits_workload(), CUDA), STORE)
-    assert result.status == "unsupported"  # the runtime may refuse first, in its own words
+    assert result.status == "unsupported"
     assert "no CUDA device is visible" in (result.reason or "")
 
 
-@pytest.mark.usefixtures("fake_cuda")
 @pytest.mark.parametrize(
     ("config", "reason_part"),
     [
         ({**CUDA, "precision.mode": "int8_dynamic"}, "CPU kernels only"),
         ({**CUDA, "prune.method": "semi_structured_2_4"}, "fp16 or bf16"),
-        ({**CUDA, "precision.mode": "fp8"}, "needs the package 'torchao'"),
     ],
 )
 def test_combinations_that_cannot_build_on_a_gpu(
-    monkeypatch: pytest.MonkeyPatch, config: dict[str, ConfigValue], reason_part: str
+    config: dict[str, ConfigValue], reason_part: str
 ) -> None:
-    monkeypatch.setattr(transforms, "_has_torchao", lambda: False)
-    assert reason_part in (reason(config) or "")
+    assert reason_part in (reason(config, HOPPER_CAPS) or "")
 
 
-@pytest.mark.usefixtures("fake_cuda")
-def test_capability_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transforms, "_cuda_capability", lambda: (8, 0))
-    assert "this GPU has 8.0" in (reason({**CUDA, "precision.mode": "fp8"}) or "")
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is not None, reason="torchao is here")
+def test_fp8_without_torchao_names_the_package(digits_module: torch.nn.Module) -> None:
+    assert reason({**CUDA, "precision.mode": "fp8"}, HOPPER_CAPS) is None  # a package: at build
+    config = parse_config({**CUDA, "precision.mode": "fp8"}, "torch")
+    with pytest.raises(Unsupported, match="needs the package 'torchao'"):
+        PRECISIONS["fp8"].build(TorchVariant(digits_module), config, BuildContext(np.empty(0)))
+
+
+def test_capability_limits() -> None:
+    fp8 = {**CUDA, "precision.mode": "fp8"}
+    assert ">= 8.9" in (reason(fp8, AMPERE_CAPS) or "")
     sparse = {**CUDA, "prune.method": "semi_structured_2_4", "precision.mode": "fp16"}
-    assert reason(sparse) is None
-    monkeypatch.setattr(transforms, "_cuda_capability", lambda: (7, 5))
-    assert "this GPU has 7.5" in (reason(sparse) or "")
+    assert reason(sparse, AMPERE_CAPS) is None
+    assert "accelerated only on CUDA" in (reason(sparse, TURING_CAPS) or "")
+    assert "bf16 on cuda needs cuda.bf16" in (
+        reason({**CUDA, "precision.mode": "bf16"}, TURING_CAPS) or ""
+    )
 
 
-@pytest.mark.usefixtures("fake_cuda")
 @pytest.mark.parametrize(
     "config",
     [
@@ -121,7 +140,7 @@ def test_capability_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_combinations_that_build_on_a_gpu(config: dict[str, ConfigValue]) -> None:
-    assert reason(config) is None
+    assert reason(config, HOPPER_CAPS) is None
 
 
 @pytest.mark.parametrize(

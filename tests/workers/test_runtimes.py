@@ -12,8 +12,9 @@ import torch
 from autotune.contract import ConfigValue
 from autotune.errors import Unsupported
 from workers.config import parse_config
+from workers.knobs import ENGINES, register
 from workers.ort_session import ORT_GRAPH_LEVELS, OnnxRuntimeSession
-from workers.runtimes import RUNTIMES, build_session, check_runtime, register_runtime
+from workers.runtimes import build_session, check_runtime
 from workers.torch_io import module_on
 from workers.torch_kernels import sdpa_unsupported
 from workers.torch_sessions import CudaGraphForward, TorchCompileSession, TorchEagerSession
@@ -90,14 +91,16 @@ def test_engine_and_variant_kind_must_match(
     digits_onnx: Path, digits_module: torch.nn.Module
 ) -> None:
     with pytest.raises(Unsupported):
-        RUNTIMES["torch_eager"](OnnxVariant(digits_onnx.read_bytes()), parse_config({}, "torch"))
+        ENGINES["torch_eager"].session(
+            OnnxVariant(digits_onnx.read_bytes()), parse_config({}, "torch")
+        )
     with pytest.raises(Unsupported):
-        RUNTIMES["onnxruntime"](TorchVariant(digits_module), parse_config({}, "torch"))
+        ENGINES["onnxruntime"].session(TorchVariant(digits_module), parse_config({}, "torch"))
 
 
-def test_registering_a_runtime_twice_raises() -> None:
+def test_registering_an_engine_twice_raises() -> None:
     with pytest.raises(ValueError, match="already registered"):
-        register_runtime("onnxruntime")(RUNTIMES["onnxruntime"])
+        register(type(ENGINES["onnxruntime"]))
 
 
 # --- kernel choices: strict refusals ---------------------------------------------------------

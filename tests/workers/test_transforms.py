@@ -12,6 +12,7 @@ from onnx import numpy_helper
 from autotune.errors import Unsupported
 from workers import quantization, transforms
 from workers.config import parse_config
+from workers.ort_session import OnnxRuntimeSession
 from workers.pruning import (
     onnx_weight_initializers,
     prunable_torch_modules,
@@ -19,7 +20,6 @@ from workers.pruning import (
     prune_torch,
 )
 from workers.quantization import quantize_onnx_int8
-from workers.runtimes import OnnxRuntimeSession
 from workers.transforms import register_transform
 
 
@@ -181,5 +181,5 @@ def test_an_unsupported_precision_is_refused_before_exporting(
 
     monkeypatch.setattr(transforms, "torch_to_onnx", must_not_export)
     config = parse_config({"runtime.engine": "onnxruntime", "precision.mode": "bf16"}, "torch")
-    with pytest.raises(Unsupported, match="CPUExecutionProvider"):
+    with pytest.raises(Unsupported, match="bf16 does not run on runtime.engine=onnxruntime"):
         transforms.build_variant(TorchVariant(digits_module), config, BuildContext(np.empty(0)))

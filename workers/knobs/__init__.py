@@ -1,0 +1,82 @@
+"""The registered knobs (see `workers.knobs.base`): runtime engines, precision modes and
+pruning methods, one class each. A new one is a class in a module of its own, registered with
+`@register`, and imported below."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from autotune.contract import ConfigValue
+from workers.knobs import engines, openvino, precisions, pruning_methods  # noqa: F401  (registers them)
+from workers.knobs.base import (
+    DEVICE_KEY,
+    ENGINE_KEY,
+    ENGINES,
+    PRECISION_KEY,
+    PRECISIONS,
+    PRUNE_KEY,
+    PRUNINGS,
+    Engine,
+    Knob,
+    ModelKind,
+    Option,
+    Precision,
+    Pruning,
+    Target,
+    all_knobs,
+    knob,
+    register,
+    selecting_keys,
+    supports,
+)
+
+__all__ = [
+    "DEVICE_KEY",
+    "ENGINES",
+    "ENGINE_KEY",
+    "PRECISIONS",
+    "PRECISION_KEY",
+    "PRUNE_KEY",
+    "PRUNINGS",
+    "Engine",
+    "Knob",
+    "ModelKind",
+    "Option",
+    "Precision",
+    "Pruning",
+    "Target",
+    "all_knobs",
+    "knob",
+    "register",
+    "selecting_keys",
+    "supports",
+    "variant_key",
+]
+
+_VARIANT_DEFAULTS: dict[str, ConfigValue] = {
+    DEVICE_KEY: "cpu",
+    PRECISION_KEY: "fp32",
+    PRUNE_KEY: "none",
+}
+
+
+def variant_key(config: Mapping[str, ConfigValue]) -> str:
+    """Names the model variant a configuration runs: its engine, device, precision, pruning
+    (with the ratio where the method takes one) and any engine option that changes numerics.
+    Accuracy depends on these alone, never on batch size, threads or other kernel choices, so
+    it is measured once per variant. A missing key and its default name the same variant."""
+    parts: dict[str, ConfigValue] = {k: config.get(k, v) for k, v in _VARIANT_DEFAULTS.items()}
+    if ENGINE_KEY in config:
+        parts[ENGINE_KEY] = config[ENGINE_KEY]
+    pruning = PRUNINGS.get(str(parts[PRUNE_KEY]))
+    ratio = config.get("prune.ratio", 0.0)
+    if pruning is not None and pruning.takes_ratio:
+        if ratio:
+            parts["prune.ratio"] = ratio
+        else:
+            parts[PRUNE_KEY] = "none"
+    engine = ENGINES.get(str(config.get(ENGINE_KEY)))
+    for option in engine.options if engine is not None else ():
+        if option.defines_variant:
+            parts[option.key] = config.get(option.key, option.default)
+    return ",".join(f"{k}={v}" for k, v in sorted(parts.items()))
