@@ -369,17 +369,12 @@ class ArtifactInfo(Strict):
     sha256: str
 
 
-# Accuracy depends only on these parts of a configuration (the model variant), never on
-# batch size, threads or other kernel choices, so it is measured once per variant.
-_VARIANT_GROUPS = ("precision.", "prune.")
-_VARIANT_KEYS = ("runtime.engine",)
-
-
 def variant_key(config: dict[str, ConfigValue]) -> str:
-    parts = sorted(
-        f"{k}={v}" for k, v in config.items() if k.startswith(_VARIANT_GROUPS) or k in _VARIANT_KEYS
-    )
-    return ",".join(parts)
+    """The model variant a configuration runs, as the knobs define it
+    (`workers.knobs.variant_key`): accuracy is measured once per variant."""
+    from workers.knobs import variant_key as knobs_variant_key
+
+    return knobs_variant_key(config)
 
 
 class Entrant(Strict):

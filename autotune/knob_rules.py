@@ -57,8 +57,7 @@ def _subject_keys() -> set[str]:
 
 
 def _context_keys() -> set[str]:
-    from workers.config import engine_options
-    from workers.knobs import DEVICE_KEY, selecting_keys
+    from workers.knobs import DEVICE_KEY, engine_options, selecting_keys
 
     options = {o.key for o in engine_options() if o.values is not None}
     return {*selecting_keys(), DEVICE_KEY, *options}
@@ -139,11 +138,11 @@ def _dimensions(
         if values:
             groups.setdefault(tuple(values), []).append(context)
     if len(groups) == 1 and all(allowed.values()):
-        (values,) = groups
-        return [_narrowed(dim, list(values), None)]
+        (only,) = groups
+        return [_narrowed(dim, list(only), None)]
     return [
-        _narrowed(dim, list(values), [dict(c) for c in contexts])
-        for values, contexts in groups.items()
+        _narrowed(dim, list(group), [dict(c) for c in contexts])
+        for group, contexts in groups.items()
     ]
 
 
@@ -153,9 +152,9 @@ def _narrowed(
     contexts: list[dict[str, ConfigValue | None]] | None,
 ) -> EffectiveDimension:
     full = list(dim.values or [])
-    baseline = dim.baseline if dim.baseline in values else values[0]
-    if dim.baseline is None:
-        baseline = None
+    baseline: ConfigValue | None = None
+    if dim.baseline is not None:
+        baseline = dim.baseline if dim.baseline in values else values[0]
     param = None if values == full else f"{dim.name}[{','.join(str(v) for v in values)}]"
     return dim.model_copy(
         update={"values": values, "baseline": baseline, "param": param, "contexts": contexts}

@@ -20,7 +20,7 @@ from workers.knobs import (
     PRUNE_KEY,
     PRUNINGS,
     ModelKind,
-    Option,
+    engine_options,
     variant_key,
 )
 from workers.knobs import PRECISIONS as PRECISIONS_BY_NAME
@@ -52,10 +52,6 @@ SHARED_KEYS = frozenset(
 
 def known_keys() -> frozenset[str]:
     return SHARED_KEYS | {option.key for option in engine_options()}
-
-
-def engine_options() -> list[Option]:
-    return [option for engine in ENGINES.values() for option in engine.options]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 
 from autotune.errors import Unsupported
 from workers.config import TrialConfig
-from workers.knobs import ENGINES, PRECISIONS, PRUNINGS
+from workers.knobs import ENGINES, PRECISIONS, PRUNINGS, ModelKind
 from workers.runtimes import check_runtime
 from workers.variants import BuildContext, OnnxVariant, TorchVariant, Variant
 
@@ -47,7 +47,7 @@ def register_transform(name: str) -> Callable[[Transform], Transform]:
 
 
 def build_variant(original: Variant, config: TrialConfig, context: BuildContext) -> Variant:
-    kind = "torch" if isinstance(original, TorchVariant) else "onnx"
+    kind: ModelKind = "torch" if isinstance(original, TorchVariant) else "onnx"
     check_runtime(config, kind)  # before pruning and exporting, which may take a while
     variant = original
     for name in PIPELINE:

@@ -155,7 +155,10 @@ def designed_configs(
 
     lean = request_lean(request)
     baseline = space.baseline()
-    choices = {d.name: d.values for d in space.dimensions if d.values is not None}
+    choices: dict[str, list[ConfigValue]] = {}
+    for dim in space.dimensions:  # a key the knobs narrow per earlier choice has several
+        kept = choices.setdefault(dim.name, []) if dim.values is not None else []
+        kept.extend(v for v in dim.values or [] if v not in kept)
     batch: dict[str, ConfigValue] = {}
     if BATCH in choices:
         batches = sorted(choices[BATCH], key=_number)
@@ -303,7 +306,12 @@ class Ledger:
         lean, preference = self.lean, self.preference
         ranked: list[tuple[tuple[int, int, bool, int], dict[str, ConfigValue]]] = []
         for position, dim in enumerate(self.space.dimensions):
-            if dim.name not in config or dim.values is None or config[dim.name] not in dim.values:
+            if (
+                dim.name not in config
+                or dim.values is None
+                or config[dim.name] not in dim.values
+                or not dim.active(config)
+            ):
                 continue
             here = dim.values.index(config[dim.name])
             numeric = all(isinstance(v, int | float) for v in dim.values)

@@ -178,6 +178,11 @@ def register(cls: type[K]) -> type[K]:
     return cls
 
 
+def engine_options() -> list[Option]:
+    """Every registered engine's own option keys."""
+    return [option for engine in ENGINES.values() for option in engine.options]
+
+
 def knob(key: str, name: str) -> Knob:
     registry = _REGISTRIES[key]
     if name not in registry:

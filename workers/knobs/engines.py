@@ -17,7 +17,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from autotune.errors import Unsupported
-from workers.knobs.base import DEVICE_KEY, PRECISION_KEY, Engine, Option, Target, register
+from workers.knobs.base import (
+    DEVICE_KEY,
+    PRECISION_KEY,
+    Engine,
+    Option,
+    Target,
+    engine_options,
+    register,
+)
 from workers.ort_session import ORT_PROVIDERS
 
 if TYPE_CHECKING:
@@ -65,8 +73,6 @@ def foreign_setting(engine: Engine, config: TrialConfig, hints: dict[str, str]) 
 
 
 def _default_of(key: str) -> object:
-    from workers.config import engine_options
-
     return next(o.default for o in engine_options() if o.key == key)
 
 
