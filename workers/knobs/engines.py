@@ -108,6 +108,19 @@ class TorchEngine(Engine):
         if config.device == "cuda":
             require_cuda("runtime.device=cuda")
 
+    def session(self, variant: Variant, config: TrialConfig) -> Session:
+        """One replica per CUDA device where the configuration asks for data parallelism,
+        else this engine's own session."""
+        from workers.sharding import DataParallelSession
+
+        torch_variant = torch_variant_of(variant, self.name)
+        if config.data_parallel > 1:
+            return DataParallelSession(torch_variant, config)
+        return self.single_session(torch_variant, config)
+
+    def single_session(self, variant: TorchVariant, config: TrialConfig) -> Session:
+        raise NotImplementedError
+
 
 def _torch_device_reason(config: TrialConfig, target: Target) -> str | None:
     on_cuda = config.device == "cuda"
@@ -139,16 +152,12 @@ class TorchEager(TorchEngine):
     applies = frozenset(SHARED_OPTIONS)
     concurrent_calls = True
 
-    def session(self, variant: Variant, config: TrialConfig) -> Session:
-        from workers.sharding import DataParallelSession
+    def single_session(self, variant: TorchVariant, config: TrialConfig) -> Session:
         from workers.torch_kernels import kernels_for
         from workers.torch_sessions import TorchEagerSession
 
-        torch_variant = torch_variant_of(variant, self.name)
-        if config.data_parallel > 1:
-            return DataParallelSession(torch_variant, config)
         return TorchEagerSession(
-            torch_variant,
+            variant,
             config.threads,
             device=config.device,
             kernels=kernels_for(config),
@@ -176,16 +185,12 @@ class TorchCompile(TorchEngine):
             )
         return super().supports(config, target)
 
-    def session(self, variant: Variant, config: TrialConfig) -> Session:
-        from workers.sharding import DataParallelSession
+    def single_session(self, variant: TorchVariant, config: TrialConfig) -> Session:
         from workers.torch_kernels import kernels_for
         from workers.torch_sessions import TorchCompileSession
 
-        torch_variant = torch_variant_of(variant, self.name)
-        if config.data_parallel > 1:
-            return DataParallelSession(torch_variant, config)
         return TorchCompileSession(
-            torch_variant,
+            variant,
             config.threads,
             device=config.device,
             mode=str(config.option(COMPILE_MODE.key)),
