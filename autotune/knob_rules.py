@@ -46,7 +46,7 @@ def split(
     if not allowed:
         return [dim], []
     allowed = _relevant(allowed)
-    dropped = _unique(dropped, {k for context in allowed for k, _ in context})
+    dropped = _unique(dropped, {k for context in allowed for k, _ in context}, allowed)
     return _dimensions(dim, allowed), dropped
 
 
@@ -120,13 +120,20 @@ def _relevant(allowed: dict[Context, list[ConfigValue]]) -> dict[Context, list[C
     return allowed
 
 
-def _unique(dropped: list[dict[str, Any]], keys: set[str]) -> list[dict[str, Any]]:
-    """One exclusion per value and relevant context."""
+def _unique(
+    dropped: list[dict[str, Any]], keys: set[str], allowed: dict[Context, list[ConfigValue]]
+) -> list[dict[str, Any]]:
+    """One exclusion per value and relevant context; a value allowed nowhere, once."""
+    anywhere = {v for values in allowed.values() for v in values}
     seen: dict[tuple[Any, ...], dict[str, Any]] = {}
     for exclusion in dropped:
         when = {k: v for k, v in exclusion["when"].items() if k in keys and v is not None}
+        if exclusion["value"] not in anywhere:
+            when = {}
         key = (exclusion["value"], tuple(sorted(when.items(), key=str)))
-        seen.setdefault(key, {**exclusion, "when": when})
+        kept = seen.setdefault(key, {**exclusion, "when": when})
+        if exclusion["reason"] not in kept["reason"].split("; "):
+            kept["reason"] += "; " + exclusion["reason"]
     return list(seen.values())
 
 

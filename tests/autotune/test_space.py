@@ -69,7 +69,7 @@ def test_cpu_profile_excludes_gpu_values_with_reasons(cpu_profile: HardwareProfi
     assert "bf16" in values["precision.mode"]  # this profile's CPU has avx512_bf16
     assert max(values["runtime.threads"]) == cpu_profile.cpu_cores
     reasons = always_excluded(space)
-    assert reasons[("precision.mode", "fp16")] == "needs cuda"
+    assert "fp16 needs CUDA" in reasons[("precision.mode", "fp16")]
 
 
 def test_cpu_flags_gate_bf16_and_int8(cpu_profile: HardwareProfile) -> None:
@@ -79,7 +79,7 @@ def test_cpu_flags_gate_bf16_and_int8(cpu_profile: HardwareProfile) -> None:
     plain = cpu_profile.model_copy(update={"cpu_flags": ["avx2"]})
     assert all_values(effective("default.yaml", plain))["precision.mode"] == ["fp32"]
     reasons = {e.value: e.reason for e in effective("default.yaml", plain).excluded}
-    assert reasons["int8_static"] == "needs cpu.vnni or cuda"
+    assert "int8_static on cpu needs cpu.vnni" in reasons["int8_static"]
 
 
 def test_h200_node_gets_every_gpu_family() -> None:
@@ -92,7 +92,10 @@ def test_h200_node_gets_every_gpu_family() -> None:
     assert values["shard.data_parallel"] == [1, 2, 4, 8]
     assert values["runtime.threads"] == [1, 2, 4, 8, 16, 32, 64]
     assert space.baseline()["runtime.device"] == "cuda"
-    assert not always_excluded(space)
+    # the profile was saved before engines' own probes were recorded: no OpenVINO in it
+    assert always_excluded(space) == {
+        ("runtime.engine", "openvino"): "runtime.engine=openvino needs openvino"
+    }
 
 
 def test_ampere_gpu_has_no_fp8_and_no_sharding() -> None:
@@ -101,7 +104,7 @@ def test_ampere_gpu_has_no_fp8_and_no_sharding() -> None:
     assert "fp8" not in values["precision.mode"] and "bf16" in values["precision.mode"]
     assert "semi_structured_2_4" in values["prune.method"]
     reasons = always_excluded(space)
-    assert reasons[("precision.mode", "fp8")] == "needs cuda.fp8"
+    assert "fp8 needs CUDA with compute capability >= 8.9" in reasons[("precision.mode", "fp8")]
     assert reasons[("shard.tensor_parallel", None)] == "needs multi_gpu"
 
 
@@ -112,9 +115,12 @@ def test_cpu_only_machine_gets_the_cpu_families(cpu_profile: HardwareProfile) ->
     assert {"torch_eager", "torch_compile", "onnxruntime"} == set(values["runtime.engine"])
     assert "structured" in values["prune.method"]
     reasons = always_excluded(space)
-    assert reasons[("precision.mode", "fp8")] == "needs cuda.fp8"
+    assert "fp8 needs CUDA with compute capability >= 8.9" in reasons[("precision.mode", "fp8")]
     assert reasons[("shard.tensor_parallel", None)] == "needs multi_gpu"
-    assert reasons[("prune.method", "semi_structured_2_4")] == "needs cuda.sparse24"
+    assert (
+        "2:4 sparsity is accelerated only on CUDA"
+        in reasons[("prune.method", "semi_structured_2_4")]
+    )
 
 
 def test_sdpa_backends_follow_the_gpu() -> None:

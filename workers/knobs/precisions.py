@@ -9,7 +9,7 @@ import importlib.util
 from typing import TYPE_CHECKING, ClassVar
 
 from autotune.errors import Unsupported
-from workers.knobs.base import Precision, Target, register
+from workers.knobs.base import ENGINES, Precision, Target, register
 
 if TYPE_CHECKING:
     from workers.config import TrialConfig
@@ -22,9 +22,10 @@ class DevicePrecision(Precision):
     needs_on: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def supports(self, config: TrialConfig, target: Target) -> str | None:
-        missing = target.missing(self.needs_on.get(config.device, ()))
+        device = "cuda" if ENGINES[config.engine].on_cuda(config) else "cpu"
+        missing = target.missing(self.needs_on.get(device, ()))
         if missing:
-            return f"{self.key}={self.name} on {config.device} needs " + ", ".join(missing)
+            return f"{self.key}={self.name} on {device} needs " + ", ".join(missing)
         return super().supports(config, target)
 
     def build(self, variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
