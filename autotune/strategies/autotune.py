@@ -344,7 +344,9 @@ def _neighbour_class(name: str) -> int:
     size against the lean, see `Ledger._neighbours`)."""
     if name in THROUGHPUT_DIMENSIONS:
         return 0
-    return 3 if variant_key({name: ""}) else 1
+    from workers.knobs import defines_variant
+
+    return 3 if defines_variant(name) else 1
 
 
 def _build_key(config: dict[str, ConfigValue]) -> ConfigKey:

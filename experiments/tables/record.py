@@ -187,7 +187,11 @@ def record(table: Table, out: Path, limit: int | None) -> Recording:
         info = executor.inspect(table.workload)
         profile = probe()
         source = _shown(table.space_file)
-        space = effective_space(load_space(table.space_file), profile, source, info)
+        # Every combination, those the knobs refuse included: a table records what each
+        # configuration does, and a refusal is a row with its reason.
+        space = effective_space(
+            load_space(table.space_file), profile, source, info, apply_knob_rules=False
+        )
         every = configurations(space)
         configs = every[:limit]
         recording = Recording(table, out, space, profile, len(every), len(configs), started=started)

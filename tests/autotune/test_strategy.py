@@ -12,7 +12,7 @@ import numpy as np
 import optuna
 import pytest
 
-from autotune.contract import TrialResult, TrialSpec
+from autotune.contract import TrialResult, TrialSpec, variant_key
 from autotune.replay import ReplayTable
 from autotune.request import TuningRequest, load_request, parse_request
 from autotune.results import TrialRecord
@@ -325,8 +325,8 @@ def test_local_search_walks_the_fronts_neighbours_nearest_first() -> None:
     front = [SMALL_BASELINE, ONNX]
     ledger.proposed.update(config_key(c) for c in front)  # measured: not proposed again
     excluded = {
-        "precision.mode=int8_static,prune.method=none,runtime.engine=torch_eager",
-        "precision.mode=fp32,prune.method=magnitude,prune.ratio=0.3,runtime.engine=torch_eager",
+        variant_key({**SMALL_BASELINE, "precision.mode": "int8_static"}),
+        variant_key({**SMALL_BASELINE, "prune.method": "magnitude", "prune.ratio": 0.3}),
     }
     proposals = [ledger.next_proposal(lambda: front, excluded) for _ in range(8)]
     assert proposals[: SAMPLER_EVERY - 1] == [

@@ -75,7 +75,10 @@ def test_a_rerun_resumes_without_measuring_again(tmp_path: Path) -> None:
 
 def test_inactive_dimensions_are_not_multiplied_out() -> None:
     space = effective_space(
-        load_space(record.TABLES["digits"].space_file), load_profile(PROFILE), "digits"
+        load_space(record.TABLES["digits"].space_file),
+        load_profile(PROFILE),
+        "digits",
+        apply_knob_rules=False,
     )
     configs = record.configurations(space)
     unpruned = [c for c in configs if c["prune.method"] == "none"]
@@ -86,7 +89,9 @@ def test_inactive_dimensions_are_not_multiplied_out() -> None:
 @pytest.mark.parametrize("name", sorted(record.TABLES))
 def test_recorded_table_covers_its_space_exactly(name: str) -> None:
     table = record.TABLES[name]
-    space = effective_space(load_space(table.space_file), load_profile(PROFILE), name)
+    space = effective_space(
+        load_space(table.space_file), load_profile(PROFILE), name, apply_knob_rules=False
+    )
     fields, rows = _read(table.default_out)
     assert fields == record.header(space)
     dimensions = [d.name for d in space.dimensions]

@@ -145,7 +145,7 @@ def test_a_model_that_raises_is_an_error(tmp_path: Path, make_module: Callable[[
     result = run_trial(spec_for(workload, {}), WorkloadStore())
     assert result.status == "error"
     assert result.reason == "RuntimeError: kernel exploded"
-    assert result.metrics is None and result.variant_key == ""
+    assert result.metrics is None and result.variant_key == variant_key({})
 
 
 def test_running_out_of_memory_is_oom(tmp_path: Path, make_module: Callable[[str], str]) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "Pruning",
     "Target",
     "all_knobs",
+    "defines_variant",
     "engine_options",
     "knob",
     "register",
@@ -60,6 +61,13 @@ _VARIANT_DEFAULTS: dict[str, ConfigValue] = {
     PRECISION_KEY: "fp32",
     PRUNE_KEY: "none",
 }
+
+
+def defines_variant(key: str) -> bool:
+    """Whether a configuration key changes the model variant (see `variant_key`)."""
+    if key in (ENGINE_KEY, *_VARIANT_DEFAULTS, "prune.ratio"):
+        return True
+    return any(o.key == key and o.defines_variant for e in ENGINES.values() for o in e.options)
 
 
 def variant_key(config: Mapping[str, ConfigValue]) -> str:
