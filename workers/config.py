@@ -21,6 +21,7 @@ from workers.knobs import (
     PRUNINGS,
     ModelKind,
     engine_options,
+    option_default,
     variant_key,
 )
 from workers.knobs import PRECISIONS as PRECISIONS_BY_NAME
@@ -76,9 +77,7 @@ class TrialConfig:
 
     def option(self, key: str) -> ConfigValue:
         """An engine option's value (its default where the configuration leaves it out)."""
-        if key in self.options:
-            return self.options[key]
-        return next(o.default for o in engine_options() if o.key == key)
+        return self.options[key] if key in self.options else option_default(key)
 
     @property
     def prunes(self) -> bool:

@@ -1,10 +1,11 @@
 """What every knob declares, and the registries that hold them.
 
 A knob is one value of a selecting dimension: a runtime engine (`runtime.engine`), a
-precision mode (`precision.mode`) or a pruning method (`prune.method`). Its class says which
-further dimension keys it owns (`options`), which hardware capabilities it needs (`needs`),
-whether it changes the model's numerics (`defines_variant`: accuracy is measured per variant)
-and `supports(config, target)`: why it cannot run a configuration on a target, decided before
+precision mode (`precision.mode`) or a pruning method (`prune.method`). Every such choice
+defines the model variant (accuracy is measured once per variant); an engine's own option
+does where it says so (`Option.defines_variant`). Its class says which further dimension
+keys it owns (`options`), which hardware capabilities it needs (`needs`) and
+`supports(config, target)`: why it cannot run a configuration on a target, decided before
 anything is built. The search space takes its validity rules from these classes, so a
 combination a knob rejects is never proposed; the build checks the same rules again.
 
@@ -73,7 +74,6 @@ class Knob:
     name: ClassVar[str]
     options: ClassVar[tuple[Option, ...]] = ()
     needs: ClassVar[tuple[str, ...]] = ()
-    defines_variant: ClassVar[bool] = True
 
     def supports(self, config: TrialConfig, target: Target) -> str | None:
         """Why this knob cannot run `config` on `target`, or None."""
@@ -181,6 +181,10 @@ def register(cls: type[K]) -> type[K]:
 def engine_options() -> list[Option]:
     """Every registered engine's own option keys."""
     return [option for engine in ENGINES.values() for option in engine.options]
+
+
+def option_default(key: str) -> ConfigValue:
+    return next(o.default for o in engine_options() if o.key == key)
 
 
 def knob(key: str, name: str) -> Knob:

@@ -23,7 +23,7 @@ from workers.knobs.base import (
     Engine,
     Option,
     Target,
-    engine_options,
+    option_default,
     register,
 )
 from workers.ort_session import ORT_PROVIDERS
@@ -67,13 +67,9 @@ def foreign_setting(engine: Engine, config: TrialConfig, hints: dict[str, str]) 
     for key, value in config.options.items():
         if key in own:
             continue
-        if value != _default_of(key):
+        if value != option_default(key):
             return f"{key}={_show(value)}: {engine.key}={engine.name} does not apply it"
     return None
-
-
-def _default_of(key: str) -> object:
-    return next(o.default for o in engine_options() if o.key == key)
 
 
 def _show(value: object) -> str:
