@@ -42,16 +42,28 @@ def space(
     hardware_file: Annotated[
         Path | None, typer.Option("--hardware", help="a saved `autotune hardware --json` profile")
     ] = None,
+    request_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--request",
+            help="a request file: its model is inspected (what applies to it) and its space "
+            "is the default",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
 ) -> None:
-    """Print the effective search space for this machine (or a saved profile)."""
+    """Print the effective search space for this machine (or a saved profile), and for a
+    request's model when one is given."""
     from autotune.hardware import load_profile, probe
     from autotune.space import effective_space, load_space, resolve_space_path
 
     with _exit_codes():
         profile = load_profile(hardware_file) if hardware_file else probe()
+        model = None
+        if request_file is not None:
+            space_file, model = _request_model(request_file, space_file)
         path = resolve_space_path(space_file)
-        effective = effective_space(load_space(path), profile, str(path))
+        effective = effective_space(load_space(path), profile, str(path), model)
     if as_json:
         print(effective.model_dump_json(indent=2))
         return
@@ -77,6 +89,16 @@ def space(
         out.print(f"  [dim]{name}: excluded[/dim]", highlight=False)
         for reason in reasons:
             out.print(f"    [dim]{reason}[/dim]", highlight=False)
+
+
+def _request_model(request_file: Path, space_file: str | None) -> tuple[str | None, Any]:
+    """The request's space (unless one is named) and its model as a trial would see it."""
+    from autotune.executors import InProcessExecutor
+    from autotune.request import load_request
+
+    request = load_request(request_file)
+    workload = request.workload(request_file.resolve().parent)
+    return space_file or request.search_space, InProcessExecutor().inspect(workload)
 
 
 def _shown(context: dict[str, Any]) -> str:

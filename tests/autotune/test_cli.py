@@ -317,3 +317,21 @@ def test_tune_tells_the_resume_the_phases_and_a_ui_command_that_works(write_requ
     # Nothing new was measured: the stored head-to-head is reused, not run again.
     assert "head to head" not in second.stderr
     assert "its figures are reused" in second.stdout
+
+
+def test_space_for_a_request_says_what_its_onnx_model_cannot_use(
+    write_request: Any, tmp_path: Path
+) -> None:
+    from experiments.digits.model import build_model
+    from tests.workers.conftest import export_digits_onnx
+
+    onnx = export_digits_onnx(build_model(), tmp_path / "digits.onnx")
+    path = write_request(model={"onnx": str(onnx)})
+    result = runner.invoke(app, ["space", "--request", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    space = json.loads(result.output)
+    engines = next(d for d in space["dimensions"] if d["name"] == "runtime.engine")
+    assert "torch_eager" not in engines["values"] and "onnxruntime" in engines["values"]
+    reasons = {(e["dimension"], e["value"]): e["reason"] for e in space["excluded"]}
+    assert "this model is ONNX" in reasons[("runtime.engine", "torch_eager")]
+    assert "needs a torch model" in reasons[("prune.method", "structured")]
