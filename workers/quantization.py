@@ -1,8 +1,8 @@
 """Precision: casting and placing torch modules, torch int8 (dynamic) and fp8 (torchao), and
 ONNX int8 (dynamic, or static calibrated on the workload's inputs) and float16.
 
-`transforms.unsupported_reason` decides beforehand which precision runs where; the functions
-here build what they are asked for.
+The precision classes (`workers.knobs.precisions`) and the engines decide beforehand which
+precision runs where; the functions here build what they are asked for.
 """
 
 from __future__ import annotations
