@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from autotune.contract import ConfigValue, Strict
+from autotune.errors import RequestError
 from autotune.metrics import ENERGY, THROUGHPUT, reported_metrics, with_derived
 from autotune.request import Cost
 from autotune.validation import Headline
@@ -37,6 +39,15 @@ class TunedConfig(BaseModel):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def read_tuned(path: Path) -> TunedConfig:
+    """A tuned file as `autotune tune` wrote it; anything else is a `RequestError`."""
+    try:
+        return TunedConfig.model_validate(yaml.safe_load(path.read_text()))
+    except (OSError, yaml.YAMLError, ValidationError) as error:
+        rule = "must be a tuned file written by autotune tune"
+        raise RequestError("tuned file", f"{rule} ({type(error).__name__})", str(path)) from None
 
 
 def reported(metrics: dict[str, Any], cost: Cost | None = None) -> dict[str, Any]:

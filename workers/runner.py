@@ -12,6 +12,7 @@ import sys
 import time
 from functools import cache, partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,13 +35,11 @@ from workers.evaluate import tile_batch
 from workers.knobs import ENGINES
 from workers.loading import TorchModel, call_entry_point, load_onnx
 from workers.meters import Measurement, PeakMemorySampler, measure, warm_up
-from workers.ort_session import OnnxRuntimeSession
 from workers.pruning import pruned_skeleton
-from workers.runtimes import Session, helper_pids, opened
+from workers.runtimes import Session, build_session, helper_pids, opened
 from workers.store import LoadedWorkload, WorkloadStore, default_store
-from workers.torch_sessions import TorchEagerSession
 from workers.transforms import TRANSFORMS
-from workers.variants import BuildContext, OnnxVariant, TorchVariant
+from workers.variants import BuildContext, OnnxVariant, TorchVariant, Variant
 
 ONNX_ARTIFACT = "model.onnx"
 WEIGHTS_ARTIFACT = "model.safetensors"
@@ -260,10 +259,10 @@ def export_artifact(
 ) -> ArtifactInfo:
     """Write the configuration's optimized model into `out_dir`.
 
-    An engine that runs ONNX: `model.onnx`, the exact ONNX model the trial ran (an engine that
-    applies the precision itself gets it from the tuned configuration). A torch engine:
-    `model.safetensors` with the variant's pruned fp32 weights and `variant.json` (the
-    configuration and the model entry point); loading re-applies the precision deterministically.
+    An engine that runs ONNX: `model.onnx`, the exact ONNX model the trial ran. A torch
+    engine: `model.safetensors` with the variant's pruned fp32 weights; loading re-applies the
+    precision deterministically. Beside either, `variant.json`: the configuration (and for
+    torch the model's entry point), so `load_artifact` runs it as the trial did.
     """
     loaded = (store or default_store()).get(spec.workload)
     config = loaded.parse(spec.config)
@@ -274,6 +273,7 @@ def export_artifact(
         assert isinstance(variant, OnnxVariant)  # an ONNX engine's pipeline ends in ONNX
         path = directory / ONNX_ARTIFACT
         path.write_bytes(variant.model_bytes)
+        _describe(directory, {"config": spec.config})
         return ArtifactInfo(path=str(path), format="onnx", sha256=_file_sha256(path))
     return _export_torch(loaded, spec, config, directory)
 
@@ -289,9 +289,12 @@ def _export_torch(
     weights = {name: t.detach().contiguous() for name, t in pruned.module.state_dict().items()}
     path = directory / WEIGHTS_ARTIFACT
     save_file(weights, str(path))
-    description = {"config": spec.config, "model_entry_point": loaded.model.entry_point}
-    (directory / VARIANT_FILE).write_text(json.dumps(description, indent=2, sort_keys=True))
+    _describe(directory, {"config": spec.config, "model_entry_point": loaded.model.entry_point})
     return ArtifactInfo(path=str(path), format="safetensors", sha256=_file_sha256(path))
+
+
+def _describe(directory: Path, description: dict[str, Any]) -> None:
+    (directory / VARIANT_FILE).write_text(json.dumps(description, indent=2, sort_keys=True))
 
 
 def _no_context(loaded: LoadedWorkload) -> BuildContext:
@@ -310,17 +313,38 @@ def evaluate_artifact(path: str, workload: Workload, store: WorkloadStore | None
     """Reload an exported artifact (its file or its directory) and return its quality on the
     workload's data with the workload's metric, batched as trials are."""
     loaded = (store or default_store()).get(workload)
-    return loaded.score(load_artifact(path, workload.python_path))
+    session, _ = load_artifact(path, workload.python_path)
+    with opened(session):
+        return loaded.score(session)
 
 
-def load_artifact(path: str, python_path: list[str]) -> Session:
-    """An inference session (default threads) for an artifact written by `export_artifact`."""
-    from workers.config import default_threads
+def load_artifact(path: str, python_path: list[str]) -> tuple[Session, TrialConfig]:
+    """A session for an artifact written by `export_artifact`, run as its trial ran it: the
+    engine, precision, threads and engine options of the configuration beside it
+    (`variant.json`; an ONNX file without one runs on ONNX Runtime's defaults), and that
+    configuration. Close the session after use (`workers.runtimes.opened`)."""
+    from workers.config import parse_config
 
     file = _artifact_file(Path(path))
+    description = _description(file)
     if file.suffix == ".onnx":
-        return OnnxRuntimeSession(load_onnx(str(file), "artifact").model_bytes, default_threads())
-    return TorchEagerSession(_rebuild_torch_variant(file, python_path), default_threads())
+        config = parse_config(description.get("config", {}), "onnx")
+        variant: Variant = OnnxVariant(load_onnx(str(file), "artifact").model_bytes)
+    else:
+        config = parse_config(description["config"], "torch")
+        entry_point = description["model_entry_point"]
+        variant = _rebuild_torch_variant(file, entry_point, config, python_path)
+    return build_session(variant, config), config
+
+
+def _description(file: Path) -> dict[str, Any]:
+    description_file = file.parent / VARIANT_FILE
+    if description_file.is_file():
+        description: dict[str, Any] = json.loads(description_file.read_text())
+        return description
+    if file.suffix == ".onnx":
+        return {}
+    raise RequestError("artifact", f"must have {VARIANT_FILE} beside it", str(file))
 
 
 def _artifact_file(path: Path) -> Path:
@@ -331,17 +355,12 @@ def _artifact_file(path: Path) -> Path:
     raise RequestError("artifact", f"must be a {ONNX_ARTIFACT} or {WEIGHTS_ARTIFACT}", str(path))
 
 
-def _rebuild_torch_variant(weights_file: Path, python_path: list[str]) -> TorchVariant:
+def _rebuild_torch_variant(
+    weights_file: Path, entry_point: str, config: TrialConfig, python_path: list[str]
+) -> TorchVariant:
     from safetensors.torch import load_file
 
-    from workers.config import parse_config
-
-    description_file = weights_file.parent / VARIANT_FILE
-    if not description_file.is_file():
-        raise RequestError("artifact", f"must have {VARIANT_FILE} beside it", str(weights_file))
-    description = json.loads(description_file.read_text())
-    config = parse_config(description["config"], "torch")
-    module = call_entry_point(description["model_entry_point"], python_path, "artifact").eval()
+    module = call_entry_point(entry_point, python_path, "artifact").eval()
     module = pruned_skeleton(module, config)
     module.load_state_dict(load_file(str(weights_file)), strict=True)
     variant = TRANSFORMS["precision"](TorchVariant(module), config, BuildContext(np.empty(0)))

@@ -6,6 +6,7 @@ import gc
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -171,12 +172,23 @@ def test_logged_model_reproduces_the_tuned_accuracy(write_request, tmp_path: Pat
     from workers import evaluate_artifact
 
     path = write_request(budget={"trials": 4})
-    outcome, _ = run_tune(path, INPROCESS)
+    outcome, tuned_file = run_tune(path, INPROCESS)
     tuned = outcome.tuned
     client = MlflowClient(tuned.mlflow["tracking_uri"])
     local = client.download_artifacts(tuned.mlflow["run_id"], "optimized_model", str(tmp_path))
     workload = load_request(path).workload(path.parent)
     assert evaluate_artifact(local, workload) == pytest.approx(tuned.metrics["accuracy"], abs=1e-12)
+
+    # The tuned file loads as one call, with what was measured.
+    import autotune
+    from experiments.digits.model import eval_data
+
+    inputs, labels = eval_data()
+    with autotune.load(tuned_file) as predictor:
+        assert predictor.config.engine == tuned.config["runtime.engine"]
+        assert predictor.batch_size == tuned.config["batch.size"]
+        top1 = float(np.mean(predictor.predict(inputs).argmax(axis=1) == labels))
+    assert top1 == pytest.approx(tuned.metrics["accuracy"], abs=1e-12)
 
 
 @pytest.mark.integration

@@ -1,0 +1,49 @@
+"""A tuned model ready to call, run as its trial measured it: the session of the measured
+engine, precision, threads and engine options, fed in batches of the measured size."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+
+import numpy as np
+
+from workers.config import TrialConfig
+from workers.evaluate import run_all
+from workers.runner import load_artifact
+from workers.runtimes import Session, close_session
+
+
+class Predictor:
+    def __init__(self, session: Session, config: TrialConfig) -> None:
+        self.session = session
+        self.config = config
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.batch_size
+
+    def predict(self, inputs: np.ndarray) -> np.ndarray:
+        """The model's (first) output for every input, in order."""
+        return run_all(self.session, np.asarray(inputs), self.batch_size)
+
+    def close(self) -> None:
+        close_session(self.session)
+
+    def __enter__(self) -> Predictor:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def load_predictor(artifact: str, python_path: Sequence[str] = ()) -> Predictor:
+    """The predictor of an artifact directory (or file) written by `export_artifact`; a torch
+    artifact imports its model's entry point from `python_path` and `sys.path`."""
+    session, config = load_artifact(artifact, list(python_path))
+    return Predictor(session, config)
