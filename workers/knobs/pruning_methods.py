@@ -10,6 +10,8 @@ from autotune.errors import Unsupported
 from workers.knobs.base import ENGINES, Pruning, Target, register
 
 if TYPE_CHECKING:
+    import torch
+
     from workers.config import TrialConfig
     from workers.variants import BuildContext, Variant
 
@@ -43,17 +45,22 @@ class Magnitude(Pruning):
 
 
 class TorchOnlyPruning(Pruning):
+    """A method that reshapes or masks torch modules (before any ONNX export)."""
+
     def supports(self, config: TrialConfig, target: Target) -> str | None:
         if target.model_kind == "onnx":
             return f"{self.key}={self.name} needs a torch model; this model is ONNX"
         return super().supports(config, target)
 
-    def torch_variant(self, variant: Variant) -> Variant:
-        from workers.variants import OnnxVariant
+    def build(self, variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+        from workers.variants import TorchVariant
 
-        if isinstance(variant, OnnxVariant):
+        if not isinstance(variant, TorchVariant):
             raise Unsupported(f"{self.key}={self.name} needs a torch model; this model is ONNX")
-        return variant
+        return TorchVariant(self.prune_module(variant.module, config), variant.input_dtype)
+
+    def prune_module(self, module: torch.nn.Module, config: TrialConfig) -> torch.nn.Module:
+        raise NotImplementedError
 
 
 @register
@@ -63,14 +70,10 @@ class Structured(TorchOnlyPruning):
     name = "structured"
     takes_ratio = True
 
-    def build(self, variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    def prune_module(self, module: torch.nn.Module, config: TrialConfig) -> torch.nn.Module:
         from workers.pruning import prune_structured
-        from workers.variants import TorchVariant
 
-        torch_variant = self.torch_variant(variant)
-        assert isinstance(torch_variant, TorchVariant)
-        module = prune_structured(torch_variant.module, config.prune_ratio)
-        return TorchVariant(module, torch_variant.input_dtype)
+        return prune_structured(module, config.prune_ratio)
 
 
 @register
@@ -95,13 +98,10 @@ class SemiStructured24(TorchOnlyPruning):
             )
         return super().supports(config, target)
 
-    def build(self, variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    def prune_module(self, module: torch.nn.Module, config: TrialConfig) -> torch.nn.Module:
         from workers.pruning import apply_2_4_mask
-        from workers.variants import TorchVariant
 
-        torch_variant = self.torch_variant(variant)
-        assert isinstance(torch_variant, TorchVariant)
-        return TorchVariant(apply_2_4_mask(torch_variant.module), torch_variant.input_dtype)
+        return apply_2_4_mask(module)
 
     def finish(self, variant: Variant, config: TrialConfig) -> Variant:
         from workers.pruning import sparsify_2_4
