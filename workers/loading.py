@@ -20,6 +20,7 @@ import numpy as np
 
 from autotune.contract import DataRef, ModelRef
 from autotune.errors import RequestError
+from workers.onnx_normalize import normalize_onnx
 
 if TYPE_CHECKING:
     import onnx
@@ -155,7 +156,8 @@ def torch_sha256(module: torch.nn.Module) -> str:
 
 
 def load_onnx(path: str, field: str) -> OnnxModel:
-    """Read an ONNX file (and its confined external data) into one self-contained model."""
+    """Read an ONNX file (and its confined external data) into one self-contained model, its
+    constant weights as initializers (`workers.onnx_normalize`); the hash is the file's."""
     import onnx
 
     file = Path(path)
@@ -171,6 +173,7 @@ def load_onnx(path: str, field: str) -> OnnxModel:
         onnx.checker.check_model(model)
     except Exception as error:
         raise RequestError(field, f"must be a valid ONNX model ({error})", path) from error
+    model = normalize_onnx(model)
     return OnnxModel(
         model_bytes=model.SerializeToString(),
         path=str(file),

@@ -106,7 +106,11 @@ def quantize_onnx_int8(model_bytes: bytes) -> bytes:
     """Dynamic quantization: int8 weights, activations quantized per batch at run time."""
     failures = []
     for op_types in INT8_OP_TYPE_CHOICES:
-        quantized = _quantize_dynamic(model_bytes, op_types)
+        try:
+            quantized = _quantize_dynamic(model_bytes, op_types)
+        except Exception as error:  # e.g. a weight the quantizer cannot read as a constant
+            failures.append(f"op types {op_types or 'all'}: {type(error).__name__}: {error}")
+            continue
         problem = cpu_load_problem(quantized)
         if problem is None:
             return quantized

@@ -1,0 +1,63 @@
+"""ONNX models as other tools export them, brought to the form the transforms work on.
+
+Paddle, TensorFlow and some PyTorch exports keep their weights in `Constant` nodes rather
+than in initializers; pruning and ONNX Runtime's quantization look for initializers only
+(and quantization fails outright on a Conv whose weight is computed). `normalize_onnx` moves
+each such constant into the initializers under the same name, which leaves the graph's
+meaning unchanged, and infers the shapes it can.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx
+
+# Initializers need not be graph inputs from IR version 4 on.
+MIN_IR_VERSION = 4
+
+
+def normalize_onnx(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with its main graph's constant tensors as initializers, and shapes inferred
+    where the model allows (a model shape inference cannot follow is left as it is)."""
+    import onnx
+
+    constants_to_initializers(model)
+    try:
+        return onnx.shape_inference.infer_shapes(model)
+    except Exception:  # an exporter's custom op or an inconsistent shape: not ours to fix
+        return model
+
+
+def constants_to_initializers(model: onnx.ModelProto) -> int:
+    """Move each `Constant` node of the main graph that holds a plain tensor (its `value`
+    attribute) into the initializers, named as the node's output; how many moved."""
+    import onnx
+
+    if model.ir_version < MIN_IR_VERSION:
+        return 0
+    kept, moved = [], 0
+    for node in model.graph.node:
+        if _plain_constant(node):
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(node.attribute[0].t)
+            tensor.name = node.output[0]
+            model.graph.initializer.append(tensor)
+            moved += 1
+        else:
+            kept.append(node)
+    if moved:
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+    return moved
+
+
+def _plain_constant(node: onnx.NodeProto) -> bool:
+    return (
+        node.op_type == "Constant"
+        and node.domain in ("", "ai.onnx")
+        and len(node.attribute) == 1
+        and node.attribute[0].name == "value"
+        and len(node.output) == 1
+    )
