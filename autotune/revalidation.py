@@ -1,7 +1,9 @@
 """The finalists head to head: after the search, the provisional choice, its nearest front
 neighbours and the baseline are re-measured in interleaved rounds on one slot, and the
 choice is made on those paired figures (`autotune.validation`). When none of the finalists
-is feasible on the re-measured figures, the next ones are tried. On a resume that measured
+is feasible on the re-measured figures, the next ones are tried. The baseline, where it
+meets the constraints re-measured, is in the decision too: the unmodified model stays unless
+a finalist beats it beyond the noise. On a resume that measured
 nothing new the stored comparison is reused, unless the request asks for
 `validation.remeasure_on_resume`."""
 
@@ -88,7 +90,7 @@ class Revalidator:
             kept = [c for c in remeasured if c is not None and c.feasible]
             if kept:
                 return self._decided(
-                    kept,
+                    self._with_baseline(kept, remeasured_baseline),
                     outcomes,
                     base_outcome,
                     compared,
@@ -100,6 +102,16 @@ class Revalidator:
             done = {c.trial_number for c in finalists}
             remaining = [c for c in remaining if c.trial_number not in done]
         raise NoFeasibleConfiguration("no finalist met the constraints when re-measured")
+
+    @staticmethod
+    def _with_baseline(kept: list[Candidate], remeasured_baseline: Candidate) -> list[Candidate]:
+        """The finalists and, where it meets the constraints re-measured, the unmodified
+        model: a finalist that does not beat it beyond the noise is no reason to change it
+        (it has the fewest changes, so it wins a tie)."""
+        numbers = {c.trial_number for c in kept}
+        if remeasured_baseline.feasible and remeasured_baseline.trial_number not in numbers:
+            return [*kept, remeasured_baseline]
+        return kept
 
     def _decided(
         self,
@@ -170,7 +182,8 @@ class Revalidator:
         stored = self.store.revalidation()
         if stored is None or stored.basis != basis:
             return None
-        chosen = next((c for c in front if c.trial_number == stored.report["chosen"]), None)
+        candidates = [*front, baseline]  # the unmodified model may have stayed
+        chosen = next((c for c in candidates if c.trial_number == stored.report["chosen"]), None)
         if chosen is None:
             return None
         return Revalidation(
