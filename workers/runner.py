@@ -10,7 +10,7 @@ import platform
 import socket
 import sys
 import time
-from functools import cache, partial
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from workers.knobs import ENGINES
 from workers.loading import TorchModel, call_entry_point, load_onnx
 from workers.meters import Measurement, PeakMemorySampler, measure, warm_up
 from workers.pruning import pruned_skeleton
-from workers.runtimes import Session, build_session, helper_pids, opened
+from workers.runtimes import Session, build_session, helper_pids, machine_profile, opened
 from workers.store import LoadedWorkload, WorkloadStore, default_store
 from workers.transforms import TRANSFORMS
 from workers.variants import BuildContext, OnnxVariant, TorchVariant, Variant
@@ -217,19 +217,11 @@ def provenance_for(
         model_sha256=loaded.model.sha256,
         host=socket.gethostname(),
         pid=os.getpid(),
-        hardware_fingerprint=hardware_fingerprint(),
+        hardware_fingerprint=machine_profile().fingerprint,
         software=software_versions(),
         measurement=spec.measurement,
         contention=contention,
     )
-
-
-@cache
-def hardware_fingerprint() -> str:
-    """`autotune.hardware.probe().fingerprint` of this machine, probed once per process."""
-    from autotune.hardware import probe
-
-    return probe().fingerprint
 
 
 def software_versions() -> dict[str, str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from functools import cache
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -25,12 +25,16 @@ from workers.knobs.engines import require_cuda
 from workers.sharding import ModelSource, tensor_parallel_session
 from workers.variants import Variant
 
+if TYPE_CHECKING:
+    from autotune.hardware import HardwareProfile
+
 __all__ = [
     "Session",
     "build_session",
     "check_runtime",
     "close_session",
     "helper_pids",
+    "machine_profile",
     "machine_target",
     "opened",
 ]
@@ -87,15 +91,15 @@ def check_runtime(config: TrialConfig, model_kind: ModelKind | None = None) -> N
 
 
 @cache
-def machine_capabilities() -> frozenset[str]:
-    """This machine's capabilities, probed once per process."""
+def machine_profile() -> HardwareProfile:
+    """This machine's hardware profile, probed once per process (`autotune.hardware.probe`)."""
     from autotune.hardware import probe
 
-    return frozenset(probe().capabilities())
+    return probe()
 
 
 def machine_target(model_kind: ModelKind | None = None) -> Target:
-    return Target(machine_capabilities(), model_kind)
+    return Target(frozenset(machine_profile().capabilities()), model_kind)
 
 
 def _check_sharding(config: TrialConfig) -> None:

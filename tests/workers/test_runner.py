@@ -426,7 +426,7 @@ def test_the_hardware_fingerprint_is_probed_once_per_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import autotune.hardware
-    from workers import runner
+    from workers import runtimes
 
     real_probe = autotune.hardware.probe
     probes: list[str] = []
@@ -436,7 +436,7 @@ def test_the_hardware_fingerprint_is_probed_once_per_process(
         probes.append(profile.fingerprint)
         return profile
 
-    runner.hardware_fingerprint.cache_clear()
+    runtimes.machine_profile.cache_clear()
     monkeypatch.setattr(autotune.hardware, "probe", counting_probe)
     first, second = ok({"batch.size": 2}), ok({"batch.size": 5})
     assert probes and len(probes) == 1
