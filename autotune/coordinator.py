@@ -183,8 +183,8 @@ class Coordinator:
         self.store.enqueue(space, space.baseline(), TrialMarks(baseline=True))
         if self.warm_start is not None and new_study:
             marks = TrialMarks(warm_start=self.warm_start.source_study)
-            for config in self.warm_start.configs_for(self.tuning.space):
-                self.store.enqueue(self.tuning.space, config, marks)
+            for config in self.warm_start.configs_for(space):
+                self.store.enqueue(space, config, marks)
 
     def _front(self) -> list[dict[str, ConfigValue]]:
         objectives = [OBJECTIVES[o] for o in self.tuning.request.objectives]

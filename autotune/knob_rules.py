@@ -21,6 +21,17 @@ if TYPE_CHECKING:
 Context = tuple[tuple[str, ConfigValue | None], ...]
 
 
+def parameter_name(key: str, values: list[ConfigValue]) -> str:
+    """The Optuna parameter name of a dimension narrowed to `values`: `key[value,...]`."""
+    return f"{key}[{','.join(str(v) for v in values)}]"
+
+
+def parameter_key(param: str) -> str:
+    """The configuration key an Optuna parameter name samples (`precision.mode[fp32,bf16]`:
+    `precision.mode`)."""
+    return param.split("[", 1)[0]
+
+
 def split(
     dim: EffectiveDimension, earlier: list[EffectiveDimension], target: Target
 ) -> tuple[list[EffectiveDimension], list[dict[str, Any]]]:
@@ -32,7 +43,7 @@ def split(
     dropped: list[dict[str, Any]] = []
     for context in _contexts(earlier):
         config = dict(context)
-        if not dim.active({k: v for k, v in config.items() if v is not None}):
+        if not dim.active(_present(config)):
             continue
         kept = []
         for value in dim.values:
@@ -73,7 +84,7 @@ def _contexts(earlier: list[EffectiveDimension]) -> list[Context]:
             continue
         grown: list[dict[str, ConfigValue | None]] = []
         for config in configs:
-            present = {k: v for k, v in config.items() if v is not None}
+            present = _present(config)
             if dim.name in present:
                 grown.append(config)  # an earlier dimension of this name already chose
             elif dim.active(present):
@@ -84,13 +95,17 @@ def _contexts(earlier: list[EffectiveDimension]) -> list[Context]:
     return [tuple(sorted(c.items())) for c in configs]
 
 
+def _present(config: dict[str, ConfigValue | None]) -> dict[str, ConfigValue]:
+    """The choices made (None: a dimension inactive there)."""
+    return {k: v for k, v in config.items() if v is not None}
+
+
 def _reason(config: dict[str, ConfigValue | None], target: Target) -> str | None:
     from workers.config import parse_config
     from workers.knobs import supports
 
-    present = {k: v for k, v in config.items() if v is not None}
     try:
-        parsed = parse_config(present, target.model_kind or "torch")
+        parsed = parse_config(_present(config), target.model_kind or "torch")
     except Unsupported as error:
         return str(error)
     return supports(parsed, target)
@@ -162,7 +177,7 @@ def _narrowed(
     baseline: ConfigValue | None = None
     if dim.baseline is not None:
         baseline = dim.baseline if dim.baseline in values else values[0]
-    param = None if values == full else f"{dim.name}[{','.join(str(v) for v in values)}]"
+    param = None if values == full else parameter_name(dim.name, values)
     return dim.model_copy(
         update={"values": values, "baseline": baseline, "param": param, "contexts": contexts}
     )

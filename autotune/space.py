@@ -39,12 +39,6 @@ def known_capabilities() -> list[str]:
     return sorted({*CAPABILITIES, *MODEL_CAPABILITIES, *engines})
 
 
-def parameter_key(param: str) -> str:
-    """The configuration key an Optuna parameter name samples (`precision.mode[fp32,bf16]`:
-    `precision.mode`)."""
-    return param.split("[", 1)[0]
-
-
 # Share of device memory a trial may plan to fill; the rest is for the runtime itself.
 MEMORY_HEADROOM = 0.8
 
@@ -132,11 +126,11 @@ class SpaceFile(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> SpaceFile:
         seen: set[str] = set()
+        known = known_capabilities()
         for dim in self.dimensions:
             if dim.name in seen:
                 raise ValueError(f"dimension {dim.name!r} is declared twice")
             requirements = [*dim.requires, *(c for cs in dim.value_requires.values() for c in cs)]
-            known = known_capabilities()
             for cap in (alt for req in requirements for alt in req.split("|")):
                 if cap not in known:
                     raise ValueError(f"{dim.name}: unknown capability {cap!r} (known: {known})")
@@ -215,6 +209,16 @@ class EffectiveSpace(Strict):
                 config[dim.name] = dim.baseline
         return config
 
+    def choices(self) -> dict[str, list[ConfigValue]]:
+        """Each categorical key's values, over all its dimensions (a key the knobs narrow per
+        earlier choice has several), in the order they first appear."""
+        choices: dict[str, list[ConfigValue]] = {}
+        for dim in self.dimensions:
+            if dim.values is not None:
+                kept = choices.setdefault(dim.name, [])
+                kept.extend(v for v in dim.values if v not in kept)
+        return choices
+
     def params_of(self, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
         """`config` under the Optuna parameter names that sampling it would use."""
         params: dict[str, ConfigValue] = {}
@@ -269,17 +273,19 @@ def effective_space(
     dims: list[EffectiveDimension] = []
     excluded: list[Exclusion] = []
     for dim in space.dimensions:
-        missing = _missing(dim.requires, caps)
-        if missing:
-            excluded.append(Exclusion(dimension=dim.name, value=None, reason=_needs(missing)))
+        unmet = target.unmet(dim.requires)
+        if unmet is not None:
+            excluded.append(Exclusion(dimension=dim.name, value=None, reason=unmet))
             continue
-        effective = _filter_dimension(dim, profile, model, caps, excluded, slots)
-        if effective is not None and not apply_knob_rules:
+        effective = _filter_dimension(dim, profile, model, target, excluded, slots)
+        if effective is None:
+            continue
+        if not apply_knob_rules:
             dims.append(effective)
-        elif effective is not None:
-            split, dropped = knob_rules.split(effective, dims, target)
-            dims.extend(split)
-            excluded.extend(Exclusion.model_validate(d) for d in dropped)
+            continue
+        split, dropped = knob_rules.split(effective, dims, target)
+        dims.extend(split)
+        excluded.extend(Exclusion.model_validate(d) for d in dropped)
     return EffectiveSpace(
         name=space.name,
         source=source,
@@ -293,7 +299,7 @@ def _filter_dimension(
     dim: Dimension,
     profile: HardwareProfile,
     model: ModelInfo | None,
-    caps: set[str],
+    target: Target,
     excluded: list[Exclusion],
     slots: int,
 ) -> EffectiveDimension | None:
@@ -304,7 +310,7 @@ def _filter_dimension(
     if values is not None:
         kept = []
         for value in values:
-            reason = _value_exclusion(dim, value, caps, limit)
+            reason = _value_exclusion(dim, value, target, limit)
             if reason is None:
                 kept.append(value)
             else:
@@ -319,11 +325,11 @@ def _filter_dimension(
 
 
 def _value_exclusion(
-    dim: Dimension, value: ConfigValue, caps: set[str], limit: int | None
+    dim: Dimension, value: ConfigValue, target: Target, limit: int | None
 ) -> str | None:
-    missing = _missing(dim.value_requires.get(str(value), []), caps)
-    if missing:
-        return _needs(missing)
+    unmet = target.unmet(dim.value_requires.get(str(value), []))
+    if unmet is not None:
+        return unmet
     if limit is not None and isinstance(value, int | float) and value > limit:
         return f"exceeds {dim.at_most} = {limit}"
     return None
@@ -344,12 +350,3 @@ def _model_capabilities(model: ModelInfo | None) -> set[str]:
     if model is None:  # planning without a model: keep what any model could use
         return set(MODEL_CAPABILITIES)
     return {f"model.{model.kind}"}
-
-
-def _missing(requirements: list[str], caps: set[str]) -> list[str]:
-    """Requirements not met; 'a|b' is met by either capability."""
-    return [req for req in requirements if not any(alt in caps for alt in req.split("|"))]
-
-
-def _needs(missing: list[str]) -> str:
-    return "needs " + ", ".join(req.replace("|", " or ") for req in missing)

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from autotune.contract import ConfigValue
 from autotune.errors import Unsupported
 from workers.knobs import (
+    DEFAULTS,
     DEVICE_KEY,
     ENGINE_KEY,
     ENGINES,
     PRECISION_KEY,
+    PRECISIONS,
     PRUNE_KEY,
     PRUNINGS,
     ModelKind,
@@ -24,9 +26,7 @@ from workers.knobs import (
     option_default,
     variant_key,
 )
-from workers.knobs import PRECISIONS as PRECISIONS_BY_NAME
 
-PRECISIONS = ("fp32", "bf16", "fp16", "int8_dynamic", "int8_static", "fp8")
 DEVICES = ("cpu", "cuda")
 SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
 MAX_PRUNE_RATIO = 0.95
@@ -118,12 +118,12 @@ def parse_config(config: dict[str, ConfigValue], kind: ModelKind) -> TrialConfig
         raise Unsupported(f"runtime.engine={engine} runs torch models only; this model is ONNX")
     return TrialConfig(
         batch_size=_positive_int(config, "batch.size", 1),
-        precision=_choice(config, PRECISION_KEY, tuple(PRECISIONS_BY_NAME), "fp32"),
-        prune_method=_choice(config, PRUNE_KEY, tuple(PRUNINGS), "none"),
+        precision=_choice(config, PRECISION_KEY, tuple(PRECISIONS), DEFAULTS[PRECISION_KEY]),
+        prune_method=_choice(config, PRUNE_KEY, tuple(PRUNINGS), DEFAULTS[PRUNE_KEY]),
         prune_ratio=_prune_ratio(config),
         engine=engine,
         threads=_positive_int(config, "runtime.threads", default_threads()),
-        device=_choice(config, DEVICE_KEY, DEVICES, "cpu"),
+        device=_choice(config, DEVICE_KEY, DEVICES, DEFAULTS[DEVICE_KEY]),
         sdpa_backend=_choice(config, "attention.sdpa_backend", SDPA_BACKENDS, "auto"),
         cudnn_benchmark=_flag(config, "cuda.cudnn_benchmark"),
         cuda_graphs=_flag(config, "cuda.graphs"),

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from autotune import optuna_api
 from autotune.contract import ConfigValue
 from autotune.errors import RequestError
+from autotune.knob_rules import parameter_key
 from autotune.leases import Owner, lock_engine, owner_is_dead, schema_lock, study_lock
 from autotune.metrics import OBJECTIVES
 from autotune.pareto import Candidate, pareto_front
@@ -32,7 +33,6 @@ from autotune.results.records import (
     TrialRecord,
     TrialState,
 )
-from autotune.space import parameter_key
 from autotune.stores import require_existing
 
 if TYPE_CHECKING:

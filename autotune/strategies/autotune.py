@@ -155,10 +155,7 @@ def designed_configs(
 
     lean = request_lean(request)
     baseline = space.baseline()
-    choices: dict[str, list[ConfigValue]] = {}
-    for dim in space.dimensions:  # a key the knobs narrow per earlier choice has several
-        kept = choices.setdefault(dim.name, []) if dim.values is not None else []
-        kept.extend(v for v in dim.values or [] if v not in kept)
+    choices = space.choices()
     batch: dict[str, ConfigValue] = {}
     if BATCH in choices:
         batches = sorted(choices[BATCH], key=_number)

@@ -6,12 +6,12 @@ import pytest
 from autotune.contract import ConfigValue, ModelInfo
 from autotune.errors import SpaceError
 from autotune.hardware import HardwareProfile, load_profile
+from autotune.knob_rules import parameter_key
 from autotune.space import (
     SPACES_DIR,
     EffectiveSpace,
     effective_space,
     load_space,
-    parameter_key,
     resolve_space_path,
 )
 
@@ -40,16 +40,6 @@ def effective(name: str, profile: HardwareProfile):
     return effective_space(load_space(path), profile, str(path))
 
 
-def all_values(space: EffectiveSpace) -> dict[str, list[ConfigValue]]:
-    """Each key's values over its dimensions (a key the knobs narrow per earlier choice has
-    several)."""
-    values: dict[str, list[ConfigValue]] = {}
-    for dim in space.dimensions:
-        kept = values.setdefault(dim.name, [])
-        kept.extend(v for v in dim.values or [] if v not in kept)
-    return values
-
-
 def always_excluded(space: EffectiveSpace) -> dict[tuple[str, ConfigValue | None], str]:
     """The exclusions that hold whatever else is chosen."""
     return {(e.dimension, e.value): e.reason for e in space.excluded if not e.when}
@@ -64,7 +54,7 @@ def test_every_bundled_space_loads_for_every_profile(path: Path) -> None:
 
 def test_cpu_profile_excludes_gpu_values_with_reasons(cpu_profile: HardwareProfile) -> None:
     space = effective("default.yaml", cpu_profile)
-    values = all_values(space)
+    values = space.choices()
     assert "fp16" not in values["precision.mode"]
     assert "bf16" in values["precision.mode"]  # this profile's CPU has avx512_bf16
     assert max(values["runtime.threads"]) == cpu_profile.cpu_cores
@@ -75,16 +65,16 @@ def test_cpu_profile_excludes_gpu_values_with_reasons(cpu_profile: HardwareProfi
 def test_cpu_flags_gate_bf16_and_int8(cpu_profile: HardwareProfile) -> None:
     vnni_only = cpu_profile.model_copy(update={"cpu_flags": ["avx2", "avx512_vnni"]})
     space = effective("default.yaml", vnni_only)
-    assert all_values(space)["precision.mode"] == ["fp32", "int8_dynamic", "int8_static"]
+    assert space.choices()["precision.mode"] == ["fp32", "int8_dynamic", "int8_static"]
     plain = cpu_profile.model_copy(update={"cpu_flags": ["avx2"]})
-    assert all_values(effective("default.yaml", plain))["precision.mode"] == ["fp32"]
+    assert effective("default.yaml", plain).choices()["precision.mode"] == ["fp32"]
     reasons = {e.value: e.reason for e in effective("default.yaml", plain).excluded}
     assert "int8_static on cpu needs cpu.vnni" in reasons["int8_static"]
 
 
 def test_h200_node_gets_every_gpu_family() -> None:
     space = effective("default.yaml", load_profile(PROFILES / "h200x8.json"))
-    values = all_values(space)
+    values = space.choices()
     assert {"fp16", "fp8", "bf16"} <= set(values["precision.mode"])
     assert "semi_structured_2_4" in values["prune.method"]
     assert {"cuda", "tensorrt"} <= set(values["runtime.provider"])
@@ -100,7 +90,7 @@ def test_h200_node_gets_every_gpu_family() -> None:
 
 def test_ampere_gpu_has_no_fp8_and_no_sharding() -> None:
     space = effective("nvidia-gpu.yaml", load_profile(PROFILES / "a100.json"))
-    values = all_values(space)
+    values = space.choices()
     assert "fp8" not in values["precision.mode"] and "bf16" in values["precision.mode"]
     assert "semi_structured_2_4" in values["prune.method"]
     reasons = always_excluded(space)
@@ -110,7 +100,7 @@ def test_ampere_gpu_has_no_fp8_and_no_sharding() -> None:
 
 def test_cpu_only_machine_gets_the_cpu_families(cpu_profile: HardwareProfile) -> None:
     space = effective("default.yaml", cpu_profile)
-    values = all_values(space)
+    values = space.choices()
     assert {"bf16", "int8_dynamic", "int8_static"} <= set(values["precision.mode"])
     assert {"torch_eager", "torch_compile", "onnxruntime"} == set(values["runtime.engine"])
     assert "structured" in values["prune.method"]

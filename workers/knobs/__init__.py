@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from autotune.contract import ConfigValue
 from workers.knobs import engines, openvino, precisions, pruning_methods  # noqa: F401  (registers them)
 from workers.knobs.base import (
+    DEFAULTS,
     DEVICE_KEY,
     ENGINE_KEY,
     ENGINES,
@@ -33,6 +34,7 @@ from workers.knobs.base import (
 )
 
 __all__ = [
+    "DEFAULTS",
     "DEVICE_KEY",
     "ENGINES",
     "ENGINE_KEY",
@@ -58,16 +60,10 @@ __all__ = [
     "variant_key",
 ]
 
-_VARIANT_DEFAULTS: dict[str, ConfigValue] = {
-    DEVICE_KEY: "cpu",
-    PRECISION_KEY: "fp32",
-    PRUNE_KEY: "none",
-}
-
 
 def defines_variant(key: str) -> bool:
     """Whether a configuration key changes the model variant (see `variant_key`)."""
-    if key in (ENGINE_KEY, *_VARIANT_DEFAULTS, "prune.ratio"):
+    if key in (ENGINE_KEY, *DEFAULTS, "prune.ratio"):
         return True
     return any(o.key == key and o.defines_variant for e in ENGINES.values() for o in e.options)
 
@@ -77,7 +73,7 @@ def variant_key(config: Mapping[str, ConfigValue]) -> str:
     (with the ratio where the method takes one) and any engine option that changes numerics.
     Accuracy depends on these alone, never on batch size, threads or other kernel choices, so
     it is measured once per variant. A missing key and its default name the same variant."""
-    parts: dict[str, ConfigValue] = {k: config.get(k, v) for k, v in _VARIANT_DEFAULTS.items()}
+    parts: dict[str, ConfigValue] = {k: config.get(k, v) for k, v in DEFAULTS.items()}
     if ENGINE_KEY in config:
         parts[ENGINE_KEY] = config[ENGINE_KEY]
     pruning = PRUNINGS.get(str(parts[PRUNE_KEY]))

@@ -14,7 +14,7 @@ Nothing here imports torch, ONNX Runtime or OpenVINO: the control plane reads th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 
@@ -31,6 +31,8 @@ ENGINE_KEY = "runtime.engine"
 PRECISION_KEY = "precision.mode"
 PRUNE_KEY = "prune.method"
 DEVICE_KEY = "runtime.device"
+# What a configuration that leaves these keys out runs.
+DEFAULTS: dict[str, str] = {DEVICE_KEY: "cpu", PRECISION_KEY: "fp32", PRUNE_KEY: "none"}
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,13 @@ class Target:
     capabilities: frozenset[str]
     model_kind: ModelKind | None = None
 
-    def missing(self, needs: tuple[str, ...]) -> list[str]:
-        """The needs not met; 'a|b' is met by either capability."""
-        return [n for n in needs if not any(alt in self.capabilities for alt in n.split("|"))]
+    def unmet(self, needs: Sequence[str]) -> str | None:
+        """'needs a, b or c' for the needs this target does not meet ('b|c' is met by either
+        capability), or None when it meets them all."""
+        missing = [n for n in needs if not any(alt in self.capabilities for alt in n.split("|"))]
+        if not missing:
+            return None
+        return "needs " + ", ".join(n.replace("|", " or ") for n in missing)
 
 
 @dataclass(frozen=True)
@@ -77,12 +83,8 @@ class Knob:
 
     def supports(self, config: TrialConfig, target: Target) -> str | None:
         """Why this knob cannot run `config` on `target`, or None."""
-        missing = target.missing(self.needs)
-        if missing:
-            return f"{self.key}={self.name} needs " + ", ".join(
-                n.replace("|", " or ") for n in missing
-            )
-        return None
+        unmet = target.unmet(self.needs)
+        return None if unmet is None else f"{self.key}={self.name} {unmet}"
 
 
 class Precision(Knob):

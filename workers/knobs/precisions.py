@@ -23,9 +23,9 @@ class DevicePrecision(Precision):
 
     def supports(self, config: TrialConfig, target: Target) -> str | None:
         device = "cuda" if ENGINES[config.engine].on_cuda(config) else "cpu"
-        missing = target.missing(self.needs_on.get(device, ()))
-        if missing:
-            return f"{self.key}={self.name} on {device} needs " + ", ".join(missing)
+        unmet = target.unmet(self.needs_on.get(device, ()))
+        if unmet is not None:
+            return f"{self.key}={self.name} on {device} {unmet}"
         return super().supports(config, target)
 
     def build(self, variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
