@@ -5,41 +5,25 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import optuna
-
-from autotune.contract import (
-    Contention,
-    EntrantOutcome,
-    HeadToHeadResult,
-    HeadToHeadSpec,
-    RoundFigures,
-    TrialMetrics,
-)
+from autotune.contract import EntrantOutcome, HeadToHeadResult, HeadToHeadSpec, TrialMetrics
 from autotune.executors import Executor
-from autotune.metrics import OBJECTIVES, with_accuracy_drop
+from autotune.metrics import with_accuracy_drop
 from autotune.pareto import Candidate
-from autotune.results import OptunaStore, StudyIdentity
 from autotune.revalidation import Revalidator
+from autotune.strategies import make_strategy
 from tests.autotune.coordinator_support import (
     BASELINE,
-    INFO,
-    PROFILE,
+    SPACE,
     STUDY,
     WORKLOAD,
     config_with,
     make_request,
+    open_store,
     table_metrics,
 )
+from tests.autotune.test_validation import busy, outcome
 
-QUIET = Contention(
-    seconds=1.0,
-    cores=2,
-    other_cpu_share=0.0,
-    machine_other_cpu_share=0.0,
-    steal_share=0.0,
-    cores_to_itself=2.0,
-    contended=False,
-)
+QUIET = busy(False)
 
 
 class Comparing:
@@ -58,17 +42,7 @@ class Comparing:
         metrics = table_metrics(config).model_copy(
             update={"latency_p95_ms": median, "throughput_per_s": 1000 / median}
         )
-        figures = [
-            RoundFigures(
-                calls=100,
-                latency_p50_ms=p95,
-                latency_p95_ms=p95,
-                throughput_per_s=1000 / p95,
-                energy_per_sample_j=1e-4,
-            )
-            for p95 in rounds
-        ]
-        return EntrantOutcome(trial_number=number, status="ok", rounds=figures, metrics=metrics)
+        return outcome(number, rounds).model_copy(update={"metrics": metrics})
 
 
 def candidate(number: int, config: dict[str, Any], p95: float) -> Candidate:
@@ -80,14 +54,7 @@ def candidate(number: int, config: dict[str, Any], p95: float) -> Candidate:
 def revalidator(p95_per_round: dict[int, list[float]]) -> Revalidator:
     request = make_request(trials=4)
     rounds = request.validation.rounds
-    identity = StudyIdentity(
-        model_sha256=INFO.sha256,
-        objectives=list(request.objectives),
-        space="small",
-        hardware_fingerprint=PROFILE.fingerprint,
-    )
-    directions = [OBJECTIVES[o].direction.value for o in request.objectives]
-    store = OptunaStore.open(STUDY, None, directions, optuna.samplers.RandomSampler(), identity)
+    store = open_store(request, make_strategy("random", SPACE, request, seed=0), SPACE)
     executor = Comparing({n: p[:rounds] for n, p in p95_per_round.items()})
     return Revalidator(
         request, WORKLOAD, STUDY, cast(Executor, executor), store, on_phase=lambda p: None
