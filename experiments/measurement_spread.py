@@ -35,7 +35,8 @@ from autotune.contract import (  # noqa: E402
     TrialSpec,
     Workload,
 )
-from workers.runner import hardware_fingerprint, run_trial, software_versions  # noqa: E402
+from workers.runner import run_trial, software_versions  # noqa: E402
+from workers.runtimes import machine_profile  # noqa: E402
 from workers.store import WorkloadStore  # noqa: E402
 
 BASE_CONFIGS: dict[str, dict[str, ConfigValue]] = {
@@ -153,7 +154,7 @@ def machine() -> list[str]:
         "physical as the OS sees them)",
         f"- memory: {psutil.virtual_memory().total / 2**30:.1f} GiB; OS: {platform.platform()}",
         "- software: " + ", ".join(f"{name} {version}" for name, version in versions.items()),
-        f"- hardware fingerprint: `{hardware_fingerprint()}`",
+        f"- hardware fingerprint: `{machine_profile().fingerprint}`",
         f"- energy counter: {energy_counter()}",
     ]
 
