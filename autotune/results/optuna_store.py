@@ -2,10 +2,11 @@
 Optuna's in-memory storage (fast tests, one process). This is the only module that reads or
 writes a study's attributes; everything it stores has a type in `autotune.results.records`.
 
-Each trial costs few transactions: a trial the strategy proposed is created running with its
-parameters, marks and owner in one write; a trial's outcome is one attribute, its constraints
-and its values. A SQLite study runs in WAL mode with `synchronous=NORMAL`: a commit does not
-wait for the disk, and the database stays consistent when the process dies.
+Each trial costs two transactions: a trial the strategy proposed is created running with its
+parameters, marks and owner in one; its outcome, constraints, values and state are another
+(`optuna_api` writes the rows Optuna's RDB storage would). A SQLite study runs in WAL mode
+with `synchronous=NORMAL`: a commit does not wait for the disk, and the database stays
+consistent when the process dies.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ class OptunaStore:
         self._engine = engine
         self._lock_engine = None if storage_url is None else lock_engine(storage_url)
         self._trial_ids: dict[int, int] = {}  # our running trials' storage ids, by number
+        self._distributions: dict[str, Any] = {}  # each parameter's, as the study holds it
 
     @property
     def name(self) -> str:
@@ -209,14 +211,12 @@ class OptunaStore:
         return self.census().used
 
     def census(self) -> Census:
-        """The waiting trials and the number of trials used, from one read of the study."""
-        trials = retrying(self.study.get_trials, deepcopy=False)
-        (waiting,) = _states("waiting")
-        used = _states("complete", "pruned", "running")
-        return Census(
-            waiting=[record_of(t) for t in trials if t.state == waiting],
-            used=sum(t.state in used for t in trials),
-        )
+        """The waiting trials and the number of trials used: one count of the study's trials
+        by state, and a read of the waiting ones where there are any."""
+        counts = retrying(optuna_api.trial_state_counts, self.study)
+        used = sum(counts.get(_OPTUNA_NAMES[s], 0) for s in ("complete", "pruned", "running"))
+        waiting = self.records(("waiting",)) if counts.get(_OPTUNA_NAMES["waiting"]) else []
+        return Census(waiting=waiting, used=used)
 
     def counted(self) -> int:
         """Trials that count toward the budget: measured, or ended by their candidate (counted
@@ -293,19 +293,15 @@ class OptunaStore:
         marks: TrialMarks,
         owner: Owner,
     ) -> TrialRecord:
-        import optuna
-        from optuna.trial import TrialState as OptunaState
-
-        template = optuna.trial.create_trial(
-            state=OptunaState.RUNNING,
-            params=dict(params),
-            distributions=dists,
-            user_attrs={MARKS_KEY: _dump(marks)},
-            system_attrs={TRIAL_OWNER_KEY: owner.id},
+        created, number = retrying(
+            optuna_api.create_running_trial,
+            self.study,
+            dict(params),
+            dists,
+            {MARKS_KEY: _dump(marks)},
+            {TRIAL_OWNER_KEY: owner.id},
+            self._distributions,
         )
-        storage = optuna_api.storage_of(self.study)
-        created = retrying(storage.create_new_trial, optuna_api.study_id(self.study), template)
-        number = retrying(storage.get_trial_number_from_id, created)
         self._trial_ids[number] = created
         return TrialRecord(
             number=number,
@@ -316,33 +312,28 @@ class OptunaStore:
         )
 
     def tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None:
-        """The trial's outcome; `values` (the objectives) when it has metrics. Safe to repeat
-        (after a lost connection, or once another coordinator told it): a trial that ended
-        refuses the first write, and nothing more is written."""
+        """The trial's outcome; `values` (the objectives) when it has metrics, in one write.
+        Safe to repeat (after a lost connection, or once another coordinator told it): a trial
+        that ended is left as it is."""
         retrying(self._tell, number, outcome, values)
         self._trial_ids.pop(number, None)
 
     def _tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None:
-        from optuna.exceptions import UpdateFinishedTrialError
-        from optuna.trial import TrialState as OptunaState
-
-        storage = optuna_api.storage_of(self.study)
         trial_id = self._trial_ids.get(number)
         if trial_id is None:  # another coordinator's trial, reaped
+            storage = optuna_api.storage_of(self.study)
             trial_id = storage.get_trial_id_from_study_id_trial_number(
                 optuna_api.study_id(self.study), number
             )
-        try:
-            storage.set_trial_user_attr(trial_id, RECORD_KEY, _dump(outcome))
-        except UpdateFinishedTrialError:
-            return  # told already: by us before, or reaped by another coordinator
-        if values is None or outcome.violations is None:
-            state = OptunaState.FAIL if outcome.failed else OptunaState.PRUNED
-            self.study.tell(number, state=state)
-            return
-        for name, value in outcome.violations.items():
-            optuna_api.set_constraint(self.study, trial_id, name, value)
-        self.study.tell(number, values)
+        measured = values is not None and outcome.violations is not None
+        optuna_api.finish_trial(
+            self.study,
+            trial_id,
+            values if measured else None,
+            outcome.failed,
+            {RECORD_KEY: _dump(outcome)},
+            optuna_api.constraint_attrs(outcome.violations or {}) if measured else {},
+        )
 
     def save_revalidation(self, stored: StoredRevalidation) -> None:
         retrying(self.study.set_user_attr, REVALIDATION_KEY, stored.report)

@@ -29,17 +29,8 @@ from autotune.metrics import Metric
 from autotune.pareto import Candidate
 from autotune.tracking.base import TrackerClosed
 from autotune.tracking.report import compare_tuned, is_number, pareto_csv, plot_front
-from autotune.tracking.writer import (
-    PARENT_TAG,
-    ROLE_TAG,
-    STUDY_TAG,
-    TRIAL_TAG,
-    ClientFactory,
-    StudyRuns,
-    TrialRun,
-    TrialWriter,
-    start_writer,
-)
+from autotune.tracking.runs import PARENT_TAG, ROLE_TAG, STUDY_TAG, TRIAL_TAG, StudyRuns, TrialRun
+from autotune.tracking.writer import ClientFactory, TrialWriter, start_writer
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric as MlflowMetric

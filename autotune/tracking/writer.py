@@ -6,7 +6,8 @@ already imported, so a writer starts in a fraction of a second), or spawned wher
 forkserver; never forked from the caller, which may hold threads, Ray and database
 connections. It takes requests as plain tuples on one queue, in order:
 
-    ("trial", *TrialRun)    write the run
+    ("trial", *TrialRun)    write the run (runs queued together are written together: in one
+                            transaction on an MLflow SQL store, see `runs`)
     ("flush", token)        answer ("flushed", token, {trial number: run id}, [failure])
                             with what was written and what failed since the last answer
     ("stop",)               exit
@@ -30,10 +31,10 @@ import types
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.errors import AutotuneError
+from autotune.tracking.runs import BulkRuns, StudyRuns, TrialRun, sql_store, write_trial
 
 if TYPE_CHECKING:
     from multiprocessing.context import SpawnProcess
@@ -50,11 +51,8 @@ FORKSERVER_PRELOAD = ["autotune.tracking.writer", "mlflow.tracking"]
 # the other is still alive.
 STOP_TIMEOUT_S = 30.0
 LIVENESS_CHECK_S = 1.0
-
-STUDY_TAG = "autotune.study"
-ROLE_TAG = "autotune.role"
-TRIAL_TAG = "autotune.trial_number"
-PARENT_TAG = "mlflow.parentRunId"
+# The most child runs written in one transaction.
+BATCH_RUNS = 200
 
 logger = logging.getLogger(__name__)
 
@@ -71,59 +69,6 @@ class WriterTraceback(Exception):
 
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-class TrialRun(NamedTuple):
-    """A trial's child run as logged, before it is written: plain strings and floats, so
-    that nothing the caller changes afterwards reaches the store."""
-
-    trial_number: int
-    logged_ms: int
-    tags: dict[str, str]
-    params: dict[str, str]
-    metrics: dict[str, float]
-    metric_tags: dict[str, str]
-    status: str
-
-
-@dataclass(frozen=True)
-class StudyRuns:
-    """Where a study's child runs go."""
-
-    tracking_uri: str
-    experiment_id: str
-    parent_run_id: str
-    study: str
-    round: int
-
-
-def write_trial(client: MlflowClient, runs: StudyRuns, trial: TrialRun) -> str:
-    """Write a child run in three calls to the store: create it with every tag (a tag in the
-    batch would cost the store one more transaction), log metrics and params in one batch,
-    and end it at the time it was logged. Returns its run id."""
-    from mlflow.entities import Metric, Param
-
-    run = client.create_run(
-        runs.experiment_id,
-        start_time=trial.logged_ms,
-        run_name=f"trial-{trial.trial_number}",
-        tags={
-            PARENT_TAG: runs.parent_run_id,
-            STUDY_TAG: runs.study,
-            ROLE_TAG: "trial",
-            TRIAL_TAG: str(trial.trial_number),
-            **trial.tags,
-            **trial.metric_tags,
-        },
-    )
-    run_id = str(run.info.run_id)
-    client.log_batch(
-        run_id,
-        metrics=[Metric(k, v, trial.logged_ms, runs.round) for k, v in trial.metrics.items()],
-        params=[Param(k, v) for k, v in trial.params.items()],
-    )
-    client.set_terminated(run_id, status=trial.status, end_time=trial.logged_ms)
-    return run_id
 
 
 class TrialWriter(Protocol):
@@ -323,35 +268,64 @@ def serve(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if runs.tracking_uri.startswith("sqlite:"):
         journal_sqlite_ahead()
-    if make_client is None:
-        from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient
 
-        make_client = MlflowClient
-    client = make_client(runs.tracking_uri)
+    client = (make_client or MlflowClient)(runs.tracking_uri)
+    store = sql_store(client)
+    # a client of the caller's own writes run by run, through its methods
+    bulk = BulkRuns(store, runs) if store is not None and type(client) is MlflowClient else None
     written: dict[int, str] = {}
     failures: list[tuple[BaseException, str]] = []
-    while (request := next_request(requests)) is not None:
+    pending: list[TrialRun] = []
+    while (request := next_request(requests, wait=not pending)) is not None:
         kind, *fields = request
         if kind == "trial":
-            trial = TrialRun(*fields)
-            try:
-                written[trial.trial_number] = write_trial(client, runs, trial)
-            except Exception as error:  # answered at the next flush
-                failures.append((portable(error), traceback.format_exc()))
-        elif kind == "flush":
+            pending.append(TrialRun(*fields))
+            if len(pending) < BATCH_RUNS:
+                continue
+        written.update(write_trials(client, bulk, runs, pending, failures))
+        pending = []
+        if kind == "flush":
             replies.put(("flushed", fields[0], written, failures))
             written, failures = {}, []
+    write_trials(client, bulk, runs, pending, failures)
     replies.close()
     replies.join_thread()
 
 
-def next_request(requests: Queue[tuple[Any, ...]]) -> tuple[Any, ...] | None:
-    """The next request, or None when told to stop or when the parent process is gone."""
+def write_trials(
+    client: MlflowClient,
+    bulk: BulkRuns | None,
+    runs: StudyRuns,
+    trials: list[TrialRun],
+    failures: list[tuple[BaseException, str]],
+) -> dict[int, str]:
+    """Write `trials`' runs: in one transaction where the store allows, else (or where that
+    failed) one by one, each failure added to `failures`."""
+    if bulk is not None and trials:
+        try:
+            return bulk.write(trials)
+        except Exception:
+            logger.warning("a batch of child runs failed; writing them one by one", exc_info=True)
+    written: dict[int, str] = {}
+    for trial in trials:
+        try:
+            written[trial.trial_number] = write_trial(client, runs, trial)
+        except Exception as error:  # answered at the next flush
+            failures.append((portable(error), traceback.format_exc()))
+    return written
+
+
+def next_request(requests: Queue[tuple[Any, ...]], wait: bool = True) -> tuple[Any, ...] | None:
+    """The next request, or None when told to stop or when the parent process is gone.
+    Without `wait`, a queue with nothing in it answers ("idle",) at once."""
     parent = multiprocessing.parent_process()
     while True:
         try:
-            request = requests.get(timeout=LIVENESS_CHECK_S)
+            request = requests.get(timeout=LIVENESS_CHECK_S) if wait else requests.get_nowait()
         except queue.Empty:
+            if not wait:
+                return ("idle",)
             if parent is not None and not parent.is_alive():
                 return None
             continue

@@ -278,6 +278,55 @@ def test_telling_twice_is_harmless(store: OptunaStore) -> None:
     assert (again.state, again.status, again.metrics) == ("complete", "ok", first.metrics)
 
 
+def test_a_stored_trial_reads_back_through_optuna_as_optuna_writes_it(
+    store: OptunaStore,
+) -> None:
+    """The store writes trials itself; Optuna, reading the same storage afresh, sees what
+    `Trial.set_constraint` and `Study.tell` would have written."""
+    outcome = outcome_of(SIXTY_FOUR, drop=0.02)
+    record = told(store, SIXTY_FOUR, outcome)
+    study = store.study
+    if store.storage_url is not None:
+        study = optuna.load_study(study_name=store.name, storage=store.storage_url)
+    [trial] = study.get_trials()
+    assert (trial.number, trial.state) == (record.number, optuna.trial.TrialState.COMPLETE)
+    assert trial.params == SPACE.params_of(SIXTY_FOUR)
+    assert trial.distributions == distributions(SPACE, SIXTY_FOUR)
+    assert trial.values == pytest.approx(values_of(outcome))
+    assert trial.constraints == pytest.approx({"max_accuracy_drop": 0.01})
+    assert trial.datetime_start is not None and trial.datetime_complete is not None
+
+
+def test_trials_created_by_two_stores_on_one_study_are_numbered_in_order(
+    database_url: str, study_name: str
+) -> None:
+    stores = [open_store(database_url, study_name) for _ in range(2)]
+    numbers = [stores[i % 2].create(SPACE, EIGHT, TrialMarks(), Owner()).number for i in range(6)]
+    assert numbers == list(range(6))
+    assert [r.number for r in stores[0].records()] == numbers
+    for store in stores:
+        store.close()
+
+
+def test_a_parameter_whose_distribution_changed_is_refused(store: OptunaStore) -> None:
+    store.create(SPACE, EIGHT, TrialMarks(), Owner())
+    name = next(iter(SPACE.params_of(EIGHT)))
+    changed = {name: optuna.distributions.FloatDistribution(0.0, 1.0)}
+    with pytest.raises(ValueError, match="different distribution"):
+        store._create(EIGHT, {name: 0.5}, changed, TrialMarks(), Owner())
+
+
+def test_an_infinite_value_is_kept_and_nan_fails_the_trial(store: OptunaStore) -> None:
+    outcome = outcome_of(EIGHT)
+    record = store.create(SPACE, EIGHT, TrialMarks(), Owner())
+    store.tell(record.number, outcome, [float("inf"), 1.0])
+    nan = store.create(SPACE, INT8, TrialMarks(), Owner())
+    store.tell(nan.number, outcome_of(INT8), [float("nan"), 1.0])
+    infinite, failed = store.records()
+    assert (infinite.state, infinite.values) == ("complete", [float("inf"), 1.0])
+    assert (failed.state, failed.values) == ("failed", None)
+
+
 def test_counted_and_used(store: OptunaStore) -> None:
     told(store, BASELINE, outcome_of(BASELINE))
     told(store, EIGHT, outcome_of(EIGHT, "skipped"), values=False)
