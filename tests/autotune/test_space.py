@@ -63,13 +63,15 @@ def test_cpu_profile_excludes_gpu_values_with_reasons(cpu_profile: HardwareProfi
 
 
 def test_cpu_flags_gate_bf16_and_int8(cpu_profile: HardwareProfile) -> None:
-    vnni_only = cpu_profile.model_copy(update={"cpu_flags": ["avx2", "avx512_vnni"]})
-    space = effective("default.yaml", vnni_only)
+    avx2_only = cpu_profile.model_copy(update={"cpu_flags": ["avx2"]})
+    space = effective("default.yaml", avx2_only)
     assert space.choices()["precision.mode"] == ["fp32", "int8_dynamic", "int8_static"]
-    plain = cpu_profile.model_copy(update={"cpu_flags": ["avx2"]})
+    reasons = {e.value: e.reason for e in space.excluded}
+    assert "bf16 on cpu needs cpu.bf16" in reasons["bf16"]
+    plain = cpu_profile.model_copy(update={"cpu_flags": ["sse4_2"]})
     assert effective("default.yaml", plain).choices()["precision.mode"] == ["fp32"]
     reasons = {e.value: e.reason for e in effective("default.yaml", plain).excluded}
-    assert "int8_static on cpu needs cpu.vnni" in reasons["int8_static"]
+    assert "int8_static on cpu needs cpu.avx2" in reasons["int8_static"]
 
 
 def test_h200_node_gets_every_gpu_family() -> None:

@@ -65,6 +65,19 @@ def spec_for(
     )
 
 
+def skip_unless_runnable_here(config: dict[str, ConfigValue], model_kind: str = "torch") -> None:
+    """Skips the calling test where this machine cannot run `config` (bf16 on a CPU without
+    bf16 instructions, say), naming the reason the knobs give."""
+    from autotune.errors import Unsupported
+    from workers.config import parse_config
+    from workers.runtimes import check_runtime
+
+    try:
+        check_runtime(parse_config(config, model_kind), model_kind)
+    except Unsupported as unsupported:
+        pytest.skip(f"not on this machine: {unsupported}")
+
+
 @pytest.fixture(scope="session")
 def digits() -> tuple[np.ndarray, np.ndarray]:
     from experiments.digits.model import eval_data

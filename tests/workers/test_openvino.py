@@ -20,7 +20,7 @@ from workers.variants import OnnxVariant
 
 CPUS = len(os.sched_getaffinity(0))
 ENGINE = ENGINES["openvino"]
-CAPABILITIES = frozenset({"openvino", "cpu.bf16", "cpu.vnni", "ort.cpu"})
+CAPABILITIES = frozenset({"openvino", "cpu.bf16", "cpu.avx2", "ort.cpu"})
 
 
 def _cpu_has_bf16() -> bool:

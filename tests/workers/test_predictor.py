@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from autotune.contract import ConfigValue
-from tests.workers.conftest import digits_workload, spec_for
+from tests.workers.conftest import digits_workload, skip_unless_runnable_here, spec_for
 from workers import export_artifact
 from workers.knobs.openvino import OpenVinoSession
 from workers.ort_session import OnnxRuntimeSession
 from workers.predictor import load_predictor
-from workers.runtimes import machine_target, opened
+from workers.runtimes import opened
 from workers.store import WorkloadStore
 from workers.torch_sessions import TorchCompileSession, TorchEagerSession
 
@@ -57,6 +57,7 @@ def trial_outputs(config: dict[str, ConfigValue]) -> np.ndarray:
 def test_an_artifact_reloads_with_the_measured_engine_and_settings(
     tmp_path: Path, config: dict[str, ConfigValue], session_type: type
 ) -> None:
+    skip_unless_runnable_here(config)
     export_artifact(spec_for(digits_workload(), config), str(tmp_path), STORE)
     with load_predictor(str(tmp_path)) as predictor:
         assert isinstance(predictor.session, session_type)
@@ -76,8 +77,7 @@ def test_openvino_reloads_its_precision_hint(tmp_path: Path) -> None:
         "precision.mode": "bf16",
         "runtime.threads": 1,
     }
-    if "cpu.bf16" not in machine_target().capabilities:
-        pytest.skip("this CPU has no bf16 instructions")
+    skip_unless_runnable_here(config)
     export_artifact(spec_for(digits_workload(), config), str(tmp_path), STORE)
     with load_predictor(str(tmp_path)) as predictor:
         assert isinstance(predictor.session, OpenVinoSession)

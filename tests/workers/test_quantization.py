@@ -47,7 +47,7 @@ def ops(model_bytes: bytes) -> set[str]:
 # --- which combinations build -------------------------------------------------------------------
 
 
-CPU_CAPS = frozenset({"cpu", "cpu.bf16", "cpu.vnni", "ort.cpu", "torch.compile"})
+CPU_CAPS = frozenset({"cpu", "cpu.bf16", "cpu.avx2", "ort.cpu", "torch.compile"})
 HOPPER_CAPS = CPU_CAPS | {
     "cuda",
     "cuda.bf16",

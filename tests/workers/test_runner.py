@@ -20,7 +20,13 @@ from autotune.contract import (
     variant_key,
 )
 from autotune.errors import RequestError
-from tests.workers.conftest import FAST, digits_workload, export_digits_onnx, spec_for
+from tests.workers.conftest import (
+    FAST,
+    digits_workload,
+    export_digits_onnx,
+    skip_unless_runnable_here,
+    spec_for,
+)
 from workers import evaluate_artifact, export_artifact, run_trial
 from workers.energy import EnergyReading
 from workers.store import LoadedWorkload, WorkloadStore
@@ -68,6 +74,7 @@ CPU_CONFIGS = [
 def test_every_cpu_engine_and_precision_measures(
     config: dict[str, ConfigValue], fp32_accuracy: float
 ) -> None:
+    skip_unless_runnable_here(config)
     result = ok({**config, "batch.size": 4})
     metrics = result.metrics
     assert metrics is not None
@@ -257,6 +264,7 @@ ARTIFACT_CONFIGS = [
 def test_an_exported_artifact_reproduces_the_trial_accuracy(
     tmp_path: Path, config: dict[str, ConfigValue]
 ) -> None:
+    skip_unless_runnable_here(config)
     trial = ok(config)
     artifact = export_artifact(spec_for(digits_workload(), config), str(tmp_path), STORE)
     assert Path(artifact.path).parent == tmp_path
