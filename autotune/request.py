@@ -227,6 +227,24 @@ class TuningRequest(Strict):
     tracking: Tracking = Tracking()
     storage: str = "sqlite:///autotune.db"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _metric_for_the_task(cls, raw: Any) -> Any:
+        """A Hugging Face model without a `metric` is judged as its task suggests: embeddings
+        by fidelity, classifiers by accuracy where the data has labels, else by agreement
+        with the unmodified model's top-1 class."""
+        if not isinstance(raw, dict) or "metric" in raw:
+            return raw
+        model, data = raw.get("model"), raw.get("data")
+        if not isinstance(model, dict) or model.get("hf") is None:
+            return raw
+        labelled = isinstance(data, dict) and data.get("labels") is not None
+        if model.get("task") == "feature-extraction":
+            kind = "fidelity"
+        else:
+            kind = "accuracy" if labelled else "agreement"
+        return {**raw, "metric": {"kind": kind}}
+
     @field_validator("model", "data")
     @classmethod
     def _required_unless_replay(cls, value: Any, info: ValidationInfo) -> Any:
@@ -261,16 +279,21 @@ class TuningRequest(Strict):
                 "must be resolved to a file before the workload is built",
                 model.registered,
             )
-        if model.onnx is not None:
-            model = ModelRef(onnx=str(_resolve(base_dir, model.onnx)))
-        if model.weights is not None:
-            model = ModelRef(
-                entry_point=model.entry_point, weights=str(_resolve(base_dir, model.weights))
-            )
-        if data.npz is not None:
-            data = DataRef(npz=str(_resolve(base_dir, data.npz)))
+        model = model.model_copy(update=_resolved(base_dir, model, MODEL_PATHS))
+        data = data.model_copy(update=_resolved(base_dir, data, DATA_PATHS))
         python_path = list(dict.fromkeys([str(Path.cwd().resolve()), str(base_dir.resolve())]))
         return Workload(model=model, data=data, metric=self.metric, python_path=python_path)
+
+
+# The fields of a model or data reference that name files or directories.
+MODEL_PATHS = ("onnx", "weights", "hf")
+DATA_PATHS = ("npz", "text", "images", "labels")
+
+
+def _resolved(base_dir: Path, ref: ModelRef | DataRef, fields: tuple[str, ...]) -> dict[str, str]:
+    """The path fields of `ref` that are set, resolved against `base_dir`."""
+    paths = {name: getattr(ref, name) for name in fields}
+    return {name: str(_resolve(base_dir, path)) for name, path in paths.items() if path}
 
 
 def _resolve(base_dir: Path, path: str) -> Path:

@@ -342,9 +342,10 @@ def _check_entry_point(entry_point: str, python_path: list[str], field: str) -> 
         sys.path[:] = saved
 
 
-def resolve_under_root(path: str, root: Path, field: str) -> Path:
-    """A client-named file: a relative path that resolves (links followed) to an existing
-    file inside `root`."""
+def resolve_under_root(path: str, root: Path, field: str, directory: bool = False) -> Path:
+    """A client-named file (or, with `directory`, a directory whose every file stays inside
+    `root` too): a relative path that resolves (links followed) to an existing file inside
+    `root`."""
     if Path(path).is_absolute():
         raise RequestError(field, "must be a relative path", path)
     base = root.resolve()
@@ -354,9 +355,26 @@ def resolve_under_root(path: str, root: Path, field: str) -> Path:
         raise RequestError(field, f"must be a valid path ({error})", path) from error
     if not resolved.is_relative_to(base):
         raise RequestError(field, "must stay inside the directory it is relative to", path)
+    if directory:
+        if not resolved.is_dir():
+            raise RequestError(field, "must name an existing directory", path)
+        outside = [f for f in resolved.rglob("*") if not f.resolve().is_relative_to(base)]
+        if outside:
+            raise RequestError(field, "must hold no link that leads outside it", str(outside[0]))
+        return resolved
     if not resolved.is_file():
         raise RequestError(field, "must name an existing file", path)
     return resolved
+
+
+def directory_sha256(directory: Path) -> str:
+    """sha256 over every file of `directory` (recursively): each one's relative name and
+    bytes, in name order; a changed, added or removed file changes it."""
+    digest = hashlib.sha256()
+    for file in sorted(f for f in directory.rglob("*") if f.is_file()):
+        digest.update(f"{file.relative_to(directory).as_posix()}\0".encode())
+        digest.update(file_sha256(file).encode())
+    return digest.hexdigest()
 
 
 def file_sha256(path: Path) -> str:

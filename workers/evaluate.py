@@ -41,6 +41,16 @@ def top1_accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(outputs.argmax(axis=1) == labels.reshape(-1)))
 
 
+def agreement(outputs: np.ndarray, reference: np.ndarray) -> float:
+    """Fraction of samples whose highest output (over the last axis) is the reference's."""
+    if outputs.ndim != 2 or outputs.shape != reference.shape:
+        raise ValueError(
+            f"top-1 agreement needs outputs [N, classes] shaped as the reference "
+            f"{list(reference.shape)}, got {list(outputs.shape)}"
+        )
+    return float(np.mean(outputs.argmax(axis=1) == reference.argmax(axis=1)))
+
+
 def fidelity(outputs: np.ndarray, reference: np.ndarray) -> float:
     """Mean cosine similarity of each sample's flattened outputs to the reference outputs."""
     actual = outputs.reshape(outputs.shape[0], -1).astype(np.float64)
@@ -56,7 +66,9 @@ def resolve_metric(ref: MetricRef, python_path: list[str]) -> QualityMetric:
     if ref.kind == "accuracy":
         return QualityMetric("accuracy", True, False, _score_accuracy)
     if ref.kind == "fidelity":
-        return QualityMetric("fidelity", False, True, _score_fidelity)
+        return QualityMetric("fidelity", False, True, _against_reference(fidelity))
+    if ref.kind == "agreement":
+        return QualityMetric("agreement", False, True, _against_reference(agreement))
     assert ref.entry_point is not None  # the contract requires it for kind 'custom'
     function = resolve_entry_point(ref.entry_point, python_path, "metric.entry_point")
     if not callable(function):
@@ -70,12 +82,13 @@ def _score_accuracy(outputs: np.ndarray, labels: np.ndarray | None, _: np.ndarra
     return top1_accuracy(outputs, labels)
 
 
-def _score_fidelity(
-    outputs: np.ndarray, _: np.ndarray | None, reference: np.ndarray | None
-) -> float:
-    if reference is None:
-        raise ValueError("metric 'fidelity' needs the reference outputs")
-    return fidelity(outputs, reference)
+def _against_reference(compare: Callable[[np.ndarray, np.ndarray], float]) -> Score:
+    def score(outputs: np.ndarray, _: np.ndarray | None, reference: np.ndarray | None) -> float:
+        if reference is None:
+            raise ValueError(f"metric '{compare.__name__}' needs the reference outputs")
+        return compare(outputs, reference)
+
+    return score
 
 
 def _checked_custom(function: Callable[..., object]) -> Score:

@@ -40,9 +40,10 @@ def _reference_session(loaded: LoadedWorkload) -> Session:
     try:
         return loaded.session_for(loaded.parse({}))
     except Exception as error:
+        model = loaded.workload.model
         raise RequestError(
             loaded.model_field, f"must load in its runtime ({type(error).__name__}: {error})",
-            loaded.workload.model.onnx or loaded.workload.model.entry_point,
+            model.onnx or model.entry_point or model.hf,
         ) from error  # fmt: skip
 
 

@@ -102,16 +102,32 @@ def load_model(ref: ModelRef, python_path: list[str]) -> LoadedModel:
         )
     if ref.onnx is not None:
         return load_onnx(ref.onnx, "model.onnx")
+    if ref.hf is not None:
+        assert ref.task is not None  # the contract requires it with 'hf'
+        return load_torch(f"{HF_PREFIX}{ref.task}:{ref.hf}", python_path)
     assert ref.entry_point is not None  # the contract guarantees exactly one source
     return load_torch(ref.entry_point, python_path, ref.weights)
 
 
+# How a Hugging Face model is named where an entry point would be ('hf:<task>:<directory>'),
+# so that whatever rebuilds a torch model from its entry point (an artifact, a tensor-parallel
+# rank) rebuilds it the same way.
+HF_PREFIX = "hf:"
+
+
 def load_torch(entry_point: str, python_path: list[str], weights: str | None = None) -> TorchModel:
-    """The module the entry point returns, with `weights` (safetensors) loaded into it strictly;
-    hashed after the weights are in, so other weights give another sha256."""
+    """The module the entry point returns (or the Hugging Face model it names), with `weights`
+    (safetensors) loaded into it strictly; hashed after the weights are in, so other weights
+    give another sha256."""
     import torch
 
-    module = call_entry_point(entry_point, python_path, "model.entry_point")
+    if entry_point.startswith(HF_PREFIX):
+        from workers.hf import load_hf_module
+
+        task, directory = entry_point.removeprefix(HF_PREFIX).split(":", 1)
+        module = load_hf_module(directory, task)  # type: ignore[arg-type]
+    else:
+        module = call_entry_point(entry_point, python_path, "model.entry_point")
     if not isinstance(module, torch.nn.Module):
         raise RequestError(
             "model.entry_point", "must return a torch.nn.Module", type(module).__name__
@@ -251,15 +267,35 @@ def files_sha256(files: list[Path]) -> str:
     return digest.hexdigest()
 
 
-def load_data(ref: DataRef, python_path: list[str]) -> EvalData:
+def load_data(ref: DataRef, python_path: list[str], model: ModelRef) -> EvalData:
+    """The evaluation data; text and images are prepared by `model`'s own tokenizer or image
+    processor, so they need a Hugging Face model."""
     if ref.npz is not None:
         inputs, labels = _read_npz(ref.npz)
         field = "data.npz"
-    else:
-        assert ref.entry_point is not None  # the contract guarantees exactly one source
+    elif ref.entry_point is not None:
         field = "data.entry_point"
         inputs, labels = _call_data_entry_point(ref.entry_point, python_path)
+    else:
+        field = "data.text" if ref.text is not None else "data.images"
+        inputs, labels = _hf_data(ref, model, field)
     return _checked_data(inputs, labels, field)
+
+
+def _hf_data(ref: DataRef, model: ModelRef, field: str) -> tuple[np.ndarray, np.ndarray | None]:
+    from workers.hf import image_inputs, read_labels, text_inputs
+
+    if model.hf is None:
+        raise RequestError(
+            field, "needs a Hugging Face model ('model.hf'), whose preprocessing it uses", field
+        )
+    if ref.text is not None:
+        inputs = text_inputs(model.hf, ref.text, ref.sequence_length)
+    else:
+        assert ref.images is not None  # the contract guarantees exactly one source
+        inputs = image_inputs(model.hf, ref.images)
+    labels = None if ref.labels is None else read_labels(ref.labels, inputs.shape[0])
+    return inputs, labels
 
 
 def _read_npz(path: str) -> tuple[Any, Any]:

@@ -33,7 +33,7 @@ from workers.contention import check_contention, probe_for, waited_for_quiet
 from workers.energy import EnergyMeter, cpu_seconds_with, select_meter
 from workers.evaluate import tile_batch
 from workers.knobs import ENGINES
-from workers.loading import TorchModel, call_entry_point, load_onnx
+from workers.loading import TorchModel, load_onnx, load_torch
 from workers.meters import Measurement, PeakMemorySampler, measure, warm_up
 from workers.pruning import pruned_skeleton
 from workers.runtimes import Session, build_session, helper_pids, machine_profile, opened
@@ -352,7 +352,7 @@ def _rebuild_torch_variant(
 ) -> TorchVariant:
     from safetensors.torch import load_file
 
-    module = call_entry_point(entry_point, python_path, "artifact").eval()
+    module = load_torch(entry_point, python_path).module
     module = pruned_skeleton(module, config)
     module.load_state_dict(load_file(str(weights_file)), strict=True)
     variant = TRANSFORMS["precision"](TorchVariant(module), config, BuildContext(np.empty(0)))

@@ -37,6 +37,8 @@ class LoadedWorkload:
 
     @property
     def model_field(self) -> str:
+        if self.workload.model.hf is not None:
+            return "model.hf"
         return "model.entry_point" if isinstance(self.model, TorchModel) else "model.onnx"
 
     def original_variant(self) -> Variant:
@@ -102,7 +104,7 @@ class LoadedWorkload:
 def load_workload(workload: Workload) -> LoadedWorkload:
     """Load and cross-check model, data and metric; raises RequestError on bad input."""
     metric = resolve_metric(workload.metric, workload.python_path)
-    data = load_data(workload.data, workload.python_path)
+    data = load_data(workload.data, workload.python_path, workload.model)
     _check_metric_fits_data(metric, data)
     model = load_model(workload.model, workload.python_path)
     return LoadedWorkload(workload=workload, model=model, data=data, metric=metric)

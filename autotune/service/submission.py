@@ -14,6 +14,7 @@ from autotune.service.tokens import Principal
 from autotune.sources import (
     ModelStore,
     StoredModel,
+    directory_sha256,
     download_registered,
     model_file_sha256,
     resolve_registered,
@@ -92,6 +93,10 @@ def _resolve_model(
     if "onnx" in model:
         path = _under_root(model["onnx"], settings, "model.onnx")
         return {"onnx": str(path)}, {"kind": "path", "onnx": str(path)}, model_file_sha256(path)
+    if "hf" in model:
+        path = _under_root(model["hf"], settings, "model.hf", directory=True)
+        resolved = {**model, "hf": str(path)}
+        return resolved, {"kind": "path", "hf": str(path)}, directory_sha256(path)
     if "registered" in model:
         return _registered(str(model["registered"]), settings, namespace)
     _check_trusted(model.get("entry_point"), settings, "model.entry_point")
@@ -128,8 +133,10 @@ def _registered(
 
 def _resolve_data(data: Any, settings: ServiceSettings) -> dict[str, Any]:
     data = _mapping(data, "data")
-    if "npz" in data:
-        data["npz"] = str(_under_root(data["npz"], settings, "data.npz"))
+    for field in ("npz", "text", "labels", "images"):
+        if field in data:
+            path = _under_root(data[field], settings, f"data.{field}", directory=field == "images")
+            data[field] = str(path)
     if "entry_point" in data:
         _check_trusted(data["entry_point"], settings, "data.entry_point")
     return data
@@ -148,10 +155,10 @@ def _check_metric(metric: Any, settings: ServiceSettings) -> None:
         _check_trusted(metric["entry_point"], settings, "metric.entry_point")
 
 
-def _under_root(path: Any, settings: ServiceSettings, field: str) -> Path:
+def _under_root(path: Any, settings: ServiceSettings, field: str, directory: bool = False) -> Path:
     if settings.models_root is None:
         raise RequestError(field, "names a server file, but this server has no models root", path)
-    return resolve_under_root(str(path), settings.models_root, field)
+    return resolve_under_root(str(path), settings.models_root, field, directory)
 
 
 def _check_trusted(entry_point: Any, settings: ServiceSettings, field: str) -> None:

@@ -77,6 +77,10 @@ def _cron_trigger(cron: str) -> Any:
         ) from None
 
 
+# The model references a watch can see change: files, a model directory, a registered model.
+WATCHABLE = frozenset({"onnx", "registered", "weights", "hf"})
+
+
 class WatchStore:
     def __init__(self, db: Database, settings: ServiceSettings) -> None:
         self.db = db
@@ -101,9 +105,9 @@ class WatchStore:
             raise RequestError("retune_trials", "must be >= 1", retune_trials)
         if isinstance(request, dict) and "model" in request:
             model = request["model"]
-            if not isinstance(model, dict) or not ({"onnx", "registered", "weights"} & set(model)):
+            if not isinstance(model, dict) or not (WATCHABLE & set(model)):
                 raise RequestError(
-                    "model", "a watch needs a model file or registered model to watch", model
+                    "model", "a watch needs a model file, directory or registered model", model
                 )
         prepare_job(request, principal, self.settings)  # the request must be valid now
         watch = Watch(
