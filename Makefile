@@ -19,7 +19,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" $(TORCH_INDEX)
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRA),dev]"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRA),hf,dev]"
 	touch $@
 
 demo: setup

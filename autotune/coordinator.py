@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.answers import Answers
@@ -60,6 +60,8 @@ class Coordinator:
     state: SearchState = field(default_factory=SearchState)
 
     def __post_init__(self) -> None:
+        if self.executor.runs_in_process:
+            self.owner = replace(self.owner, in_process=True)
         self.teller = Teller(
             self.tuning.request,
             self.store,

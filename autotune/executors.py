@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 
 class Executor(Protocol):
+    # Whether trials run inside the coordinator's process, so that a trial which kills the
+    # process (the kernel's out-of-memory killer, a crash in a runtime) kills the tuning too.
+    runs_in_process: bool
+
     @property
     def slots(self) -> int: ...
 
@@ -67,13 +71,36 @@ def require_nothing_pending(pending: int) -> None:
         raise AutotuneError("compare called while trials are running")
 
 
-class InProcessExecutor:
-    """Runs each trial synchronously in this process, on one slot."""
+# Share of the memory available when the executor starts that trials may grow into; past it
+# an allocation fails inside the trial, which ends as `oom`, instead of the kernel killing a
+# process (in-process: the tuning itself).
+TRIAL_MEMORY_SHARE = 0.8
 
-    def __init__(self) -> None:
+
+def trial_memory_limit_mb(slots: int) -> int | None:
+    """Each of `slots` trials' share of the memory available now (None where unknown)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+    except OSError:
+        return None
+    if "MemAvailable" not in fields:
+        return None
+    available_mb = int(fields["MemAvailable"].split()[0]) // 1024
+    return max(1, int(available_mb * TRIAL_MEMORY_SHARE) // slots)
+
+
+class InProcessExecutor:
+    """Runs each trial synchronously in this process, on one slot, its memory growth capped
+    (`memory_limit_mb`, by default `trial_memory_limit_mb`)."""
+
+    runs_in_process = True
+
+    def __init__(self, memory_limit_mb: int | None = None) -> None:
         from workers.actor import TrialWorker
 
-        self._worker: TrialWorker = TrialWorker()
+        limit = memory_limit_mb or trial_memory_limit_mb(1)
+        self._worker: TrialWorker = TrialWorker(memory_limit_mb=limit)
         self._done: deque[TrialResult] = deque()
 
     @property
@@ -140,6 +167,8 @@ class RayExecutor:
     stopped by killing its actor; the slot gets a fresh actor, as it does after an
     out-of-memory outcome.
     """
+
+    runs_in_process = False
 
     def __init__(
         self,

@@ -29,9 +29,12 @@ class Owner:
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
+    # whether its trials run inside its own process (they die with it)
+    in_process: bool = False
 
     def record(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "seen": time.time()}
+        seen = time.time()
+        return {"host": self.host, "pid": self.pid, "seen": seen, "in_process": self.in_process}
 
 
 def owner_is_dead(record: dict[str, Any] | None, stale_after_s: float) -> bool:

@@ -1,6 +1,7 @@
 """Trials of dead coordinators: Optuna's heartbeat does not cover ask/tell, so a running
 trial whose coordinator stopped beating (`autotune.leases`) is told as lost and its
-configuration enqueued again, a bounded number of times."""
+configuration enqueued again, a bounded number of times; one that ran inside the dead
+coordinator's process is told `oom` and not run again (it most likely killed it)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ if TYPE_CHECKING:
 # A trial lost to a dead worker or coordinator runs at most this many times in all.
 MAX_ATTEMPTS = 3
 LOST_REASON = "its coordinator stopped before the trial finished"
+# A trial that ran inside its coordinator's process when that process died most likely
+# killed it (the kernel's out-of-memory killer, or a crash in a runtime): it is not run again.
+KILLED_REASON = (
+    "the tuning process died while this trial ran inside it (most likely killed for its "
+    "memory); not run again"
+)
 
 
 @dataclass
@@ -43,6 +50,9 @@ class Reaper:
                 if record.number in mine:
                     continue
                 spec = self.spec_for(record)
+                if record.died_in_process:
+                    self.teller.tell(record, spec, TrialResult.for_spec(spec, "oom", KILLED_REASON))
+                    continue
                 self.teller.tell(record, spec, TrialResult.for_spec(spec, "lost", LOST_REASON))
                 if record.attempt + 1 < MAX_ATTEMPTS:
                     marks = TrialMarks(

@@ -419,6 +419,8 @@ class ReplayExecutor:
     table, also for specs that carry a `known_accuracy`: the table is the truth.
     """
 
+    runs_in_process = False
+
     def __init__(self, table: ReplayTable, slots: int = 1) -> None:
         if slots < 1:
             raise AutotuneError(f"slots must be >= 1, got {slots}")

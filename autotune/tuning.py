@@ -13,7 +13,7 @@ from autotune.budget import Budget
 from autotune.contract import ModelInfo, Workload
 from autotune.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
 from autotune.errors import RequestError
-from autotune.executors import Executor, InProcessExecutor, RayExecutor
+from autotune.executors import Executor, InProcessExecutor, RayExecutor, trial_memory_limit_mb
 from autotune.hardware import HardwareProfile, probe
 from autotune.leases import schema_lock
 from autotune.metrics import OBJECTIVES
@@ -83,7 +83,10 @@ def make_executor(options: TuneOptions) -> Executor:
     if options.executor == "inprocess":
         return InProcessExecutor()
     if options.executor == "ray":
-        return RayExecutor(options.workers, options.ray_address)
+        # On this machine each slot's actor gets its share of the memory available now; a
+        # cluster's nodes are not this machine's to share out.
+        limit = None if options.ray_address else trial_memory_limit_mb(options.workers)
+        return RayExecutor(options.workers, options.ray_address, memory_limit_mb=limit)
     raise RequestError("executor", "must be 'ray' or 'inprocess'", options.executor)
 
 

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from autotune.contract import Provenance, TrialMetrics, TrialResult, TrialSpec, variant_key
+from autotune.pareto import Candidate
 from autotune.results.optuna_store import opened_store, producible
 from autotune.space import EffectiveSpace
 from autotune.strategies import Answer
@@ -85,14 +86,14 @@ class WarmStart:
 
 
 def load_warm_start(study_name: str, storage: str) -> WarmStart:
-    """The feasible front (its previously chosen configuration first, then by trial number)
-    and every measured trial of a stored study."""
+    """The previously chosen configuration, then the rest of the feasible front by trial
+    number, and every measured trial of a stored study."""
     with opened_store(study_name, storage, "warm_start") as store:
         report = store.revalidation_report() or {}
         measured = store.completed()
         front = store.front()
     chosen = report.get("chosen")
-    front.sort(key=lambda c: (c.trial_number != chosen, c.trial_number))
+    chosen_config = next((dict(r.config) for r in measured if r.number == chosen), None)
     trials = [
         PreviousTrial(
             number=r.number,
@@ -102,7 +103,20 @@ def load_warm_start(study_name: str, storage: str) -> WarmStart:
         )
         for r in measured
     ]
-    return WarmStart(study_name, [c.config for c in front], trials)
+    return WarmStart(study_name, selection_order(front, chosen, chosen_config), trials)
+
+
+def selection_order(
+    front: list[Candidate], chosen: int | None, chosen_config: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The previous choice (trial `chosen`, configuration `chosen_config`) first, then the
+    front by trial number. The unmodified model is the choice where no finalist beat it, and
+    it may be off the front."""
+    ordered = sorted(front, key=lambda c: (c.trial_number != chosen, c.trial_number))
+    configs = [c.config for c in ordered]
+    if chosen_config is not None and chosen_config not in configs:
+        configs.insert(0, chosen_config)
+    return configs
 
 
 def _agrees(provenance: dict[str, Any], expected: dict[str, Any]) -> bool:

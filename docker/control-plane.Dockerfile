@@ -32,7 +32,7 @@ WORKDIR /app
 # basic-auth server. Then the project itself.
 COPY pyproject.toml README.md /app/
 COPY docker/constraints.txt /app/docker/constraints.txt
-RUN pip install -c docker/constraints.txt ".[cpu]" "torch==${TORCH_VERSION}+cpu" "mlflow[auth]" \
+RUN pip install -c docker/constraints.txt ".[cpu,hf]" "torch==${TORCH_VERSION}+cpu" "mlflow[auth]" \
     && python -c "import torch; assert not torch.version.cuda, torch.version.cuda"
 COPY . /app
 RUN pip install --no-deps --force-reinstall . && autotune --help > /dev/null

@@ -51,7 +51,7 @@ WORKDIR /app
 # both install the same module), nvidia-ml-py for NVML energy and torchao for fp8.
 COPY pyproject.toml README.md /app/
 COPY docker/constraints.txt /app/docker/constraints.txt
-RUN pip install -c docker/constraints.txt ".[gpu]" "torch==${TORCH_VERSION}" \
+RUN pip install -c docker/constraints.txt ".[gpu,hf]" "torch==${TORCH_VERSION}" \
     && python -c "import torch; assert torch.version.cuda, 'torch has no CUDA'" \
     && python -c "import onnxruntime; assert onnxruntime.get_device() == 'GPU'"
 COPY . /app

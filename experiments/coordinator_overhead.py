@@ -90,6 +90,7 @@ class TableExecutor:
     """Answers each trial at once from `answer`."""
 
     slots = 1
+    runs_in_process = False
 
     def __init__(self) -> None:
         self._done: deque[TrialResult] = deque()

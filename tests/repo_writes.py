@@ -10,7 +10,16 @@ from pathlib import Path
 # Tool state that is not the tests' doing: the virtualenv, bytecode, linters' and pytest's
 # caches, the editable install's metadata, version control.
 SKIPPED_DIRS = frozenset(
-    {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+    {
+        ".git",
+        ".venv",
+        "venv",
+        "__pycache__",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".import_linter_cache",
+    }
 )
 SKIPPED_SUFFIXES = (".egg-info",)
 # Caches the code keeps in the repository on purpose (gitignored): the digits example's

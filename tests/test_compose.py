@@ -626,7 +626,7 @@ def test_control_plane_installs_cpu_torch_only() -> None:
     )
     first_torch = run.index("torch==")
     assert '--index-url "${TORCH_CPU_INDEX}" "torch==${TORCH_VERSION}+cpu"' in run
-    assert run.index("--index-url") < first_torch < run.index('".[cpu]"')
+    assert run.index("--index-url") < first_torch < run.index('".[cpu,hf]"')
     assert "[gpu]" not in run and "onnxruntime-gpu" not in run
     assert '"mlflow[auth]"' in run  # Flask-WTF, which the basic-auth server needs
     assert arg_default(CONTROL_PLANE_DOCKERFILE, "PYTHON_IMAGE").startswith("python:3.11")
@@ -637,7 +637,7 @@ def test_gpu_worker_installs_cuda_builds() -> None:
     run = runs(GPU_WORKER_DOCKERFILE)
     assert arg_default(GPU_WORKER_DOCKERFILE, "CUDA_IMAGE").startswith("nvidia/cuda:")
     assert "runtime" in arg_default(GPU_WORKER_DOCKERFILE, "CUDA_IMAGE")
-    assert '".[gpu]"' in run and "[cpu]" not in run and "+cpu" not in run
+    assert '".[gpu,hf]"' in run and "[cpu]" not in run and "+cpu" not in run
     assert "whl/cpu" not in GPU_WORKER_DOCKERFILE.read_text()
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
         "optional-dependencies"

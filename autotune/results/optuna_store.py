@@ -357,11 +357,13 @@ class OptunaStore:
             k.removeprefix(OWNER_PREFIX): v for k, v in attrs.items() if k.startswith(OWNER_PREFIX)
         }
         running = retrying(self.study.get_trials, deepcopy=False, states=_states("running"))
-        return [
-            record_of(t)
-            for t in running
-            if owner_is_dead(owners.get(t.system_attrs.get(TRIAL_OWNER_KEY, "")), stale_after_s)
-        ]
+        lost = []
+        for trial in running:
+            owner = owners.get(trial.system_attrs.get(TRIAL_OWNER_KEY, ""))
+            if owner_is_dead(owner, stale_after_s):
+                in_process = bool(owner is not None and owner.get("in_process"))
+                lost.append(record_of(trial).model_copy(update={"died_in_process": in_process}))
+        return lost
 
 
 @contextmanager

@@ -55,6 +55,10 @@ class TrialRecord(Strict):
     measured: bool = Field(default=False, description="an executor ran it (costs device time)")
     values: list[float] | None = Field(default=None, description="its objectives' values")
     owner: str | None = Field(default=None, description="the coordinator that asked for it")
+    died_in_process: bool = Field(
+        default=False,
+        description="lost with a dead coordinator that ran it inside its own process",
+    )
     ended_at: datetime | None = None
 
     @property

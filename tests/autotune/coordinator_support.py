@@ -155,6 +155,8 @@ class ScriptedExecutor:
     `wait`: the oldest submitted, or with `newest_first` the newest (results out of order
     across slots). `on_submit` sees each spec after it is submitted."""
 
+    runs_in_process = False
+
     def __init__(
         self,
         reply: Reply = measured,

@@ -12,7 +12,7 @@ from autotune.contract import TrialMetrics, TrialSpec, TrialStatus, variant_key
 from autotune.errors import AutotuneError
 from autotune.leases import Owner
 from autotune.metrics import OBJECTIVES, with_accuracy_drop
-from autotune.reaping import MAX_ATTEMPTS
+from autotune.reaping import KILLED_REASON, MAX_ATTEMPTS
 from autotune.results import Outcome, TrialMarks
 from autotune.strategies.autotune import ACCURACY_VIOLATION, UNSUPPORTED_LIKE
 from tests.autotune.coordinator_support import (
@@ -26,6 +26,7 @@ from tests.autotune.coordinator_support import (
     measured,
     table_metrics,
 )
+from tests.autotune.test_result_store_conformance import dead_pid
 
 EIGHT = config_with(batch__size=8)
 INT8 = config_with(precision__mode="int8_static")
@@ -163,6 +164,20 @@ def test_a_trial_lost_on_every_attempt_fails_and_does_not_count() -> None:
     assert (records[1].state, records[1].status) == ("failed", "lost")
     assert records[1].attempt == MAX_ATTEMPTS - 1
     assert len(records) == 4 and rig.store.counted() == 3
+
+
+def test_a_trial_that_died_with_an_in_process_coordinator_is_oom_and_not_run_again() -> None:
+    first = make_rig(trials=4)
+    first.search()
+    killed = Owner(pid=dead_pid(), in_process=True)  # the tuning the trial took down
+    first.store.beat(killed)
+    running = first.store.create(first.coordinator.tuning.space, EIGHT, TrialMarks(), killed)
+    resumed = make_rig(store=first.store, trials=6)
+    resumed.search()
+    record = resumed.records()[running.number]
+    assert (record.state, record.status, record.reason) == ("pruned", "oom", KILLED_REASON)
+    assert running.number not in {s.trial_number for s in resumed.executor.submitted}
+    assert all(r.marks.retry_of != running.number for r in resumed.records())
 
 
 # -- answers without measuring -----------------------------------------------------------

@@ -1,10 +1,11 @@
-"""Failure outcomes produced by real causes on a real Ray executor."""
+"""Failure outcomes produced by real causes on a real Ray executor, and in process."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from autotune.contract import (
@@ -17,7 +18,7 @@ from autotune.contract import (
     Workload,
 )
 from autotune.errors import AutotuneError
-from autotune.executors import RayExecutor
+from autotune.executors import InProcessExecutor, RayExecutor, trial_memory_limit_mb
 from autotune.tuning import TuneOptions, run_tune
 from tests.autotune.dying_workers import dying_worker
 from tests.conftest import FAST_MEASUREMENT, REPO, stored_trials
@@ -101,6 +102,26 @@ def test_a_worker_killed_while_starting_is_replaced_and_the_study_goes_on(
     assert {t.state for t in trials.values()} == {"complete"}
     assert trials[0].marks.baseline and trials[0].attempt == 1
     assert all(trials[n].attempt == 0 for n in trials if n != 0)
+
+
+def test_an_in_process_batch_past_the_memory_cap_is_oom_and_the_tuning_survives() -> None:
+    """In-process, a trial that would take the tuning's own process down ends as `oom`."""
+    executor = InProcessExecutor(memory_limit_mb=256)
+    hog = workload("tests.autotune.misbehaving_models:memory_hog")
+    executor.submit(spec(0, hog, {"batch.size": 512}))  # 512 MiB inside the forward
+    (result,) = executor.wait()
+    assert result.status == "oom", result.reason
+    executor.submit(spec(1, hog, {"batch.size": 2}))
+    (result,) = executor.wait()
+    assert result.status == "ok", result.reason
+    executor.close()
+
+
+def test_the_in_process_executor_caps_trials_at_a_share_of_the_memory_available() -> None:
+    limit = trial_memory_limit_mb(1)
+    assert limit is not None and 0 < limit <= psutil.virtual_memory().available / 2**20
+    assert trial_memory_limit_mb(4) == pytest.approx(limit / 4, abs=2)
+    assert InProcessExecutor()._worker.memory_limit_mb == pytest.approx(limit, rel=0.1)
 
 
 @pytest.fixture(scope="module")

@@ -53,6 +53,13 @@ def test_defaults_fill_a_minimal_request() -> None:
         ({"selection": {"strategy": "weighted"}}, "selection", "weights"),
         ({"metric": {"kind": "custom"}}, "metric", "entry_point"),
         ({"measurement": {"min_iters": 100, "max_iters": 10}}, "measurement", "max_iters"),
+        ({"model": {"hf": "dir"}}, "model", "'task' is required with 'hf'"),
+        ({"model": {"hf": "dir", "task": "translation"}}, "model.task", "'feature-extraction'"),
+        ({"model": {"onnx": "m.onnx", "task": "text-classification"}}, "model", "only with it"),
+        ({"data": {"text": "t.txt", "npz": "d.npz"}}, "data", "exactly one"),
+        ({"data": {"npz": "d.npz", "sequence_length": 32}}, "data", "together with 'text'"),
+        ({"data": {"npz": "d.npz", "labels": "l.txt"}}, "data", "'text' or 'images'"),
+        ({"data": {"text": "t.txt", "sequence_length": 0}}, "data.sequence_length", "greater"),
     ],
 )
 def test_bad_input_names_field_rule_and_value(patch: dict, field: str, rule_fragment: str) -> None:
@@ -186,6 +193,44 @@ def test_workload_resolves_weights_and_refuses_an_unresolved_registered_model(
         with pytest.raises(RequestError) as info:
             request.workload(tmp_path)
         assert (info.value.field, info.value.value) == ("model.registered", uri)
+
+
+@pytest.mark.parametrize(
+    ("task", "labels", "metric"),
+    [
+        ("feature-extraction", None, "fidelity"),
+        ("text-classification", "labels.txt", "accuracy"),
+        ("text-classification", None, "agreement"),
+        ("image-classification", None, "agreement"),
+    ],
+)
+def test_a_hugging_face_model_is_judged_as_its_task_suggests(
+    task: str, labels: str | None, metric: str
+) -> None:
+    data = {"text": "lines.txt", "labels": labels} if labels else {"text": "lines.txt"}
+    request = parse_request({**VALID, "model": {"hf": "model", "task": task}, "data": data})
+    assert request.metric.kind == metric
+    given = parse_request({**VALID, "model": {"hf": "m", "task": task}, "data": data,
+                           "metric": {"kind": "fidelity"}})  # fmt: skip
+    assert given.metric.kind == "fidelity"
+
+
+def test_workload_resolves_hf_directories_and_text_data(tmp_path: Path) -> None:
+    request = parse_request(
+        {
+            **VALID,
+            "model": {"hf": "models/minilm", "task": "feature-extraction"},
+            "data": {"text": "lines.txt", "labels": "/abs/labels.txt", "sequence_length": 32},
+        }
+    )
+    workload = request.workload(tmp_path)
+    assert workload.model.hf == str(tmp_path / "models/minilm")
+    assert workload.model.task == "feature-extraction"
+    assert (workload.data.text, workload.data.labels) == (
+        str(tmp_path / "lines.txt"),
+        "/abs/labels.txt",
+    )
+    assert workload.data.sequence_length == 32
 
 
 @pytest.mark.parametrize(

@@ -397,6 +397,15 @@ def test_lost_finds_the_running_trials_of_dead_owners(store: OptunaStore) -> Non
     assert next(r for r in lost if r.number == theirs.number).marks.baseline
     assert mine.number not in {r.number for r in store.lost(stale_after_s=3600.0)}
     assert mine.number in {r.number for r in store.lost(stale_after_s=-1.0)}  # stale beat
+    assert not any(r.died_in_process for r in lost)
+
+
+def test_a_trial_lost_with_an_in_process_owner_says_so(store: OptunaStore) -> None:
+    dead = Owner(pid=dead_pid(), in_process=True)
+    store.beat(dead)
+    store.create(SPACE, EIGHT, TrialMarks(), dead)
+    [lost] = store.lost(stale_after_s=3600.0)
+    assert lost.died_in_process
 
 
 # -- studies written before records were typed -------------------------------------------

@@ -279,3 +279,32 @@ def test_a_resume_that_measured_nothing_reuses_the_head_to_head(
     validation = {**FAST_VALIDATION, "remeasure_on_resume": True}
     run_tune(write_request(budget={"trials": 3}, validation=validation), INPROCESS)
     assert events == ["compare"]
+
+
+@pytest.mark.slow
+def test_a_hugging_face_directory_is_tuned_end_to_end(write_request, tmp_path: Path) -> None:
+    """A tiny transformers encoder saved to a directory, judged on text lines its tokenizer
+    prepares: tuned, exported, and loaded back with `autotune.load` as it was measured."""
+    from transformers import AutoTokenizer
+
+    import autotune
+    from tests.workers.hf_models import SENTENCES, bert_directory, text_file
+
+    model = bert_directory(tmp_path / "encoder")
+    lines = text_file(tmp_path / "lines.txt")
+    request = write_request(
+        name="hf-test",
+        model={"hf": "encoder", "task": "feature-extraction"},
+        data={"text": "lines.txt", "sequence_length": 16},
+        constraints={"max_accuracy_drop": 0.05},
+        budget={"trials": 4},
+    )
+    outcome, written = run_tune(request, INPROCESS)
+    tuned = yaml.safe_load(written.read_text())
+    assert tuned["baseline"]["accuracy"] == pytest.approx(1.0)  # fidelity, the task's default
+    assert tuned["metrics"]["accuracy_drop"] <= 0.05
+    assert len(outcome.front) >= 1
+    tokens = AutoTokenizer.from_pretrained(str(model))(
+        lines.read_text().splitlines(), padding="max_length", max_length=16, return_tensors="np"
+    )["input_ids"]
+    assert autotune.load(written).predict(tokens).shape == (len(SENTENCES), 32)

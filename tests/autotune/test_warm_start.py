@@ -26,7 +26,7 @@ from autotune.results import TrialRecord
 from autotune.space import effective_space, load_space, resolve_space_path
 from autotune.tracking import PARENT_TAG, TRIAL_TAG, MlflowTracker, compare_tuned
 from autotune.tuning import TuneOptions, run_tune
-from autotune.warm_start import PreviousTrial, WarmStart, load_warm_start
+from autotune.warm_start import PreviousTrial, WarmStart, load_warm_start, selection_order
 from tests.conftest import FAST_MEASUREMENT, REPO, digits_request, stored_trials
 
 COLD = "digits-cold"
@@ -232,9 +232,14 @@ def test_changed_hardware_reuses_accuracy_and_measures_latency(
 def test_resumed_retune_does_not_enqueue_the_front_again(
     storage: str, write_request: Any, submitted: list[TrialSpec]
 ) -> None:
-    warm = load_warm_start(COLD, storage)
+    # Three of the cold study's measured configurations as the front, whatever the front this
+    # machine measured: a resume must find work left in it.
+    loaded = load_warm_start(COLD, storage)
+    baseline = stored_trials(storage, COLD)[0].config
+    others = [t.config for t in loaded.trials if t.config != baseline]
+    warm = WarmStart(COLD, others[:3], loaded.trials)
     queue = expected_queue(warm, storage)
-    assert len(queue) >= 2, "the cold study's front is too small to leave work for a resume"
+    assert len(queue) >= 2, "the cold study measured too few configurations"
     retune(write_request, warm, 2)
     retune(write_request, warm, len(queue) + 2)
 
@@ -372,6 +377,19 @@ def _copy_study(storage: str, source: str, target: str, **provenance: Any) -> No
                 system_attrs=trial.system_attrs,
             )
         )
+
+
+def test_the_previous_choice_comes_first_also_where_it_is_off_the_front() -> None:
+    """Where no finalist beat the baseline, the baseline was the choice: off the front, and
+    still first in the warm start's order."""
+    front = [
+        Candidate(5, {"batch.size": 16}, {}, True),
+        Candidate(2, {"batch.size": 4}, {}, True),
+    ]
+    assert selection_order(front, 5, {"batch.size": 16}) == [{"batch.size": 16}, {"batch.size": 4}]
+    assert selection_order(front, None, None) == [{"batch.size": 4}, {"batch.size": 16}]
+    baseline = {"batch.size": 1}
+    assert selection_order(front, 0, baseline) == [baseline, {"batch.size": 4}, {"batch.size": 16}]
 
 
 def test_a_measurement_taken_on_a_busy_machine_is_not_reused() -> None:

