@@ -132,6 +132,13 @@ class MetricRef(Strict):
 
     kind: Literal["accuracy", "fidelity", "agreement", "custom"] = "accuracy"
     entry_point: EntryPoint | None = None
+    output: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="of a model with several outputs, the one judged (by default fidelity "
+        "takes the mean over all of them; accuracy and agreement need one named)",
+    )
 
     @model_validator(mode="after")
     def _entry_point_iff_custom(self) -> MetricRef:

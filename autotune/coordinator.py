@@ -62,6 +62,8 @@ class Coordinator:
     def __post_init__(self) -> None:
         if self.executor.runs_in_process:
             self.owner = replace(self.owner, in_process=True)
+        if not self.tuning.profile.gpus:  # on a GPU, a batch's memory is the device's
+            self.state.oom.budget_mb = self.executor.trial_memory_mb
         self.teller = Teller(
             self.tuning.request,
             self.store,
@@ -236,6 +238,8 @@ class Coordinator:
             return
         if result.status == "oom":
             state.oom.record(spec.config)
+        if result.metrics is not None:
+            state.oom.measured(spec.config, result.metrics.peak_memory_mb)
         if result.metrics is not None:
             state.accuracy.setdefault(result.variant_key, result.metrics.accuracy)
         if record.marks.baseline and state.baseline is None:

@@ -35,6 +35,8 @@ class Executor(Protocol):
     # Whether trials run inside the coordinator's process, so that a trial which kills the
     # process (the kernel's out-of-memory killer, a crash in a runtime) kills the tuning too.
     runs_in_process: bool
+    # How much memory each trial may grow its process by (None: not capped here).
+    trial_memory_mb: int | None
 
     @property
     def slots(self) -> int: ...
@@ -99,8 +101,8 @@ class InProcessExecutor:
     def __init__(self, memory_limit_mb: int | None = None) -> None:
         from workers.actor import TrialWorker
 
-        limit = memory_limit_mb or trial_memory_limit_mb(1)
-        self._worker: TrialWorker = TrialWorker(memory_limit_mb=limit)
+        self.trial_memory_mb = memory_limit_mb or trial_memory_limit_mb(1)
+        self._worker: TrialWorker = TrialWorker(memory_limit_mb=self.trial_memory_mb)
         self._done: deque[TrialResult] = deque()
 
     @property
@@ -195,7 +197,7 @@ class RayExecutor:
         self._actor_cls = ray.remote(num_cpus=cpus_per_slot, num_gpus=gpus_per_slot)(
             _worker_class()
         )
-        self._memory_limit_mb = memory_limit_mb
+        self._memory_limit_mb = self.trial_memory_mb = memory_limit_mb
         # On this machine each slot gets its own cores, so neighbours do not disturb its
         # timings; on a cluster Ray places actors and the nodes' cores are not ours to split.
         self._cpus = _split_cores(workers) if self._owns_ray and not address else [None] * workers

@@ -420,6 +420,7 @@ class ReplayExecutor:
     """
 
     runs_in_process = False
+    trial_memory_mb: int | None = None
 
     def __init__(self, table: ReplayTable, slots: int = 1) -> None:
         if slots < 1:

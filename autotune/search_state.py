@@ -19,20 +19,48 @@ BATCH = "batch.size"
 @dataclass
 class OomLimit:
     """Per model variant, the smallest batch size that ran out of memory: a larger one of the
-    same variant is not run."""
+    same variant is not run. Where a trial's memory growth is capped (`budget_mb`), a batch
+    whose samples alone would outgrow the cap, at the growth per sample measured between two
+    smaller batches of the variant, is not run either."""
 
     smallest: dict[str, int] = field(default_factory=dict)
+    budget_mb: float | None = None
+    # variant -> batch size -> the largest peak resident memory measured for it (MB)
+    peaks: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def record(self, config: dict[str, Any]) -> None:
         key, batch = variant_key(config), _batch(config)
         self.smallest[key] = min(self.smallest.get(key, batch), batch)
 
+    def measured(self, config: dict[str, Any], peak_mb: float) -> None:
+        by_batch = self.peaks.setdefault(variant_key(config), {})
+        batch = _batch(config)
+        by_batch[batch] = max(by_batch.get(batch, 0.0), peak_mb)
+
     def answer(self, spec: TrialSpec) -> Answer | None:
-        limit = self.smallest.get(variant_key(spec.config))
-        if limit is None or _batch(spec.config) < limit:
+        key, batch = variant_key(spec.config), _batch(spec.config)
+        limit = self.smallest.get(key)
+        if limit is not None and batch >= limit:
+            reason = f"not run: batch.size {limit} already ran out of memory for this variant"
+            return Answer(TrialResult.for_spec(spec, "skipped", reason))
+        growth = self.growth_per_sample_mb(key)
+        if self.budget_mb is None or growth is None or growth * batch <= self.budget_mb:
             return None
-        reason = f"not run: batch.size {limit} already ran out of memory for this variant"
+        reason = (
+            f"not run: batch.size {batch} would grow by at least {growth * batch:.0f} MB "
+            f"({growth:.2f} MB a sample, measured between smaller batches of this variant), "
+            f"past the {self.budget_mb:.0f} MB a trial may take"
+        )
         return Answer(TrialResult.for_spec(spec, "skipped", reason))
+
+    def growth_per_sample_mb(self, variant: str) -> float | None:
+        """Memory per sample between the two largest batch sizes measured (None before two)."""
+        by_batch = self.peaks.get(variant, {})
+        if len(by_batch) < 2:
+            return None
+        small, large = sorted(by_batch)[-2:]
+        growth = (by_batch[large] - by_batch[small]) / (large - small)
+        return growth if growth > 0 else None
 
 
 def _batch(config: dict[str, Any]) -> int:
@@ -65,6 +93,8 @@ class SearchState:
         for record in records:
             if record.status == "oom":
                 self.oom.record(record.config)
+            if record.has_metrics and record.measured and record.metrics is not None:
+                self.oom.measured(record.config, float(record.metrics["peak_memory_mb"]))
         self.accuracy = self._comparable_accuracy(records)
 
     def _comparable_accuracy(self, records: list[TrialRecord]) -> dict[str, float]:

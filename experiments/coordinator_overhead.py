@@ -91,6 +91,7 @@ class TableExecutor:
 
     slots = 1
     runs_in_process = False
+    trial_memory_mb: int | None = None
 
     def __init__(self) -> None:
         self._done: deque[TrialResult] = deque()

@@ -174,7 +174,7 @@ def tune(model: UserModel, work: Path, trials: int) -> dict[str, Any]:
     started = time.monotonic()
     command = [str(REPO / ".venv/bin/autotune"), "tune", str(request_file), "--executor",
                "inprocess", "--seed", "0", "--out", str(folder / "tuned.yaml")]  # fmt: skip
-    run = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    run = subprocess.run(command, capture_output=True, text=True, cwd=folder)
     elapsed = time.monotonic() - started
     result: dict[str, Any] = {
         "model": model,

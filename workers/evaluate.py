@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,6 +33,7 @@ class QualityMetric:
 
 def top1_accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
     """Fraction of samples whose highest output (over the last axis) is the label."""
+    _refuse_several("accuracy", outputs)
     if outputs.ndim != 2 or outputs.shape[0] != labels.shape[0]:
         raise ValueError(
             f"top-1 accuracy needs outputs [N, classes] for {labels.shape[0]} labels, "
@@ -43,6 +44,7 @@ def top1_accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
 
 def agreement(outputs: np.ndarray, reference: np.ndarray) -> float:
     """Fraction of samples whose highest output (over the last axis) is the reference's."""
+    _refuse_several("agreement", outputs)
     if outputs.ndim != 2 or outputs.shape != reference.shape:
         raise ValueError(
             f"top-1 agreement needs outputs [N, classes] shaped as the reference "
@@ -52,7 +54,12 @@ def agreement(outputs: np.ndarray, reference: np.ndarray) -> float:
 
 
 def fidelity(outputs: np.ndarray, reference: np.ndarray) -> float:
-    """Mean cosine similarity of each sample's flattened outputs to the reference outputs."""
+    """Mean cosine similarity of each sample's flattened outputs to the reference outputs; for
+    a model with several outputs, the mean over them."""
+    if outputs.dtype.names is not None:
+        return float(
+            np.mean([fidelity(outputs[name], reference[name]) for name in outputs.dtype.names])
+        )
     actual = outputs.reshape(outputs.shape[0], -1).astype(np.float64)
     expected = reference.reshape(reference.shape[0], -1).astype(np.float64)
     norms = np.linalg.norm(actual, axis=1) * np.linalg.norm(expected, axis=1)
@@ -62,7 +69,44 @@ def fidelity(outputs: np.ndarray, reference: np.ndarray) -> float:
     return float(np.mean(cosines))
 
 
+def _refuse_several(kind: str, outputs: np.ndarray) -> None:
+    if outputs.dtype.names is not None:
+        raise ValueError(
+            f"the model has several outputs ({', '.join(outputs.dtype.names)}): name the one "
+            f"that {kind} judges as metric.output"
+        )
+
+
 def resolve_metric(ref: MetricRef, python_path: list[str]) -> QualityMetric:
+    metric = _resolve_kind(ref, python_path)
+    if ref.output is None:
+        return metric
+    return replace(metric, score=_of_output(metric.score, ref.output))
+
+
+def _of_output(score: Score, name: str) -> Score:
+    """`score` applied to the model's output `name` (of several; a model with one output has
+    only that one)."""
+
+    def picked(outputs: np.ndarray) -> np.ndarray:
+        names = outputs.dtype.names
+        if names is None:
+            return outputs
+        if name not in names:
+            raise ValueError(
+                f"metric.output {name!r} is not an output of the model ({', '.join(names)})"
+            )
+        return outputs[name]
+
+    def scored(
+        outputs: np.ndarray, labels: np.ndarray | None, reference: np.ndarray | None
+    ) -> float:
+        return score(picked(outputs), labels, None if reference is None else picked(reference))
+
+    return scored
+
+
+def _resolve_kind(ref: MetricRef, python_path: list[str]) -> QualityMetric:
     if ref.kind == "accuracy":
         return QualityMetric("accuracy", True, False, _score_accuracy)
     if ref.kind == "fidelity":

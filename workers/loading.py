@@ -20,6 +20,7 @@ import numpy as np
 
 from autotune.contract import DataRef, ModelRef
 from autotune.errors import RequestError
+from workers.feeds import pack
 from workers.onnx_normalize import normalize_onnx
 
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ LoadedModel = TorchModel | OnnxModel
 
 @dataclass(frozen=True)
 class EvalData:
-    """Evaluation inputs (first axis = samples) and optional labels of the same length."""
+    """Evaluation inputs (first axis = samples; for a model with several inputs a structured
+    array with a field per input, `workers.feeds`) and optional labels of the same length."""
 
     inputs: np.ndarray
     labels: np.ndarray | None
@@ -303,16 +305,24 @@ def _read_npz(path: str) -> tuple[Any, Any]:
         raise RequestError("data.npz", "file must exist", path)
     try:
         with np.load(path, allow_pickle=False) as archive:
-            if "inputs" not in archive.files:
-                raise RequestError("data.npz", "must hold an array named 'inputs'", archive.files)
             labels = archive["labels"] if "labels" in archive.files else None
-            return archive["inputs"], labels
-    except RequestError:
-        raise
+            if "inputs" in archive.files:
+                return archive["inputs"], labels
+            named = {name: archive[name] for name in archive.files if name != "labels"}
     except Exception as error:
         raise RequestError(
             "data.npz", f"must be a readable .npz without pickled objects ({error})", path
         ) from error
+    if not named:
+        raise RequestError(
+            "data.npz",
+            "must hold an array named 'inputs', or one array per model input named like it",
+            path,
+        )
+    try:
+        return pack(named), labels
+    except ValueError as error:
+        raise RequestError("data.npz", str(error), sorted(named)) from error
 
 
 def _call_data_entry_point(entry_point: str, python_path: list[str]) -> tuple[Any, Any]:
@@ -325,9 +335,16 @@ def _call_data_entry_point(entry_point: str, python_path: list[str]) -> tuple[An
 
 
 def _checked_data(inputs: Any, labels: Any, field: str) -> EvalData:
+    if isinstance(inputs, dict) and all(isinstance(a, np.ndarray) for a in inputs.values()):
+        try:
+            inputs = pack(inputs)  # one array per model input, by name
+        except ValueError as error:
+            raise RequestError(field, str(error), sorted(inputs)) from error
     if not isinstance(inputs, np.ndarray) or inputs.ndim < 1:
         raise RequestError(
-            field, "inputs must be a numpy array with a sample axis", type(inputs).__name__
+            field,
+            "inputs must be a numpy array with a sample axis, or a dict of them by input name",
+            type(inputs).__name__,
         )
     if labels is not None and (not isinstance(labels, np.ndarray) or labels.ndim < 1):
         raise RequestError(field, "labels must be a numpy array or None", type(labels).__name__)

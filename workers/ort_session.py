@@ -1,10 +1,14 @@
-"""The onnxruntime session: a provider list, a graph optimization level, one input."""
+"""The onnxruntime session: a provider list, a graph optimization level, the model's inputs
+fed by name (`workers.feeds`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 from autotune.errors import Unsupported
+from workers.feeds import InputSpec, feed, packed_outputs
 
 # ORT provider lists, most preferred first; the first one is the one the trial asks for.
 ORT_PROVIDERS: dict[str, tuple[str, ...]] = {
@@ -39,8 +43,8 @@ _ORT_INPUT_TYPES = {
 
 class OnnxRuntimeSession:
     """An onnxruntime session with a provider list and a graph optimization level; returns the
-    model's first output. Refuses (`Unsupported`) a provider that is not available or that the
-    session silently replaced by a fallback."""
+    model's output (several as one structured array, `workers.feeds`). Refuses (`Unsupported`)
+    a provider that is not available or that the session silently replaced by a fallback."""
 
     def __init__(
         self, model_bytes: bytes, threads: int, provider: str = "cpu", graph_opt: str = "all"
@@ -68,16 +72,20 @@ class OnnxRuntimeSession:
                 f"runtime.provider={provider}: onnxruntime could not start {providers[0]} and "
                 f"fell back to {', '.join(self.providers)}"
             )
-        inputs = self._session.get_inputs()
-        if len(inputs) != 1:
-            raise Unsupported(f"the model takes {len(inputs)} inputs; autotune feeds exactly one")
-        self._input_name = inputs[0].name
-        self._input_dtype = _ORT_INPUT_TYPES.get(inputs[0].type)
-        if self._input_dtype is None:
-            raise Unsupported(f"the model's input type {inputs[0].type} is not supported")
-        leading = inputs[0].shape[0] if inputs[0].shape else None
-        self.fixed_batch: int | None = leading if isinstance(leading, int) else None
+        self.inputs = [_input_spec(port) for port in self._session.get_inputs()]
+        self.output_names = [port.name for port in self._session.get_outputs()]
+        self.fixed_batch: int | None = self.inputs[0].fixed_batch
 
     def run(self, batch: np.ndarray) -> np.ndarray:
-        feed = {self._input_name: batch.astype(self._input_dtype, copy=False)}
-        return np.asarray(self._session.run(None, feed)[0])
+        outputs = self._session.run(None, feed(batch, self.inputs))
+        return packed_outputs(self.output_names, outputs)
+
+
+def _input_spec(port: Any) -> InputSpec:
+    dtype = _ORT_INPUT_TYPES.get(port.type)
+    if dtype is None:
+        raise Unsupported(f"the model's input '{port.name}' has type {port.type}, not supported")
+    shape = (
+        None if port.shape is None else tuple(d if isinstance(d, int) else None for d in port.shape)
+    )
+    return InputSpec(port.name, dtype, shape)

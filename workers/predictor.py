@@ -3,13 +3,14 @@ engine, precision, threads and engine options, fed in batches of the measured si
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import numpy as np
 
 from workers.config import TrialConfig
 from workers.evaluate import run_all
+from workers.feeds import pack
 from workers.runner import load_artifact
 from workers.runtimes import Session, close_session
 
@@ -23,9 +24,12 @@ class Predictor:
     def batch_size(self) -> int:
         return self.config.batch_size
 
-    def predict(self, inputs: np.ndarray) -> np.ndarray:
-        """The model's (first) output for every input, in order."""
-        return run_all(self.session, np.asarray(inputs), self.batch_size)
+    def predict(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
+        """The model's output for every input, in order: `inputs` is one array, or for a model
+        with several inputs a dict of arrays by input name; several outputs come back as one
+        structured array with a field per output."""
+        batch = pack(inputs) if isinstance(inputs, Mapping) else np.asarray(inputs)
+        return run_all(self.session, batch, self.batch_size)
 
     def close(self) -> None:
         close_session(self.session)

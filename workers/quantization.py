@@ -18,6 +18,7 @@ import numpy as np
 
 from autotune.errors import Unsupported
 from workers.config import TrialConfig
+from workers.feeds import InputSpec, feed
 from workers.variants import TorchVariant
 
 if TYPE_CHECKING:
@@ -174,17 +175,10 @@ def calibration_subset(inputs: np.ndarray, limit: int = CALIBRATION_SAMPLES) -> 
 def calibration_reader(model: onnx.ModelProto, samples: np.ndarray) -> Any:
     """An onnxruntime CalibrationDataReader feeding `samples` in batches of the model's fixed
     batch size (an incomplete last batch left out) or of CALIBRATION_BATCH."""
-    from onnx import helper
     from onnxruntime.quantization import CalibrationDataReader
 
-    graph_inputs = _graph_inputs(model)
-    if len(graph_inputs) != 1:
-        raise Unsupported(f"the model takes {len(graph_inputs)} inputs; autotune feeds exactly one")
-    (graph_input,) = graph_inputs
-    tensor_type = graph_input.type.tensor_type
-    dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-    leading = tensor_type.shape.dim[0] if tensor_type.shape.dim else None
-    fixed = leading.dim_value if leading is not None and leading.HasField("dim_value") else None
+    inputs = [_input_spec(value) for value in _graph_inputs(model)]
+    fixed = inputs[0].fixed_batch
     size = fixed or CALIBRATION_BATCH
     if len(samples) < size:
         raise Unsupported(
@@ -192,10 +186,7 @@ def calibration_reader(model: onnx.ModelProto, samples: np.ndarray) -> Any:
             f"batch of {size}"
         )
     stop = len(samples) - len(samples) % size if fixed else len(samples)
-    batches = [
-        {graph_input.name: samples[start : start + size].astype(dtype, copy=False)}
-        for start in range(0, stop, size)
-    ]
+    batches = [feed(samples[start : start + size], inputs) for start in range(0, stop, size)]
 
     class Batches(CalibrationDataReader):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -205,6 +196,17 @@ def calibration_reader(model: onnx.ModelProto, samples: np.ndarray) -> Any:
             return next(self._batches, None)
 
     return Batches()
+
+
+def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
+    from onnx import helper
+
+    tensor_type = value.type.tensor_type
+    dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).type
+    if not tensor_type.HasField("shape"):
+        return InputSpec(value.name, dtype, None)
+    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+    return InputSpec(value.name, dtype, dims)
 
 
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

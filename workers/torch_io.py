@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from autotune.errors import Unsupported
+
 if TYPE_CHECKING:
     import torch
 
@@ -36,6 +38,12 @@ def torch_inputs(
 ) -> torch.Tensor:
     import torch
 
+    if batch.dtype.names is not None:
+        names = ", ".join(batch.dtype.names)
+        raise Unsupported(
+            f"a torch model takes one input array ('inputs' in an .npz); the data holds named "
+            f"arrays ({names}), which feed the inputs of an ONNX model by name"
+        )
     inputs = torch.from_numpy(batch)
     if dtype is not None and inputs.is_floating_point():
         return inputs.to(device=device, dtype=dtype)

@@ -156,6 +156,7 @@ class ScriptedExecutor:
     across slots). `on_submit` sees each spec after it is submitted."""
 
     runs_in_process = False
+    trial_memory_mb: int | None = None
 
     def __init__(
         self,

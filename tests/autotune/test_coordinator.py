@@ -198,6 +198,39 @@ def test_an_oom_skips_larger_batches_of_its_variant() -> None:
     assert rig.store.counted() == 4
 
 
+def test_a_batch_that_would_outgrow_the_trials_memory_is_not_run() -> None:
+    """10 MB a sample measured between batch 1 and 8: batch 64 needs at least 640 MB, past
+    the 500 MB a trial may take; a variant without two measured batches is run."""
+
+    def growing(spec: TrialSpec) -> TrialMetrics:
+        batch = int(spec.config.get("batch.size", 1))
+        return table_metrics(spec.config).model_copy(update={"peak_memory_mb": 100.0 + 10 * batch})
+
+    sixty_four = config_with(batch__size=64)
+    int8_at_64 = config_with(batch__size=64, precision__mode="int8_static")
+    executor = ScriptedExecutor(growing)
+    executor.trial_memory_mb = 500
+    rig = make_rig(executor=executor, trials=4)
+    rig.queue(EIGHT, sixty_four, int8_at_64)
+    rig.search()
+    assert rig.executor.measured_configs() == [BASELINE, EIGHT, int8_at_64]
+    skipped = rig.records()[2]
+    assert (skipped.config, skipped.status, skipped.measured) == (sixty_four, "skipped", False)
+    assert skipped.reason is not None and "at least 640 MB" in skipped.reason
+    assert "500 MB" in skipped.reason
+
+
+def test_without_a_memory_cap_no_batch_is_predicted_out() -> None:
+    def growing(spec: TrialSpec) -> TrialMetrics:
+        batch = int(spec.config.get("batch.size", 1))
+        return table_metrics(spec.config).model_copy(update={"peak_memory_mb": 100.0 + 10 * batch})
+
+    rig = make_rig(executor=ScriptedExecutor(growing), trials=3)
+    rig.queue(EIGHT, config_with(batch__size=64))
+    rig.search()
+    assert len(rig.executor.measured_configs()) == 3
+
+
 def test_a_repeat_of_a_finished_trial_is_answered_from_it() -> None:
     rig = make_rig("autotune", trials=3)
     rig.queue(EIGHT, EIGHT)

@@ -147,9 +147,15 @@ def test_missing_npz(tmp_path: Path) -> None:
 
 
 def test_npz_without_inputs(tmp_path: Path) -> None:
+    """A torch model takes the array named 'inputs'; named arrays are an ONNX model's inputs."""
     np.savez(tmp_path / "d.npz", images=np.zeros((3, 1, 8, 8)))
+    workload = digits_workload(
+        data=DataRef(npz=str(tmp_path / "d.npz")), metric=MetricRef(kind="fidelity")
+    )
+    assert_rejected(workload, "data.npz", "'inputs'")
+    np.savez(tmp_path / "labels-only.npz", labels=np.zeros(3))
     assert_rejected(
-        digits_workload(data=DataRef(npz=str(tmp_path / "d.npz"))), "data.npz", "'inputs'"
+        digits_workload(data=DataRef(npz=str(tmp_path / "labels-only.npz"))), "data.npz", "'inputs'"
     )
 
 

@@ -12,6 +12,7 @@ import torch
 from autotune.contract import ConfigValue
 from autotune.errors import Unsupported
 from workers.config import parse_config
+from workers.feeds import pack
 from workers.knobs import ENGINES, Target
 from workers.knobs.openvino import OpenVinoSession
 from workers.ort_session import OnnxRuntimeSession
@@ -123,9 +124,12 @@ def _onnx_model(input_shapes: list[list[int]]) -> bytes:
     return model.SerializeToString()
 
 
-def test_a_two_input_model_is_refused() -> None:
-    with pytest.raises(Unsupported, match="2 inputs"):
-        OpenVinoSession(_onnx_model([[3, 4], [3, 4]]), 1, "fp32", "latency", 1)
+def test_a_two_input_model_takes_its_inputs_by_name() -> None:
+    session = OpenVinoSession(_onnx_model([[3, 4], [3, 4]]), 1, "fp32", "latency", 1)
+    with pytest.raises(Unsupported, match="takes 2 inputs"):
+        session.run(np.zeros((3, 4), np.float32))
+    x0, x1 = np.ones((3, 4)), np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(session.run(pack({"x1": x1, "x0": x0})), x0 + x1)
 
 
 def test_a_static_batch_is_reported_and_inputs_are_cast() -> None:

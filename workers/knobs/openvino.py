@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autotune.errors import Unsupported
+from workers.feeds import InputSpec, feed, packed_outputs
 from workers.knobs.base import DEVICE_KEY, Engine, Option, Target, register
 from workers.knobs.engines import foreign_setting, onnx_bytes_of
 
@@ -103,7 +104,8 @@ def _has_cpu_device() -> bool:
 
 class OpenVinoSession:
     """An ONNX model compiled by OpenVINO for the CPU with explicit threads, precision,
-    performance hint and streams; returns the model's first output. `applied` holds the
+    performance hint and streams; returns the model's output (several as one structured
+    array, `workers.feeds`). `applied` holds the
     properties read back from the compiled model; any that differs from what was asked is
     refused (`Unsupported`)."""
 
@@ -123,10 +125,6 @@ class OpenVinoSession:
             raise Unsupported(f"precision.mode={precision_hint} does not run on openvino")
         core = openvino.Core()
         model = core.read_model(io.BytesIO(model_bytes))
-        if len(model.inputs) != 1:
-            raise Unsupported(
-                f"the model takes {len(model.inputs)} inputs; autotune feeds exactly one"
-            )
         asked = {
             "threads": str(threads),
             "precision": OV_PRECISIONS[precision_hint],
@@ -150,16 +148,18 @@ class OpenVinoSession:
             "streams": str(self._compiled.get_property(props.num_streams())),
         }
         _refuse_unapplied(asked, self.applied)
-        self._input_dtype = _input_dtype(self._compiled.input(0))
-        self.fixed_batch: int | None = _leading_dim(self._compiled.input(0))
+        self.inputs = [_input_spec(port) for port in self._compiled.inputs]
+        self._outputs = list(self._compiled.outputs)
+        self._output_names = [port.get_any_name() for port in self._outputs]
+        self.fixed_batch: int | None = self.inputs[0].fixed_batch
         self._per_thread = threading.local()
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         request = getattr(self._per_thread, "request", None)
         if request is None:
             request = self._per_thread.request = self._compiled.create_infer_request()
-        results = request.infer({0: batch.astype(self._input_dtype, copy=False)})
-        return np.asarray(results[0])
+        results = request.infer(feed(batch, self.inputs))
+        return packed_outputs(self._output_names, [results[port] for port in self._outputs])
 
 
 # The applied property -> the setting it comes from, for refusals.
@@ -180,16 +180,14 @@ def _refuse_unapplied(asked: dict[str, str], applied: dict[str, str]) -> None:
             )
 
 
-def _input_dtype(port: Any) -> type[np.generic]:
+def _input_spec(port: Any) -> InputSpec:
+    name = port.get_any_name()
     type_name = port.get_element_type().get_type_name()
     dtype = _OV_INPUT_TYPES.get(type_name)
     if dtype is None:
-        raise Unsupported(f"the model's input type {type_name} is not supported")
-    return dtype
-
-
-def _leading_dim(port: Any) -> int | None:
+        raise Unsupported(f"the model's input '{name}' has type {type_name}, not supported")
     shape = port.get_partial_shape()
-    if shape.rank.is_dynamic or len(shape) == 0 or shape[0].is_dynamic:
-        return None
-    return int(shape[0].get_length())
+    if shape.rank.is_dynamic:
+        return InputSpec(name, dtype, None)
+    dims = tuple(None if d.is_dynamic else int(d.get_length()) for d in shape)
+    return InputSpec(name, dtype, dims)
