@@ -184,9 +184,54 @@ def tune(model: UserModel, work: Path, trials: int) -> dict[str, Any]:
     }
     if run.returncode == 0:
         result["tuned"] = yaml.safe_load((folder / "tuned.yaml").read_text())
+        result["reloaded"] = reload_check(folder / "tuned.yaml", request, result["tuned"])
     else:
         result["error"] = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
     return result
+
+
+def reload_check(tuned_file: Path, request: dict[str, Any], tuned: dict[str, Any]) -> str:
+    """The tuned artifact loaded with `autotune.load`, as a user deploys it: its outputs
+    judged against the unmodified model's by the request's metric, and its latency per call
+    at the measured batch size, beside the trial's figures (measured at another time, so
+    shown side by side, not divided)."""
+    import autotune
+    from autotune.contract import DataRef, MetricRef, ModelRef, Workload
+    from workers.evaluate import resolve_metric, run_all, tile_batch
+    from workers.store import WorkloadStore
+
+    workload = Workload(
+        model=ModelRef.model_validate(request["model"]),
+        data=DataRef.model_validate(request["data"]),
+        metric=MetricRef.model_validate(request["metric"]),
+    )
+    loaded = WorkloadStore().get(workload)
+    inputs = loaded.data.inputs
+    reference = run_all(loaded.session_for(loaded.parse({})), inputs)
+    with autotune.load(tuned_file) as model:
+        quality = resolve_metric(workload.metric, []).score(
+            model.predict(inputs), loaded.data.labels, reference
+        )
+        batch = tile_batch(inputs, model.batch_size)
+        p50, p95 = _latency_ms(lambda: model.session.run(batch))
+    trial = tuned["metrics"]
+    return (
+        f"{request['metric']['kind']} {quality:.4f} (trial {trial['accuracy']:.4f}); "
+        f"p50 {p50:.2f} ms, p95 {p95:.2f} ms per call (trial {trial['latency_p50_ms']:.2f} / "
+        f"{trial['latency_p95_ms']:.2f} ms)"
+    )
+
+
+def _latency_ms(call: Callable[[], object], seconds: float = 1.0) -> tuple[float, float]:
+    for _ in range(5):
+        call()
+    times: list[float] = []
+    started = time.perf_counter()
+    while len(times) < 50 or time.perf_counter() - started < seconds:
+        before = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - before) * 1000)
+    return float(np.percentile(times, 50)), float(np.percentile(times, 95))
 
 
 def trial_statuses(folder: Path, study: str) -> tuple[Counter[str], dict[str, str]]:
@@ -225,8 +270,8 @@ def report(results: list[dict[str, Any]], trials: int, out: Path) -> None:
         "at most 0.01 in the model's metric).",
         "",
         "| model | from | metric | trials by status | chosen | headline (head to head "
-        "against the unmodified model) | wall |",
-        "|---|---|---|---|---|---|---|",
+        "against the unmodified model) | reloaded with `autotune.load` | wall |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         model: UserModel = result["model"]
@@ -237,11 +282,13 @@ def report(results: list[dict[str, Any]], trials: int, out: Path) -> None:
             chosen = describe(tuned["config"])
             headline = tuned["headline"]["text"]
             metric = f"{tuned['baseline']['accuracy']:.4f} → {tuned['metrics']['accuracy']:.4f}"
+            reloaded = result["reloaded"]
         else:
             chosen, headline, metric = "—", f"exit {result['exit']}: {result['error']}", "—"
+            reloaded = "—"
         lines.append(
             f"| {model.name} | {model.source} | {metric} | {statuses} | {chosen} | {headline} "
-            f"| {result['seconds']:.0f} s |"
+            f"| {reloaded} | {result['seconds']:.0f} s |"
         )
     lines += ["", "Why the trials that did not measure ended as they did (one reason each):", ""]
     for result in results:

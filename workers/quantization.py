@@ -142,7 +142,7 @@ def quantize_onnx_int8_static(model_bytes: bytes, inputs: np.ndarray) -> bytes:
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    model = onnx.load_model_from_string(model_bytes)
+    model, per_channel = _with_per_channel_qdq(onnx.load_model_from_string(model_bytes))
     reader = calibration_reader(model, calibration_subset(inputs))
     with tempfile.TemporaryDirectory() as directory:
         output = Path(directory) / "quantized.onnx"
@@ -151,7 +151,7 @@ def quantize_onnx_int8_static(model_bytes: bytes, inputs: np.ndarray) -> bytes:
             output,
             reader,
             quant_format=QuantFormat.QDQ,
-            per_channel=True,
+            per_channel=per_channel,
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax,
@@ -165,6 +165,25 @@ def quantize_onnx_int8_static(model_bytes: bytes, inputs: np.ndarray) -> bytes:
     return quantized
 
 
+# DequantizeLinear takes a per-channel axis from this opset on.
+PER_CHANNEL_OPSET = 13
+
+
+def _with_per_channel_qdq(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+    """The model at an opset whose QDQ nodes take per-channel scales (older exports, such as
+    Paddle's at opset 11 or 12, are converted), and whether they can: a model that does not
+    convert is quantized per tensor."""
+    from onnx import version_converter
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset >= PER_CHANNEL_OPSET:
+        return model, True
+    try:
+        return version_converter.convert_version(model, PER_CHANNEL_OPSET), True
+    except Exception:  # the converter lacks an adapter for one of its nodes
+        return model, False
+
+
 def calibration_subset(inputs: np.ndarray, limit: int = CALIBRATION_SAMPLES) -> np.ndarray:
     """At most `limit` samples, evenly spaced over `inputs` (so data sorted by class still
     contributes every class); always the same ones."""
@@ -174,12 +193,13 @@ def calibration_subset(inputs: np.ndarray, limit: int = CALIBRATION_SAMPLES) -> 
 
 def calibration_reader(model: onnx.ModelProto, samples: np.ndarray) -> Any:
     """An onnxruntime CalibrationDataReader feeding `samples` in batches of the model's fixed
-    batch size (an incomplete last batch left out) or of CALIBRATION_BATCH."""
+    batch size (an incomplete last batch left out) or of CALIBRATION_BATCH (all of them where
+    there are fewer)."""
     from onnxruntime.quantization import CalibrationDataReader
 
     inputs = [_input_spec(value) for value in _graph_inputs(model)]
     fixed = inputs[0].fixed_batch
-    size = fixed or CALIBRATION_BATCH
+    size = fixed or min(CALIBRATION_BATCH, len(samples))
     if len(samples) < size:
         raise Unsupported(
             f"precision.mode=int8_static: {len(samples)} calibration samples do not fill one "

@@ -196,6 +196,13 @@ def test_calibration_batches_follow_a_fixed_batch_axis(
         calibration_reader(onnx.load_model(str(path)), np.zeros((3, 1, 8, 8), np.float32))
 
 
+def test_fewer_samples_than_a_calibration_batch_calibrate_a_dynamic_batch_model(
+    digits_onnx: Path,
+) -> None:
+    reader = calibration_reader(onnx.load_model(str(digits_onnx)), np.zeros((8, 1, 8, 8)))
+    assert [b["input"].shape for b in iter(reader.get_next, None)] == [(8, 1, 8, 8)]
+
+
 def test_static_int8_that_does_not_load_is_unsupported(
     monkeypatch: pytest.MonkeyPatch, digits_onnx: Path, digits: tuple[np.ndarray, np.ndarray]
 ) -> None:
@@ -296,3 +303,34 @@ def test_fp8_with_torchao(digits_module: torch.nn.Module) -> None:
     inputs = torch.randn(32, 1, 8, 8, device="cuda", dtype=torch.bfloat16)
     with torch.inference_mode():
         assert variant.module(inputs).shape == (32, 10)
+
+
+def test_static_int8_of_an_opset_12_export_is_per_channel() -> None:
+    """Paddle and older exporters write opset 11 or 12, whose DequantizeLinear has no axis:
+    the model is converted first, and its weights keep their per-channel scales."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = numpy_helper.from_array(rng.standard_normal((4, 1, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        "opset12",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 8, 8])],
+        [weights],
+    )
+    old = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    old.ir_version = 7
+    inputs = rng.standard_normal((16, 1, 8, 8)).astype(np.float32)
+    quantized = onnx.load_model_from_string(
+        quantize_onnx_int8_static(old.SerializeToString(), inputs)
+    )
+    scales = [
+        numpy_helper.to_array(t) for t in quantized.graph.initializer if t.name.endswith("_scale")
+    ]
+    assert any(scale.size == 4 for scale in scales)  # one per output channel
+    session = OnnxRuntimeSession(quantized.SerializeToString(), threads=1)
+    assert session.run(inputs[:4]).shape == (4, 4, 8, 8)
