@@ -59,7 +59,11 @@ class Conclusion:
         outcome = TuneOutcome(
             self.store.name, baseline, candidates, front, None, self.store.counted()
         )
-        tags = {"energy_source": ",".join(energy_sources), "n_feasible": str(len(feasible))}
+        tags = {
+            "energy_source": ",".join(energy_sources),
+            "n_feasible": str(len(feasible)),
+            "baseline_trial": str(baseline.trial_number),
+        }
         if "estimate" in energy_sources:
             outcome.notes.append(
                 "energy figures are estimates from CPU time and a power model, not measurements"

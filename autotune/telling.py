@@ -65,6 +65,8 @@ class Teller:
         if told.has_metrics:
             state.completed[record.number] = told.candidate()
         logged, tags = trial_log(told, result)
-        self.tracker.log_trial(told.number, spec.attempt, spec.config, logged, tags)
+        self.tracker.log_trial(
+            told.number, spec.attempt, spec.config, logged, tags, result.duration_s
+        )
         self.on_told(state.counted, result)
         return told

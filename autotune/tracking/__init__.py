@@ -19,7 +19,6 @@ from autotune.tracking.report import (
     headline_metrics,
     is_number,
     pareto_csv,
-    plot_front,
     trial_log,
 )
 
@@ -41,6 +40,5 @@ __all__ = [
     "headline_metrics",
     "is_number",
     "pareto_csv",
-    "plot_front",
     "trial_log",
 ]

@@ -39,9 +39,10 @@ class Tracker(Protocol):
         config: dict[str, Any],
         metrics: dict[str, Any] | None,
         tags: dict[str, str],
+        duration_s: float = 0.0,
     ) -> None:
-        """Record a told trial (metrics None: it failed); a trial number already recorded
-        is not recorded again."""
+        """Record a told trial (metrics None: it failed) that ran for `duration_s` until now;
+        a trial number already recorded is not recorded again."""
         ...
 
     def log_revalidation(self, report: dict[str, Any]) -> None: ...
@@ -93,6 +94,7 @@ class NullTracker:
         config: dict[str, Any],
         metrics: dict[str, Any] | None,
         tags: dict[str, str],
+        duration_s: float = 0.0,
     ) -> None:
         self._check_open()
 

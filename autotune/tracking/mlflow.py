@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from autotune.metrics import Metric
 from autotune.pareto import Candidate
 from autotune.tracking.base import TrackerClosed
-from autotune.tracking.report import compare_tuned, is_number, pareto_csv, plot_front
+from autotune.tracking.report import compare_tuned, is_number, pareto_csv
+from autotune.tracking.review import pareto_html, pareto_png, points, review_note, shown_metrics
 from autotune.tracking.runs import PARENT_TAG, ROLE_TAG, STUDY_TAG, TRIAL_TAG, StudyRuns, TrialRun
 from autotune.tracking.writer import ClientFactory, TrialWriter, start_writer
 
@@ -48,6 +49,11 @@ __all__ = [
 ]
 
 PREVIOUS_RUN_TAG = "autotune.previous_run_id"
+# The MLflow UI opens an experiment of this kind in its model-training view (runs and their
+# metrics), not the GenAI overview it shows an experiment without a kind.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+NOTE_TAG = "mlflow.note.content"
 ROUND_TAG = "autotune.round"
 # Parent-run figures that describe one round's outcome: a key an earlier round logged and
 # this one does not is logged as NaN, so that no figure outlives its round.
@@ -89,6 +95,9 @@ class MlflowTracker:
                 experiment, artifact_location=artifact_location(tracking_uri)
             )
         )
+        if found is None or EXPERIMENT_KIND_TAG not in found.tags:
+            self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        self._request: dict[str, Any] = {}  # the request document, for the description
         self.study = study
         self.parent_run_id: str = self._find_or_create_parent()
         self.round = self._next_round()
@@ -155,6 +164,7 @@ class MlflowTracker:
         from mlflow.entities import Param, RunTag
 
         self._wait_for_trials()
+        self._request = documents.get("request.yaml", self._request)
         self.client.log_batch(
             self.parent_run_id,
             params=[Param(k, _param(v)) for k, v in params.items()],
@@ -170,20 +180,27 @@ class MlflowTracker:
         config: dict[str, Any],
         metrics: dict[str, Any] | None,
         tags: dict[str, str],
+        duration_s: float = 0.0,
     ) -> None:
-        """Queue the trial's child run and return; the writer process writes it."""
+        """Queue the trial's child run and return; the writer process writes it. The run
+        spans the trial's own time (`duration_s` until now); a figure without a value is
+        left out rather than written as 'None'."""
         self._check_open()
         if trial_number in self._logged_trials:
             return
         self._logged_trials.add(trial_number)
         figures = metrics or {}
+        now = _now_ms()
         run = TrialRun(
             trial_number=trial_number,
-            logged_ms=_now_ms(),
+            started_ms=now - round(duration_s * 1000),
+            logged_ms=now,
             tags={"autotune.attempt": str(attempt), **tags},
             params={k: _param(v) for k, v in config.items()},
             metrics={k: float(v) for k, v in figures.items() if is_number(v)},
-            metric_tags={k: str(v) for k, v in figures.items() if not is_number(v)},
+            metric_tags={
+                k: str(v) for k, v in figures.items() if v is not None and not is_number(v)
+            },
             status="FINISHED" if metrics is not None else "FAILED",
         )
         if self._writer is None:
@@ -219,10 +236,14 @@ class MlflowTracker:
             self.client.set_tag(run_id, "revalidated", "true")
         self.client.log_text(self.parent_run_id, _as_text("r.json", report), "revalidation.json")
 
-    def mark_pareto(self, trial_numbers: set[int]) -> None:
+    def mark_pareto(self, trial_numbers: set[int], chosen: int | None = None) -> None:
+        from mlflow.entities import RunTag
+
         self._wait_for_trials()
         for number, run_id in self._trial_runs.items():
-            self.client.set_tag(run_id, "pareto", str(number in trial_numbers).lower())
+            marks = {"pareto": number in trial_numbers, "chosen": number == chosen}
+            tags = [RunTag(k, str(v).lower()) for k, v in marks.items()]
+            self.client.log_batch(run_id, tags=tags)
 
     def log_results(
         self,
@@ -237,24 +258,40 @@ class MlflowTracker:
         from mlflow.entities import RunTag
 
         self._wait_for_trials()
+        chosen, baseline = _trial_tag(tags, "chosen_trial"), _trial_tag(tags, "baseline_trial")
+        cloud = points(candidates, front, baseline, chosen)
+        tuned = documents.get("tuned.yaml")
+        note = review_note(self.study, tuned, cloud, objectives, self._request)
         logged = self.client.get_run(self.parent_run_id).data.metrics
         stale = {k: math.nan for k in logged if k.startswith(ROUND_FIGURES) and k not in metrics}
         self.client.log_batch(
             self.parent_run_id,
             metrics=self._metrics({**stale, **metrics}),
-            tags=[RunTag(k, v) for k, v in tags.items()],
+            tags=[RunTag(k, v) for k, v in {**tags, NOTE_TAG: note}.items()],
         )
         self.client.log_text(self.parent_run_id, pareto_csv(front), "pareto/pareto_front.csv")
         self.client.log_text(self.parent_run_id, pareto_csv(candidates), "pareto/all_trials.csv")
         for name, document in documents.items():
             self.client.log_text(self.parent_run_id, _as_text(name, document), name)
-        with tempfile.TemporaryDirectory() as tmp:
-            plot = Path(tmp) / "pareto_front.png"
-            plot_front(candidates, front, objectives, plot)
-            self.client.log_artifact(self.parent_run_id, str(plot), "pareto")
+        self._log_pareto_report(cloud, objectives)
         if artifact_dir is not None:
             self.client.log_artifacts(self.parent_run_id, artifact_dir, "optimized_model")
-        self.mark_pareto({c.trial_number for c in front})
+        self.mark_pareto({c.trial_number for c in front}, chosen)
+
+    def _log_pareto_report(self, cloud: list[Any], objectives: Sequence[Metric]) -> None:
+        selection = (self._request.get("selection") or {}).get("strategy")
+        shown = shown_metrics(objectives, selection)
+        if len(shown) < 2 or not cloud:
+            return
+        title = f"{self.study}: {len(cloud)} measured configurations"
+        lines = [f"objectives: {', '.join(m.name for m in objectives)}; selection: {selection}"]
+        self.client.log_text(
+            self.parent_run_id, pareto_html(cloud, shown, title, lines), "pareto/pareto_report.html"
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            plot = Path(tmp) / "pareto_front.png"
+            pareto_png(cloud, shown, title, plot)
+            self.client.log_artifact(self.parent_run_id, str(plot), "pareto")
 
     def log_comparison(self, previous: dict[str, Any], current: dict[str, Any]) -> None:
         """How this study's tuned config differs from a previous one (both tuned-config
@@ -288,6 +325,11 @@ class MlflowTracker:
     def _check_open(self) -> None:
         if self._closed:
             raise TrackerClosed(f"the tracker of study {self.study!r} is finished")
+
+
+def _trial_tag(tags: dict[str, str], name: str) -> int | None:
+    value = tags.get(name)
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def _now_ms() -> int:

@@ -1,4 +1,4 @@
-"""Pure helpers around a study's record: the Pareto table and plot, how two tuned
+"""Pure helpers around a study's record: the Pareto table, how two tuned
 configurations differ, and the figures and tags a measurement's contention and a headline
 turn into."""
 
@@ -7,11 +7,9 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.contract import Contention
-from autotune.metrics import OBJECTIVES, Metric
 from autotune.pareto import Candidate
 from autotune.validation import Headline
 
@@ -68,42 +66,6 @@ def pareto_csv(candidates: Sequence[Candidate]) -> str:
             ]
         )
     return out.getvalue()
-
-
-def plot_front(
-    candidates: Sequence[Candidate],
-    front: Sequence[Candidate],
-    objectives: Sequence[Metric],
-    path: Path,
-) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    x_metric = OBJECTIVES["latency"]
-    y_metric = OBJECTIVES["accuracy"]
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for label, group, style in (
-        ("infeasible", [c for c in candidates if not c.feasible], {"c": "#bbbbbb", "marker": "x"}),
-        ("feasible", [c for c in candidates if c.feasible], {"c": "#4c72b0", "marker": "o"}),
-        ("Pareto front", list(front), {"c": "#dd8452", "marker": "*", "s": 140}),
-    ):
-        if group:
-            ax.scatter(
-                [c.metrics[x_metric.name] for c in group],
-                [c.metrics[y_metric.name] for c in group],
-                label=label,
-                **style,
-            )
-    ax.set_xscale("log")
-    ax.set_xlabel(x_metric.axis_label)
-    ax.set_ylabel(y_metric.axis_label)
-    ax.set_title("objectives: " + ", ".join(m.name for m in objectives))
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def is_number(value: Any) -> bool:

@@ -32,7 +32,8 @@ class TrialRun(NamedTuple):
     that nothing the caller changes afterwards reaches the store."""
 
     trial_number: int
-    logged_ms: int
+    started_ms: int  # when the trial began to run
+    logged_ms: int  # when it was told: the run's end
     tags: dict[str, str]
     params: dict[str, str]
     metrics: dict[str, float]
@@ -71,7 +72,7 @@ def write_trial(client: MlflowClient, runs: StudyRuns, trial: TrialRun) -> str:
 
     run = client.create_run(
         runs.experiment_id,
-        start_time=trial.logged_ms,
+        start_time=trial.started_ms,
         run_name=f"trial-{trial.trial_number}",
         tags=run_tags(runs, trial),
     )
@@ -172,7 +173,7 @@ class BulkRuns:
             "entry_point_name": "",
             "user_id": tags.get(MLFLOW_USER, "unknown"),
             "status": RunStatus.to_string(RunStatus.from_string(trial.status)),
-            "start_time": trial.logged_ms,
+            "start_time": trial.started_ms,
             "end_time": trial.logged_ms,
             "deleted_time": None,
             "source_version": "",

@@ -256,8 +256,9 @@ class RecordingTracker(NullTracker):
         config: dict[str, Any],
         metrics: dict[str, Any] | None,
         tags: dict[str, str],
+        duration_s: float = 0.0,
     ) -> None:
-        super().log_trial(trial_number, attempt, config, metrics, tags)
+        super().log_trial(trial_number, attempt, config, metrics, tags, duration_s)
         self.trials.append(LoggedTrial(trial_number, attempt, config, metrics, tags))
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
@@ -112,8 +113,33 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
         "pareto/pareto_front.csv",
         "pareto/all_trials.csv",
         "pareto/pareto_front.png",
+        "pareto/pareto_report.html",
     } <= artifacts
     assert client.list_artifacts(parent.info.run_id, "optimized_model")
+
+    # What a person reviewing the study in the MLflow UI is shown without configuring it.
+    experiment = client.get_experiment(tuned["mlflow"]["experiment_id"])
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    note = parent.data.tags["mlflow.note.content"]
+    assert headline["text"] in note and "| **chosen** |" in note and "| **baseline** |" in note
+    assert f"| {revalidation['chosen']}" in note  # the front table
+    marked = {
+        int(r.data.tags[TRIAL_TAG])
+        for r in runs_now(client, tuned)
+        if r.data.tags.get("chosen") == "true"
+    }
+    assert marked == {revalidation["chosen"]}
+    for run in runs_now(client, tuned):
+        assert "None" not in run.data.tags.values()
+        assert run.info.end_time - run.info.start_time > 0  # the trial's own time
+    report = client.download_artifacts(parent.info.run_id, "pareto/pareto_report.html")
+    page = Path(report).read_text()
+    assert page.count('<svg class="plot"') == 3  # accuracy, latency, energy: three pairs
+    assert "<script src" not in page and "<link" not in page  # self-contained
+
+
+def runs_now(client: MlflowClient, tuned: dict[str, Any]) -> list[Any]:
+    return child_runs(tuned["mlflow"]["tracking_uri"], tuned["mlflow"]["run_id"])
 
 
 @pytest.mark.slow
