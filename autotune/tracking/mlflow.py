@@ -29,7 +29,15 @@ from autotune.metrics import Metric
 from autotune.pareto import Candidate
 from autotune.tracking.base import TrackerClosed
 from autotune.tracking.report import compare_tuned, is_number, pareto_csv
-from autotune.tracking.review import pareto_html, pareto_png, points, review_note, shown_metrics
+from autotune.tracking.review import (
+    pareto_html,
+    pareto_png,
+    points,
+    review_note,
+    runs_view,
+    shown_metrics,
+    view_link,
+)
 from autotune.tracking.runs import PARENT_TAG, ROLE_TAG, STUDY_TAG, TRIAL_TAG, StudyRuns, TrialRun
 from autotune.tracking.writer import ClientFactory, TrialWriter, start_writer
 
@@ -261,7 +269,10 @@ class MlflowTracker:
         chosen, baseline = _trial_tag(tags, "chosen_trial"), _trial_tag(tags, "baseline_trial")
         cloud = points(candidates, front, baseline, chosen)
         tuned = documents.get("tuned.yaml")
-        note = review_note(self.study, tuned, cloud, objectives, self._request)
+        view_key, view = runs_view(self.study, self.parent_run_id, objectives, _now_ms())
+        self.client.set_experiment_tag(self.experiment_id, view_key, view)
+        link = view_link(self.experiment_id, self.study)
+        note = review_note(self.study, tuned, cloud, objectives, self._request, link)
         logged = self.client.get_run(self.parent_run_id).data.metrics
         stale = {k: math.nan for k in logged if k.startswith(ROUND_FIGURES) and k not in metrics}
         self.client.log_batch(

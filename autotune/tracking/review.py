@@ -10,9 +10,13 @@ factor of ten.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import itertools
+import json
 import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,15 +284,22 @@ def review_note(
     cloud: Sequence[Point],
     objectives: Sequence[Metric],
     request: dict[str, Any],
+    trials_link: str | None = None,
 ) -> str:
-    """Markdown for the parent run's description (`mlflow.note.content`): the request, then
-    the choice beside the baseline with the headline and why it won, then the front."""
-    lines = [f"## autotune study `{study}`", "", *_request_lines(request), ""]
+    """Markdown for the parent run's description (`mlflow.note.content`): the headline and a
+    link to the trials table first (what the UI shows before "Show more"), the choice beside
+    the baseline and why it won, the request, then the front."""
+    lines = [f"## autotune study `{study}`", ""]
+    if tuned is not None:
+        lines += [f"**Headline:** {(tuned.get('headline') or {}).get('text', '—')}", ""]
+    if trials_link is not None:
+        lines += [f"[Every trial with its figures, as a table]({trials_link})", ""]
     front = [p for p in cloud if p.kind == "front"]
     if tuned is not None:
         lines += _choice_lines(tuned, objectives)
     elif not front:
         lines += ["**No configuration met the constraints.**", ""]
+    lines += [*_request_lines(request), ""]
     if front:
         lines += _front_table(front, objectives, "The feasible Pareto front")
     else:
@@ -321,8 +332,7 @@ def _model_source(model: dict[str, Any]) -> str:
 
 
 def _choice_lines(tuned: dict[str, Any], objectives: Sequence[Metric]) -> list[str]:
-    headline = tuned.get("headline") or {}
-    lines = [f"**Headline:** {headline.get('text', '—')}", "", *_choice_table(tuned, objectives)]
+    lines = _choice_table(tuned, objectives)
     why = (tuned.get("revalidation") or {}).get("chosen_because")
     if why:
         lines += ["", f"**Why this one:** {why}"]
@@ -372,3 +382,63 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return format(value, ".4g")
     return "—" if value is None else str(value)
+
+
+# -- a saved view of the runs table ------------------------------------------------------
+
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # the MLflow UI's saved views (its "Views" menu)
+VIEW_URL_PARAM = "viewStateShareKey"
+VIEW_PARAMS = ("runtime.engine", "precision.mode", "batch.size", "prune.method", "runtime.threads")
+VIEW_TAGS = ("pareto", "chosen", "feasible", "status")
+
+
+def view_id(study: str) -> str:
+    return "autotune" + hashlib.sha256(study.encode()).hexdigest()[:16]
+
+
+def runs_view(
+    study: str, parent_run_id: str, metrics: Sequence[Metric], now_ms: int
+) -> tuple[str, str]:
+    """The experiment tag of a saved view that opens the study's trials expanded, with their
+    key figures, configuration and marks as columns (the UI shows no metric column until one
+    is picked): (tag key, tag value)."""
+    shown = [m.name for m in metrics]
+    for extra in ("throughput_per_s", "accuracy_drop"):
+        if extra not in shown:
+            shown.append(extra)
+    columns = [
+        *(f"metrics.`{name}`" for name in shown),
+        *(f"tags.`{name}`" for name in VIEW_TAGS),
+        *(f"params.`{name}`" for name in VIEW_PARAMS),
+    ]
+    first = metrics[0] if metrics else None
+    state = {
+        "searchFilter": "",
+        "orderByKey": f"metrics.`{first.name}`" if first else "attributes.start_time",
+        "orderByAsc": bool(first and first.direction.value == "minimize"),
+        "startTime": "ALL",
+        "lifecycleFilter": "Active",
+        "datasetsFilter": [],
+        "modelVersionFilter": "All Runs",
+        "selectedColumns": columns,
+        "columnOrder": columns,
+        "runsExpanded": {parent_run_id: True},
+        "runsHiddenMode": "SHOW_ALL",
+        "viewMaximized": False,
+        "runListHidden": False,
+        "groupBy": None,
+        "groupsExpanded": {},
+    }
+    packed = base64.b64encode(zlib.compress(json.dumps(state).encode())).decode()
+    envelope = {
+        "name": f"autotune: {study}, every trial with its figures",
+        "createdAt": now_ms,
+        "updatedAt": now_ms,
+        "state": f"deflate;{packed}",
+    }
+    return VIEW_TAG_PREFIX + view_id(study), json.dumps(envelope)
+
+
+def view_link(experiment_id: str, study: str) -> str:
+    """The UI's address (after its host) of the study's saved view."""
+    return f"#/experiments/{experiment_id}/runs?{VIEW_URL_PARAM}={view_id(study)}"

@@ -113,3 +113,28 @@ def test_a_study_without_a_feasible_configuration_says_so() -> None:
     note = review_note("digits", None, infeasible, OBJECTIVE_METRICS, REQUEST)
     assert "**No configuration met the constraints.**" in note
     assert "**Every measured configuration** (5 configurations)" in note
+
+
+def test_the_saved_view_opens_the_trials_expanded_with_their_figures() -> None:
+    import base64
+    import json
+    import zlib
+
+    from autotune.tracking.review import VIEW_TAG_PREFIX, runs_view, view_id, view_link
+
+    key, value = runs_view("digits", "parent-run", OBJECTIVE_METRICS, now_ms=5)
+    assert key == VIEW_TAG_PREFIX + view_id("digits") and view_id("digits").isalnum()
+    envelope = json.loads(value)
+    assert envelope["createdAt"] == 5 and "digits" in envelope["name"]
+    packed = envelope["state"].removeprefix("deflate;")
+    state = json.loads(zlib.decompress(base64.b64decode(packed)))
+    assert state["runsExpanded"] == {"parent-run": True}
+    assert state["selectedColumns"][:3] == [
+        "metrics.`accuracy`",
+        "metrics.`latency_p95_ms`",
+        "metrics.`energy_per_sample_j`",
+    ]
+    assert "tags.`chosen`" in state["selectedColumns"]
+    assert "params.`batch.size`" in state["selectedColumns"]
+    assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`accuracy`", False)
+    assert view_link("3", "digits") == f"#/experiments/3/runs?viewStateShareKey={view_id('digits')}"

@@ -120,6 +120,8 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     # What a person reviewing the study in the MLflow UI is shown without configuring it.
     experiment = client.get_experiment(tuned["mlflow"]["experiment_id"])
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    views = [k for k in experiment.tags if k.startswith("mlflow.sharedViewState.")]
+    assert len(views) == 1 and views[0].rsplit(".", 1)[1] in parent.data.tags["mlflow.note.content"]
     note = parent.data.tags["mlflow.note.content"]
     assert headline["text"] in note and "| **chosen** |" in note and "| **baseline** |" in note
     assert f"| {revalidation['chosen']}" in note  # the front table
