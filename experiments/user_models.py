@@ -147,20 +147,22 @@ def _magika_features(file: Path, config: dict[str, Any]) -> np.ndarray:
 
 
 def ppocr_det(work: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
-    member = "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"
-    onnx = wheel_member(work, WHEELS["rapidocr"], member)
-    images = np.stack([_normalized(_text_image(i, 256, 256, lines=4)) for i in range(8)])
-    data = work / "ppocr-det.npz"
-    np.savez(data, inputs=images)
-    return {"onnx": str(onnx)}, {"npz": str(data)}, "fidelity"
+    return _ppocr(work, "det", height=256, width=256, lines=4, count=8)
 
 
 def ppocr_rec(work: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
-    member = "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"
+    return _ppocr(work, "rec", height=48, width=320, lines=1, count=32)
+
+
+def _ppocr(
+    work: Path, part: str, height: int, width: int, lines: int, count: int
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """PP-OCRv4's detector or recogniser from the wheel, on `count` synthetic text images."""
+    member = f"rapidocr_onnxruntime/models/ch_PP-OCRv4_{part}_infer.onnx"
     onnx = wheel_member(work, WHEELS["rapidocr"], member)
-    lines = np.stack([_normalized(_text_image(i, 48, 320, lines=1)) for i in range(32)])
-    data = work / "ppocr-rec.npz"
-    np.savez(data, inputs=lines)
+    images = [_normalized(_text_image(i, height, width, lines=lines)) for i in range(count)]
+    data = work / f"ppocr-{part}.npz"
+    np.savez(data, inputs=np.stack(images))
     return {"onnx": str(onnx)}, {"npz": str(data)}, "fidelity"
 
 

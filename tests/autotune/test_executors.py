@@ -104,9 +104,8 @@ def test_a_worker_killed_while_starting_is_replaced_and_the_study_goes_on(
     assert all(trials[n].attempt == 0 for n in trials if n != 0)
 
 
-def test_an_in_process_batch_past_the_memory_cap_is_oom_and_the_tuning_survives() -> None:
-    """In-process, a trial that would take the tuning's own process down ends as `oom`."""
-    executor = InProcessExecutor(memory_limit_mb=256)
+def assert_oom_then_recovers(executor: InProcessExecutor | RayExecutor) -> None:
+    """A batch past the executor's 256 MiB cap ends `oom`; a small one then runs."""
     hog = workload("tests.autotune.misbehaving_models:memory_hog")
     executor.submit(spec(0, hog, {"batch.size": 512}))  # 512 MiB inside the forward
     (result,) = executor.wait()
@@ -114,6 +113,12 @@ def test_an_in_process_batch_past_the_memory_cap_is_oom_and_the_tuning_survives(
     executor.submit(spec(1, hog, {"batch.size": 2}))
     (result,) = executor.wait()
     assert result.status == "ok", result.reason
+
+
+def test_an_in_process_batch_past_the_memory_cap_is_oom_and_the_tuning_survives() -> None:
+    """In-process, a trial that would take the tuning's own process down ends as `oom`."""
+    executor = InProcessExecutor(memory_limit_mb=256)
+    assert_oom_then_recovers(executor)
     executor.close()
 
 
@@ -136,13 +141,7 @@ def capped_executor() -> Iterator[RayExecutor]:
 def test_a_batch_past_the_memory_cap_is_oom_and_the_worker_recovers(
     capped_executor: RayExecutor,
 ) -> None:
-    hog = workload("tests.autotune.misbehaving_models:memory_hog")
-    capped_executor.submit(spec(0, hog, {"batch.size": 512}))  # 512 MiB inside the forward
-    (result,) = capped_executor.wait()
-    assert result.status == "oom", result.reason
-    capped_executor.submit(spec(1, hog, {"batch.size": 2}))
-    (result,) = capped_executor.wait()
-    assert result.status == "ok", result.reason
+    assert_oom_then_recovers(capped_executor)
 
 
 @pytest.mark.slow
