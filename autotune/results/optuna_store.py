@@ -165,6 +165,13 @@ class OptunaStore:
         if all(v is None for v in stored.values()):
             for key, value in wanted.items():
                 self.study.set_user_attr(key, value)
+            # what optuna-dashboard and trials_dataframe call the objectives (a stable API
+            # that Optuna still marks experimental)
+            from optuna.exceptions import ExperimentalWarning
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ExperimentalWarning)
+                self.study.set_metric_names([OBJECTIVES[o].name for o in identity.objectives])
         elif stored != wanted:
             changed = sorted(k for k in wanted if stored[k] != wanted[k])
             raise RequestError(

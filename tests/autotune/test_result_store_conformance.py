@@ -176,6 +176,8 @@ def test_a_new_study_is_empty_and_named(
     assert store.records() == [] and store.counted() == store.used() == 0
     assert store.objective_names() == OBJECTIVES
     assert store.revalidation() is None
+    # as optuna-dashboard and trials_dataframe name the objectives
+    assert store.study.metric_names == ["accuracy", "latency_p95_ms"]
 
 
 def test_resuming_with_the_same_identity_finds_the_trials(
