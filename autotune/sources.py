@@ -484,13 +484,16 @@ def register_tuned(
 ) -> str:
     """Register `artifact_dir` as a version of registered model `name` (created if missing;
     inside `namespace`, see `registered_name`), tag it (`autotune.tuned=true` and `tags`),
-    point `alias` at it and return the version.
+    point `alias` at it and return the version. An ONNX artifact is logged as an MLflow
+    onnx model (`autotune.tracking.mlflow_model`), so `mlflow.pyfunc` loads it too.
 
     The directory is logged to the run under `optimized_model` and the version's source is
     that artifact location: `models:/NAME@ALIAS` then downloads these very files. Registering
     the same run's directory again reuses its version."""
     from mlflow.exceptions import MlflowException
     from mlflow.store.artifact.runs_artifact_repo import RunsArtifactRepository
+
+    from autotune.tracking.mlflow_model import model_directory
 
     if REGISTERED_URI.match(f"models:/{name}@{alias}") is None:
         raise RequestError("name", REGISTERED_URI_RULE, f"models:/{name}@{alias}")
@@ -501,7 +504,9 @@ def register_tuned(
     except MlflowException as error:
         if error.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-    client.log_artifacts(run_id, str(artifact_dir), TUNED_ARTIFACT_PATH)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = model_directory(artifact_dir, Path(tmp) / "model")
+        client.log_artifacts(run_id, str(model), TUNED_ARTIFACT_PATH)
     source = RunsArtifactRepository.get_underlying_uri(
         f"runs:/{run_id}/{TUNED_ARTIFACT_PATH}", tracking_uri
     )

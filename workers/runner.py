@@ -44,6 +44,9 @@ from workers.variants import BuildContext, OnnxVariant, TorchVariant, Variant
 ONNX_ARTIFACT = "model.onnx"
 WEIGHTS_ARTIFACT = "model.safetensors"
 VARIANT_FILE = "variant.json"
+# A few evaluation inputs beside an ONNX artifact, for the MLflow model's input example.
+INPUT_EXAMPLE_FILE = "input_example.npy"
+INPUT_EXAMPLE_SAMPLES = 2
 
 
 def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResult:
@@ -254,7 +257,8 @@ def export_artifact(
     An engine that runs ONNX: `model.onnx`, the exact ONNX model the trial ran. A torch
     engine: `model.safetensors` with the variant's pruned fp32 weights; loading re-applies the
     precision deterministically. Beside either, `variant.json`: the configuration (and for
-    torch the model's entry point), so `load_artifact` runs it as the trial did.
+    torch the model's entry point), so `load_artifact` runs it as the trial did; beside an
+    ONNX model, `input_example.npy`: its first evaluation inputs.
     """
     loaded = (store or default_store()).get(spec.workload)
     config = loaded.parse(spec.config)
@@ -266,6 +270,8 @@ def export_artifact(
         path = directory / ONNX_ARTIFACT
         path.write_bytes(variant.model_bytes)
         _describe(directory, {"config": spec.config})
+        example = loaded.data.inputs[:INPUT_EXAMPLE_SAMPLES]
+        np.save(directory / INPUT_EXAMPLE_FILE, np.ascontiguousarray(example), allow_pickle=False)
         return ArtifactInfo(path=str(path), format="onnx", sha256=_file_sha256(path))
     return _export_torch(loaded, spec, config, directory)
 

@@ -81,6 +81,7 @@ def tune(
     )
     with _exit_codes():
         outcome, written = run_tune(request_file, options, progress=display.trials)
+    registered = _register(outcome.tuned) if outcome.tuned is not None else None
     if as_json:
         assert outcome.tuned is not None
         print(json.dumps(outcome.tuned.model_dump(mode="json"), indent=2))
@@ -105,6 +106,8 @@ def tune(
         out.print(f"[yellow]note:[/yellow] {note}")
     out.print(f"\nTuned config:    {written}")
     out.print(f"Optimized model: {tuned.artifact}")
+    if registered is not None:
+        out.print(f"Registered as:   {registered}", highlight=False)
     out.print(
         f"MLflow run:      {tuned.mlflow['run_id']} (experiment {tuned.mlflow['experiment_id']})"
     )
@@ -112,6 +115,32 @@ def tune(
     out.print(f"Open the UI:     {escape(ui)}", highlight=False)
     colour = "green" if tuned.headline.conditions == "quiet" else "yellow"
     out.print(f"\n[bold {colour}]Against the baseline:[/bold {colour}] {tuned.headline.text}")
+
+
+def _register(tuned: Any) -> str | None:
+    """The tuned model as a version of the registered model named like the study, under the
+    alias `tuned` (`models:/NAME@tuned`); what went wrong where the store has no registry or
+    the name is not one MLflow takes. A replayed study exports no model (None)."""
+    from mlflow.exceptions import MlflowException
+
+    from autotune.errors import RequestError
+    from autotune.sources import register_tuned
+
+    artifact = Path(tuned.artifact)
+    if artifact.suffix == ".json":
+        return None
+    name = tuned.study["name"]
+    try:
+        version = register_tuned(
+            tuned.mlflow["tracking_uri"],
+            name,
+            artifact.parent,
+            tuned.mlflow["run_id"],
+            {"autotune.study": name},
+        )
+    except (MlflowException, RequestError) as error:
+        return f"not registered ({type(error).__name__}: {str(error).splitlines()[0]})"
+    return f"models:/{name}@tuned (version {version})"
 
 
 def _ui_command(tracking_uri: str, cwd: Path | None = None) -> str:

@@ -112,7 +112,8 @@ def trial_log(
     told: TrialRecord, result: TrialResult
 ) -> tuple[dict[str, Any] | None, dict[str, str]]:
     """What a tracker records of a told trial: its metrics (with the machine's other load
-    during the measurement, as contention.*) and its tags."""
+    during the measurement, as contention.*) and its tags (status, feasibility, reuse, and
+    where and with what software it was measured)."""
     tags: dict[str, str] = {"status": result.status}
     if result.reason:
         tags["failure_reason"] = result.reason[:5000]
@@ -121,7 +122,14 @@ def trial_log(
     logged = told.metrics
     if logged is not None:
         tags["feasible"] = str(told.feasible).lower()
-    contention = result.provenance.contention if result.provenance is not None else None
+    provenance = result.provenance
+    if provenance is not None:  # where and with what it was measured
+        tags["host"] = provenance.host
+        if provenance.hardware_fingerprint is not None:
+            tags["hardware_fingerprint"] = provenance.hardware_fingerprint
+        versions = ",".join(f"{k}={v}" for k, v in sorted(provenance.software.items()))
+        tags["software"] = versions[:5000]
+    contention = provenance.contention if provenance is not None else None
     if contention is not None:
         tags.update(contention_tags(contention))
         if logged is not None:

@@ -311,6 +311,7 @@ def test_tune_tells_the_resume_the_phases_and_a_ui_command_that_works(write_requ
     assert any(words[0] == "export" and "model" in words for words in phases if words)
     ui = next(line for line in first.stdout.splitlines() if line.startswith("Open the UI:"))
     assert f"{Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri sqlite:///" in ui
+    assert "Registered as:   models:/digits-test@tuned (version 1)" in first.stdout
 
     second = runner.invoke(app, ["tune", str(path), "--executor", "inprocess"])
     assert second.exit_code == 0, second.output
@@ -318,6 +319,8 @@ def test_tune_tells_the_resume_the_phases_and_a_ui_command_that_works(write_requ
     # Nothing new was measured: the stored head-to-head is reused, not run again.
     assert "head to head" not in second.stderr
     assert "its figures are reused" in second.stdout
+    # the same run's model: the same version, still behind the alias
+    assert "Registered as:   models:/digits-test@tuned (version 1)" in second.stdout
 
 
 def test_space_for_a_request_says_what_its_onnx_model_cannot_use(

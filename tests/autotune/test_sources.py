@@ -382,6 +382,42 @@ def test_registry_round_trip(
     assert (downloaded / "model.onnx").read_bytes() == (second / "model.onnx").read_bytes()
 
 
+def test_a_registered_onnx_artifact_is_an_mlflow_model_run_as_measured(
+    registry: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mlflow.pyfunc` loads `models:/NAME@tuned` with the measured threads and graph level,
+    the input example the export wrote and the signature MLflow inferred from it."""
+    import json
+
+    import mlflow
+    import yaml
+
+    uri, experiment = registry
+    artifact = tuned_dir(tmp_path / "artifact", 3.0)
+    config = {"runtime.engine": "onnxruntime", "runtime.threads": 1, "runtime.graph_opt": "basic"}
+    (artifact / "variant.json").write_text(json.dumps({"config": config}))
+    np.save(artifact / "input_example.npy", np.ones(4, np.float32))
+    run = MlflowClient(uri).create_run(experiment).info.run_id
+    register_tuned(uri, "served", artifact, run, {})
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", uri)
+    loaded = mlflow.pyfunc.load_model("models:/served@tuned")
+    np.testing.assert_allclose(loaded.predict(np.zeros(4, np.float32))["Y"], np.full(4, 3.0))
+    assert loaded.metadata.signature is not None
+    assert loaded.metadata.metadata["autotune_config"] == config
+    local = Path(mlflow.artifacts.download_artifacts("models:/served@tuned"))
+    flavour = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["onnx"]
+    assert flavour["onnx_session_options"] == {
+        "inter_op_num_threads": 1,
+        "intra_op_num_threads": 1,
+        "graph_optimization_level": 1,  # ORT_ENABLE_BASIC
+    }
+    assert flavour["providers"] == ["CPUExecutionProvider"]
+    assert (local / "model.onnx").read_bytes() == (artifact / "model.onnx").read_bytes()
+    assert json.loads((local / "variant.json").read_text())["config"] == config
+
+
 @pytest.mark.parametrize(
     "uri", ["models:/known@nowhere", "models:/absent/1", "models:/absent@tuned", "models:/known/99"]
 )

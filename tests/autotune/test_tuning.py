@@ -125,13 +125,13 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     note = parent.data.tags["mlflow.note.content"]
     assert headline["text"] in note and "| **chosen** |" in note and "| **baseline** |" in note
     assert f"| {revalidation['chosen']}" in note  # the front table
-    marked = {
-        int(r.data.tags[TRIAL_TAG])
-        for r in runs_now(client, tuned)
-        if r.data.tags.get("chosen") == "true"
-    }
+    now = runs_now(client, tuned)
+    marked = {int(r.data.tags[TRIAL_TAG]) for r in now if r.data.tags.get("chosen") == "true"}
     assert marked == {revalidation["chosen"]}
-    for run in runs_now(client, tuned):
+    chosen_tags = next(r for r in now if r.data.tags.get("chosen") == "true").data.tags
+    assert chosen_tags["hardware_fingerprint"] == tuned["hardware"]["fingerprint"]
+    assert "torch=" in chosen_tags["software"] and chosen_tags["host"]
+    for run in now:
         assert "None" not in run.data.tags.values()
         assert run.info.end_time - run.info.start_time > 0  # the trial's own time
     report = client.download_artifacts(parent.info.run_id, "pareto/pareto_report.html")

@@ -258,3 +258,12 @@ def test_a_tuned_artifact_of_such_a_model_predicts_from_named_arrays(
     expected = OnnxRuntimeSession(model_file.read_bytes(), threads=1).run(pack(inputs))
     assert outputs.dtype.names == ("scores", "norm")
     np.testing.assert_allclose(outputs["scores"], expected["scores"], rtol=1e-5)
+
+    # The MLflow model of the artifact names both inputs and both outputs in its signature.
+    from autotune.tracking.mlflow_model import model_directory
+
+    example = np.load(Path(info.path).parent / "input_example.npy")
+    assert example.dtype.names == ("features", "token_ids") and len(example) == 2
+    model = model_directory(Path(info.path).parent, tmp_path / "mlflow-model")
+    signature = (model / "MLmodel").read_text()
+    assert all(name in signature for name in ("features", "token_ids", "scores", "norm"))
