@@ -240,7 +240,6 @@ class Coordinator:
             state.oom.record(spec.config)
         if result.metrics is not None:
             state.oom.measured(spec.config, result.metrics.peak_memory_mb)
-        if result.metrics is not None:
             state.accuracy.setdefault(result.variant_key, result.metrics.accuracy)
         if record.marks.baseline and state.baseline is None:
             self._tell_baseline(record, spec, result)

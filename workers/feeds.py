@@ -51,15 +51,11 @@ def pack(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
     return packed
 
 
-def input_names(batch: np.ndarray) -> tuple[str, ...] | None:
-    return batch.dtype.names
-
-
 def feed(batch: np.ndarray, inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
     """The runtime's feed for `batch`: a plain array for a one-input model, else a field per
     input by name, each cast to its input's type. Raises `Unsupported` naming the input that
     is missing, left over or mis-shaped, with the shape and type the model expects."""
-    names = input_names(batch)
+    names = batch.dtype.names
     if names is None:
         if len(inputs) != 1:
             raise Unsupported(

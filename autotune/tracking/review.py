@@ -345,11 +345,18 @@ def _choice_lines(tuned: dict[str, Any], objectives: Sequence[Metric]) -> list[s
     return [*lines, ""]
 
 
-def _choice_table(tuned: dict[str, Any], objectives: Sequence[Metric]) -> list[str]:
+# Figures shown beside the objectives wherever a trial is summed up.
+KEY_FIGURES = ("throughput_per_s", "accuracy_drop")
+
+
+def key_figures(objectives: Sequence[Metric]) -> list[str]:
+    """The objectives' metric names, then the key figures they leave out."""
     names = [m.name for m in objectives]
-    for extra in ("throughput_per_s", "accuracy_drop"):
-        if extra not in names:
-            names.append(extra)
+    return names + [name for name in KEY_FIGURES if name not in names]
+
+
+def _choice_table(tuned: dict[str, Any], objectives: Sequence[Metric]) -> list[str]:
+    names = key_figures(objectives)
     rows = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for label, figures in (("chosen", tuned["metrics"]), ("baseline", tuned["baseline"])):
         cells = [_cell(figures.get(name)) for name in names]
@@ -402,12 +409,8 @@ def runs_view(
     """The experiment tag of a saved view that opens the study's trials expanded, with their
     key figures, configuration and marks as columns (the UI shows no metric column until one
     is picked): (tag key, tag value)."""
-    shown = [m.name for m in metrics]
-    for extra in ("throughput_per_s", "accuracy_drop"):
-        if extra not in shown:
-            shown.append(extra)
     columns = [
-        *(f"metrics.`{name}`" for name in shown),
+        *(f"metrics.`{name}`" for name in key_figures(metrics)),
         *(f"tags.`{name}`" for name in VIEW_TAGS),
         *(f"params.`{name}`" for name in VIEW_PARAMS),
     ]

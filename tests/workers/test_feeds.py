@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from autotune.contract import ConfigValue, DataRef, MetricRef, ModelRef, Workload
 from autotune.errors import RequestError, Unsupported
-from tests.workers.conftest import REPO, spec_for
+from tests.workers.conftest import REPO, digits_workload, spec_for
 from workers import run_trial
 from workers.evaluate import fidelity
 from workers.feeds import InputSpec, feed, pack, packed_outputs
@@ -79,11 +79,8 @@ def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def workload(model: Path, data: Path, metric: MetricRef | None = None) -> Workload:
-    return Workload(
-        model=ModelRef(onnx=str(model)),
-        data=DataRef(npz=str(data)),
-        metric=metric or MetricRef(kind="fidelity"),
-        python_path=[str(REPO)],
+    return digits_workload(
+        ModelRef(onnx=str(model)), DataRef(npz=str(data)), metric or MetricRef(kind="fidelity")
     )
 
 

@@ -105,9 +105,8 @@ def _has_cpu_device() -> bool:
 class OpenVinoSession:
     """An ONNX model compiled by OpenVINO for the CPU with explicit threads, precision,
     performance hint and streams; returns the model's output (several as one structured
-    array, `workers.feeds`). `applied` holds the
-    properties read back from the compiled model; any that differs from what was asked is
-    refused (`Unsupported`)."""
+    array, `workers.feeds`). `applied` holds the properties read back from the compiled
+    model; any that differs from what was asked is refused (`Unsupported`)."""
 
     def __init__(
         self,
