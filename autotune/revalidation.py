@@ -143,6 +143,7 @@ class Revalidator:
             "chosen": chosen.trial_number,
             "chosen_because": decision.because,
             "tied_with": decision.tied_with,
+            "baseline_trial": baseline.trial_number,
             "baseline": reported(remeasured_baseline.metrics, request.cost),
         }
         self.store.save_revalidation(

@@ -231,13 +231,17 @@ class MlflowTracker:
         self.flush()
 
     def log_revalidation(self, report: dict[str, Any]) -> None:
-        """Re-measured figures go next to the search figures on each finalist's run."""
+        """Re-measured figures go next to the search figures on each finalist's run and on
+        the baseline's (it was re-measured beside them, and may be the one chosen)."""
         self._wait_for_trials()
-        for finalist in (f for comparison in report["comparisons"] for f in comparison):
-            run_id = self._trial_runs.get(finalist["trial"])
-            if run_id is None or finalist["revalidated"] is None:
+        entrants = [f for comparison in report["comparisons"] for f in comparison]
+        if "baseline_trial" in report:  # reports stored before it was recorded lack it
+            entrants.append({"trial": report["baseline_trial"], "revalidated": report["baseline"]})
+        for entrant in entrants:
+            run_id = self._trial_runs.get(entrant["trial"])
+            if run_id is None or entrant["revalidated"] is None:
                 continue
-            values = {k: v for k, v in finalist["revalidated"].items() if is_number(v)}
+            values = {k: v for k, v in entrant["revalidated"].items() if is_number(v)}
             self.client.log_batch(
                 run_id, metrics=self._metrics({f"revalidated.{k}": v for k, v in values.items()})
             )

@@ -83,8 +83,10 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     client = MlflowClient(tuned["mlflow"]["tracking_uri"])
     revalidation = tuned["revalidation"]
     assert revalidation["chosen"] == tuned["study"]["trial_number"]
-    finalists = {f["trial"]: f for f in revalidation["comparisons"][-1]}
-    assert finalists[revalidation["chosen"]]["revalidated"] == tuned["metrics"]
+    remeasured = {f["trial"]: f["revalidated"] for f in revalidation["comparisons"][-1]}
+    assert revalidation["baseline_trial"] == 0
+    remeasured[0] = revalidation["baseline"]  # the unmodified model stays if nothing beats it
+    assert remeasured[revalidation["chosen"]] == tuned["metrics"]
     assert revalidation["baseline"] == tuned["baseline"]
     with opened_store("digits-test", storage, "study") as store:
         assert store.revalidation_report()["rounds"] == 6  # the request's validation.rounds
