@@ -12,7 +12,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 EXTRA := $(if $(HAS_GPU),gpu,cpu)
 TORCH_SPEC := $(if $(HAS_GPU),torch==$(TORCH_VERSION),torch==$(TORCH_VERSION)+cpu)
 
-.PHONY: setup demo test test-all lint mlflow-ui clean
+.PHONY: setup demo test test-all lint mlflow-ui clean gpu-check gpu-wheels
 
 setup: $(VENV)/.installed
 
@@ -34,8 +34,30 @@ lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/mypy autotune workers
 
+# The GPU paths on a CUDA machine (experiments/gpu_check.py; a dry run without one). It runs
+# on the Python that holds torch: the venv's where there is one, else python3, which gets
+# optuna and pydantic from the wheels `make gpu-wheels` put in .gpu-wheels/ where it lacks
+# them (a GPU machine with no package index).
+GPU_CHECK_OUT ?= gpu-check-out
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+GPU_WHEELS := .gpu-wheels
+GPU_WHEEL_PYTHON ?= 3.12
+GPU_WHEEL_SPECS := optuna==5.0.0 alembic==1.20.1 SQLAlchemy==2.1.9 greenlet==3.5.6 Mako==1.4.3 \
+	colorlog==6.12.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
+	typing-inspection==0.4.5 typing_extensions==4.16.0
+
+gpu-check:
+	$(GPU_PYTHON) -c "import optuna, pydantic" 2>/dev/null || \
+		$(GPU_PYTHON) -m pip install --quiet --no-index --no-deps $(GPU_WHEELS)/*.whl
+	$(GPU_PYTHON) experiments/gpu_check.py --out $(GPU_CHECK_OUT)
+
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --dest $(GPU_WHEELS) \
+		--python-version $(GPU_WHEEL_PYTHON) --platform manylinux2014_x86_64 \
+		--platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 $(GPU_WHEEL_SPECS)
+
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db
 
 clean:
-	rm -rf autotune-out mlflow.db mlruns autotune.db autotune.db.lock autotune.db.schema.lock autotune-service.db autotune-service.db.lock autotune-service.db.schema.lock autotune-data
+	rm -rf gpu-check-out autotune-out mlflow.db mlruns autotune.db autotune.db.lock autotune.db.schema.lock autotune-service.db autotune-service.db.lock autotune-service.db.schema.lock autotune-data

@@ -32,9 +32,17 @@ SENTENCES = [
 ]
 
 
-def bert_directory(path: Path, classes: int | None = None) -> Path:
-    """A 2-layer BERT (hidden 32) saved with its tokenizer; a sequence classifier of
-    `classes` labels where given, else the bare encoder."""
+def bert_directory(
+    path: Path,
+    classes: int | None = None,
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    intermediate: int = 64,
+    max_length: int = 64,
+) -> Path:
+    """A BERT (by default 2 layers, hidden 32) with random weights, saved with its WordPiece
+    tokenizer; a sequence classifier of `classes` labels where given, else the bare encoder."""
     import torch
     from transformers import (
         BertConfig,
@@ -49,11 +57,11 @@ def bert_directory(path: Path, classes: int | None = None) -> Path:
     BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(str(path))
     config = BertConfig(
         vocab_size=5 + len(WORDS),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+        max_position_embeddings=max_length,
         num_labels=classes or 2,
     )
     torch.manual_seed(0)
