@@ -20,6 +20,9 @@ The data plane and this script need torch, numpy, onnx, onnxruntime, pydantic an
 studies, optuna; neither Ray nor MLflow.
 
     python experiments/gpu_check.py [--out DIR] [--dry-run] [--budget-s 450]
+
+Only the report (`gpu-check.md`, `gpu-check.json`) and the gpu tests' log go to `--out`;
+models and studies are made in a temporary folder that is removed afterwards.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import itertools
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -142,7 +146,8 @@ class Row:
 
 @dataclass
 class Check:
-    out: Path
+    out: Path  # what comes back: the report, its JSON, the tests' log
+    work: Path  # models, studies and their stores
     dry_run: bool
     budget_s: float
     rows: list[Row] = field(default_factory=list)
@@ -375,7 +380,7 @@ def study(check: Check, model: str, workload: Any, space: str, trials: int) -> N
     if check.left_s() < 90:
         check.add(Row("studies", model, "not run", "the check's time budget ran out"))
         return
-    work = check.out / "studies"
+    work = check.work / "studies"
     storage = f"sqlite:///{work / 'studies.db'}"
     name = f"gpu-check-{model}"
     with check.timed("studies", f"{model}, {trials} trials, {space}") as row:
@@ -387,7 +392,8 @@ def study(check: Check, model: str, workload: Any, space: str, trials: int) -> N
                 "metric": workload.metric.model_dump(exclude_none=True),
                 "constraints": {"max_accuracy_drop": 0.01},
                 "search_space": space,
-                "budget": {"trials": trials, "trial_timeout_s": 120},
+                # an in-process trial cannot be stopped: the study stops asking in time instead
+                "budget": {"trials": trials, "timeout_s": max(check.left_s() - 120, 60)},
                 "measurement": FAST_MEASUREMENT,
                 "validation": FAST_VALIDATION,
                 "storage": storage,
@@ -593,20 +599,28 @@ def main() -> int:
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="gpu-check-"))
     out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-work-"))
     dry_run = args.dry_run or not cuda_available()
-    check = Check(out, dry_run, args.budget_s, machine=describe_machine())
+    try:
+        return run_checks(Check(out, work, dry_run, args.budget_s, machine=describe_machine()))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_checks(check: Check) -> int:
+    out, work, dry_run = check.out, check.work, check.dry_run
     if dry_run:
         print("no CUDA device: dry run (imports, configurations, test collection, a CPU study)")
     # The short, fixed-cost checks first: the paths and studies stop at the time budget.
     gpu_tests(check)
     digits = digits_workload()
-    encoder = encoder_workload(out)
+    encoder = encoder_workload(work)
     energy(check, encoder)
     spread(check)
     paths(check, "digits", digits, DIGITS_PATHS)
     paths(check, "encoder", encoder, ENCODER_PATHS)
     if dry_run:
-        study(check, "digits", digits, "cpu.yaml", trials=3)
+        study(check, "digits", digits, "quick-cpu.yaml", trials=3)
     else:
         study(check, "digits", digits, "nvidia-gpu.yaml", trials=16)
         study(check, "encoder", encoder, "transformer.yaml", trials=10)

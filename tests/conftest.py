@@ -63,7 +63,7 @@ def digits_request(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
         "model": {"entry_point": "experiments.digits.model:build_model"},
         "data": {"entry_point": "experiments.digits.model:eval_data"},
         "constraints": {"max_accuracy_drop": 0.01},
-        "search_space": "cpu.yaml",
+        "search_space": "quick-cpu.yaml",
         "budget": {"trials": 6},
         "measurement": FAST_MEASUREMENT,
         "validation": FAST_VALIDATION,

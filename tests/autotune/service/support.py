@@ -34,7 +34,7 @@ def service_request(name: str = "digits-svc", trials: int = 3, **overrides: Any)
         "model": {"entry_point": "experiments.digits.model:build_model"},
         "data": {"entry_point": "experiments.digits.model:eval_data"},
         "constraints": {"max_accuracy_drop": 0.02},
-        "search_space": "cpu.yaml",
+        "search_space": "quick-cpu.yaml",
         "budget": {"trials": trials},
         "measurement": FAST,
         "validation": {"neighbours": 0, "rounds": 6, "round_seconds": 0.05},
