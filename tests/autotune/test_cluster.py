@@ -321,11 +321,12 @@ def _wait_for_ray_head(
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the process group `process` leads, then SIGKILL to what is left of it."""
+    """SIGTERM to the process group `process` leads, then SIGKILL to what is left of it
+    (`ray start --block` takes longer than the grace to stop its processes itself)."""
     with suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     with suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=15)
+        process.wait(timeout=3)
     with suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=30)

@@ -35,9 +35,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @contextmanager
-def serving(settings: ServiceSettings, log: Path, runners: int) -> Iterator[Any]:
-    """`autotune serve` with these settings, in its own process group (killed at the end
-    if it is still there, with whatever it started)."""
+def serving(
+    settings: ServiceSettings, log: Path, runners: int, env: dict[str, str] | None = None
+) -> Iterator[Any]:
+    """`autotune serve` with these settings (and `env` added to its environment), in its own
+    process group (killed at the end if it is still there, with whatever it started)."""
     port = _free_port()
     command = [
         *(sys.executable, "-m", "autotune", "serve", "--port", str(port)),
@@ -47,7 +49,7 @@ def serving(settings: ServiceSettings, log: Path, runners: int) -> Iterator[Any]
         *("--executor", settings.executor, "--lease-s", str(settings.lease_s)),
         *("--poll-s", str(settings.poll_s), "--runners", str(runners), "--no-scheduler"),
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     with log.open("wb") as out:  # run from the test's directory: MLflow writes ./mlruns
         process = subprocess.Popen(
             command,
@@ -131,13 +133,20 @@ def test_a_runner_whose_ray_node_died_is_replaced_and_its_job_finishes(tmp_path:
         db = Database(settings.db)
         store, alice = JobStore(db), principal(db)
         log = tmp_path / "serve.log"
-        with serving(settings, log, runners=1) as process:
+        # Ray declares a node dead after its health checks fail: every second here, three
+        # in a row, rather than its defaults' tens of seconds.
+        quick_health_checks = {
+            "RAY_health_check_period_ms": "1000",
+            "RAY_health_check_timeout_ms": "2000",
+            "RAY_health_check_failure_threshold": "3",
+        }
+        with serving(settings, log, runners=1, env=quick_health_checks) as process:
             wait_for(lambda: (health(process, log) or {}).get("status") == "ok", 120, "serve")
             # Long enough that the job is still running when the node's death is noticed
-            # (the runner asks every few seconds; Ray takes longer to declare a node dead):
+            # (the runner asks every few seconds, Ray declares the node dead in about five):
             # the runner's actors outlive their raylet and would finish a short job.
             slow = service_request(
-                trials=60, measurement={**FAST, "min_seconds": 0.5, "max_seconds": 1.0}
+                trials=20, measurement={**FAST, "min_seconds": 0.5, "max_seconds": 1.0}
             )
             job, _ = store.submit(prepare_job(slow, alice, settings))
             wait_for(lambda: store.get(alice, job.id).trials_done >= 2, 300, "two trials")
