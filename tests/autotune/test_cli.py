@@ -330,7 +330,7 @@ def test_space_for_a_request_says_what_its_onnx_model_cannot_use(
     from tests.workers.conftest import export_digits_onnx
 
     onnx = export_digits_onnx(build_model(), tmp_path / "digits.onnx")
-    path = write_request(model={"onnx": str(onnx)})
+    path = write_request(model={"onnx": str(onnx)}, search_space="cpu.yaml")
     result = runner.invoke(app, ["space", "--request", str(path), "--json"])
     assert result.exit_code == 0, result.output
     space = json.loads(result.output)

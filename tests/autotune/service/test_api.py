@@ -658,7 +658,10 @@ def test_a_finished_job_has_its_tuned_config_and_front(
     assert tuned["constraints"]["max_accuracy_drop"]["met"] is True
     trials = client.get(f"/v1/jobs/{job_id}/pareto", headers=headers).json()["trials"]
     assert trials and {"trial_number", "config", "metrics"} == set(trials[0])
-    assert tuned["study"]["trial_number"] in {t["trial_number"] for t in trials}
+    front = {t["trial_number"] for t in trials}
+    # a configuration of the front, or the unmodified model where none beat it beyond the noise
+    chosen, baseline = tuned["study"]["trial_number"], tuned["revalidation"]["baseline_trial"]
+    assert chosen in front or chosen == baseline
 
 
 @pytest.mark.slow
