@@ -4,6 +4,7 @@ engine options, fed in batches of the measured size."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from workers.torch_sessions import TorchCompileSession, TorchEagerSession
 
 STORE = WorkloadStore()
 
-CASES: list[tuple[dict[str, ConfigValue], type]] = [
+CASES: list[Any] = [
     (
         {"runtime.engine": "onnxruntime", "runtime.graph_opt": "basic", "runtime.threads": 1,
          "precision.mode": "int8_dynamic", "batch.size": 8},
@@ -31,9 +32,10 @@ CASES: list[tuple[dict[str, ConfigValue], type]] = [
          "runtime.ov_performance_hint": "throughput"},
         OpenVinoSession,
     ),
-    (
+    pytest.param(  # compiling its kernels takes seconds
         {"runtime.engine": "torch_compile", "runtime.threads": 1, "batch.size": 16},
         TorchCompileSession,
+        marks=pytest.mark.slow,
     ),
     (
         {"runtime.engine": "torch_eager", "precision.mode": "bf16", "prune.method": "magnitude",
