@@ -49,6 +49,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from experiments import measurement_spread  # noqa: E402
+
 H200_PROFILE = REPO / "search_spaces" / "profiles" / "h200x8.json"
 SPREAD_TARGET = 0.01
 FAST_MEASUREMENT = {"warmup_iters": 5, "min_iters": 30, "min_seconds": 0.2, "max_seconds": 1.0}
@@ -279,16 +281,6 @@ def gpu_tests(check: Check) -> None:
 # 2. Each GPU path once -------------------------------------------------------------------
 
 
-def digits_workload() -> Any:
-    from autotune.contract import DataRef, ModelRef, Workload
-
-    return Workload(
-        model=ModelRef(entry_point="experiments.digits.model:build_model"),
-        data=DataRef(entry_point="experiments.digits.model:eval_data"),
-        python_path=[str(REPO)],
-    )
-
-
 def encoder_workload(work: Path) -> Any:
     """A MiniLM-sized BERT encoder (6 layers, hidden 384, 12 heads) with random weights,
     judged by the fidelity of its embeddings on generated sentences."""
@@ -512,8 +504,6 @@ def _power_at(samples: list[tuple[float, float]], at: float) -> float:
 
 
 def spread(check: Check, repeats: int = 10) -> None:
-    from experiments import measurement_spread
-
     config = {**CUDA, "precision.mode": "fp16", "batch.size": 64}
     name = f"digits, torch_eager cuda fp16, batch 64, {repeats} repeats"
     if check.dry_run:
@@ -613,7 +603,7 @@ def run_checks(check: Check) -> int:
         print("no CUDA device: dry run (imports, configurations, test collection, a CPU study)")
     # The short, fixed-cost checks first: the paths and studies stop at the time budget.
     gpu_tests(check)
-    digits = digits_workload()
+    digits = measurement_spread.workload()
     encoder = encoder_workload(work)
     energy(check, encoder)
     spread(check)
