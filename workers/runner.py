@@ -228,14 +228,13 @@ def provenance_for(
 
 
 def software_versions() -> dict[str, str]:
+    """The versions of Python, numpy and every registered engine's software installed here."""
     versions = {"python": platform.python_version()}
-    for name, distributions in _versioned().items():
-        for distribution in distributions:
-            try:
-                versions[name] = importlib.metadata.version(distribution)
-                break
-            except importlib.metadata.PackageNotFoundError:
-                continue
+    names = ["numpy", *(name for engine in ENGINES.values() for name in engine.software)]
+    for name in dict.fromkeys(names):
+        installed = installed_distribution(name)
+        if installed is not None:
+            versions[name] = installed[1]
     return versions
 
 
@@ -243,10 +242,15 @@ def software_versions() -> dict[str, str]:
 _DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu")}
 
 
-def _versioned() -> dict[str, tuple[str, ...]]:
-    """numpy and every registered engine's software, each with its distribution names."""
-    names = ["numpy", *(name for engine in ENGINES.values() for name in engine.software)]
-    return {name: _DISTRIBUTIONS.get(name, (name,)) for name in dict.fromkeys(names)}
+def installed_distribution(package: str) -> tuple[str, str] | None:
+    """The installed distribution that provides `package` and its version (onnxruntime-gpu
+    provides onnxruntime), or None."""
+    for distribution in _DISTRIBUTIONS.get(package, (package,)):
+        try:
+            return distribution, importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def export_artifact(

@@ -39,6 +39,7 @@ def model_directory(artifact_dir: Path, into: Path) -> Path:
         onnx_session_options=_session_options(config),
         metadata={"autotune_config": config},
         save_as_external_data=False,
+        pip_requirements=_pip_requirements(),
     )
     shutil.copyfile(onnx_file, into / ONNX_ARTIFACT)  # the file that was measured
     if (artifact_dir / VARIANT_FILE).is_file():
@@ -52,6 +53,15 @@ def _config(artifact_dir: Path) -> dict[str, Any]:
     variant = artifact_dir / VARIANT_FILE
     config: dict[str, Any] = json.loads(variant.read_text())["config"] if variant.is_file() else {}
     return config
+
+
+def _pip_requirements() -> list[str]:
+    """What the pyfunc needs, pinned to the versions installed here. Given, so that MLflow
+    does not infer them by loading the model in a subprocess (seconds per registration)."""
+    from workers.runner import installed_distribution
+
+    found = (installed_distribution(name) for name in ("onnx", "onnxruntime", "numpy"))
+    return [f"{distribution}=={version}" for distribution, version in filter(None, found)]
 
 
 def _providers(config: dict[str, Any]) -> list[str]:

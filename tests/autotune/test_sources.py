@@ -416,6 +416,14 @@ def test_a_registered_onnx_artifact_is_an_mlflow_model_run_as_measured(
     assert flavour["providers"] == ["CPUExecutionProvider"]
     assert (local / "model.onnx").read_bytes() == (artifact / "model.onnx").read_bytes()
     assert json.loads((local / "variant.json").read_text())["config"] == config
+    requirements = (local / "requirements.txt").read_text().splitlines()
+    import onnx
+    import onnxruntime
+
+    assert f"onnx=={onnx.__version__}" in requirements
+    assert f"onnxruntime=={onnxruntime.__version__}" in requirements
+    assert f"numpy=={np.__version__}" in requirements
+    assert any(line.startswith("mlflow==") for line in requirements)
 
 
 @pytest.mark.parametrize(
