@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from tests import repo_writes
+from tests.machine_share import machine_share
 from tests.postgres_cluster import PrivateCluster, Unavailable, private_cluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,6 +27,19 @@ REPO = Path(__file__).resolve().parent.parent
 ADMIN_URL = os.environ.get(
     "AUTOTUNE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """In a pytest-xdist worker, each test holds the machine shared with the other workers'
+    tests, or alone where it is marked `exclusive` (tests.machine_share)."""
+    worker = getattr(item.config, "workerinput", None)
+    if worker is None:
+        return (yield)
+    directory = Path(tempfile.gettempdir()) / f"pytest-machine-{worker['testrunuid']}"
+    directory.mkdir(exist_ok=True)
+    with machine_share(directory, item.get_closest_marker("exclusive") is not None):
+        return (yield)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -44,8 +44,13 @@ if TYPE_CHECKING:
 
 # Tried in order: a forkserver (MLflow preloaded into it), else spawn.
 START_METHODS = ("forkserver", "spawn")
-# What the forkserver imports once, so that each writer forked from it starts at once.
-FORKSERVER_PRELOAD = ["autotune.tracking.writer", "mlflow.tracking"]
+# What the forkserver imports once, so that each writer forked from it starts at once (the
+# SQL store's module alone takes seconds to import; every writer imports it, see sql_store).
+FORKSERVER_PRELOAD = [
+    "autotune.tracking.writer",
+    "mlflow.tracking",
+    "mlflow.store.tracking.sqlalchemy_store",
+]
 # How long a stopped writer may take to exit (it has written everything before it is told to
 # stop, unless its tracker was dropped unfinished), and how often a waiting side checks that
 # the other is still alive.

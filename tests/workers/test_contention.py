@@ -18,6 +18,9 @@ from tests.workers.conftest import FAST, digits_workload, spec_for
 from workers.contention import ContentionProbe, read_core_ticks, read_pressure_us
 from workers.runner import run_trial
 
+# Each test reads how busy its core was: another test running meanwhile would be load.
+pytestmark = pytest.mark.exclusive
+
 CORE = min(os.sched_getaffinity(0))
 BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); exec('while True: pass')"
 

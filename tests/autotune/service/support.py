@@ -3,7 +3,9 @@ small digits request, and runner processes that are always cleaned up."""
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -64,10 +66,25 @@ def settings_for(
     return ServiceSettings(**defaults)
 
 
+@functools.cache
+def _migrated_service_db() -> bytes:
+    """An empty service database at the newest schema, as file contents, made once a process:
+    creating the tables costs a test some 50 ms, a copy of the file nothing."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "service.db"
+        Database(f"sqlite:///{path}").close()
+        return path.read_bytes()
+
+
 def sqlite_settings(tmp_path: Path, **kw: Any) -> ServiceSettings:
+    """Settings over SQLite files in `tmp_path`; the service database is there already,
+    migrated (opening it migrates it again, a no-op at the newest revision)."""
+    service_db = tmp_path / "service.db"
+    if not service_db.exists():
+        service_db.write_bytes(_migrated_service_db())
     return settings_for(
         tmp_path,
-        f"sqlite:///{tmp_path / 'service.db'}",
+        f"sqlite:///{service_db}",
         f"sqlite:///{tmp_path / 'studies.db'}",
         f"sqlite:///{tmp_path / 'mlflow.db'}",
         **kw,
@@ -101,11 +118,13 @@ def wait_for(
     describe: Callable[[], Any] | None = None,
 ) -> Any:
     end = time.monotonic() + deadline_s
+    pause = 0.01  # doubling up to 0.2 s: quick conditions are seen at once, slow ones polled
     while time.monotonic() < end:
         value = condition()
         if value:
             return value
-        time.sleep(0.2)
+        time.sleep(pause)
+        pause = min(2 * pause, 0.2)
     seen = f"; last seen: {describe()}" if describe is not None else ""
     raise AssertionError(f"timed out after {deadline_s:.0f}s waiting for {what}{seen}")
 
