@@ -12,7 +12,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 EXTRA := $(if $(HAS_GPU),gpu,cpu)
 TORCH_SPEC := $(if $(HAS_GPU),torch==$(TORCH_VERSION),torch==$(TORCH_VERSION)+cpu)
 
-.PHONY: setup demo test test-all lint mlflow-ui clean gpu-check gpu-wheels
+.PHONY: setup demo test test-fast lint mlflow-ui clean gpu-check gpu-wheels
 
 setup: $(VENV)/.installed
 
@@ -25,8 +25,19 @@ $(VENV)/.installed: pyproject.toml Makefile
 demo: setup
 	$(BIN)/autotune tune experiments/digits/request.yaml
 
+# The suite runs in one pytest-xdist worker per core, at most four (each worker imports
+# torch, MLflow and Ray's client); a test marked exclusive runs while no other does. Bytecode
+# is cached between runs even where the environment turns that off: compiling the sources
+# and the rewritten test modules again costs every worker seconds.
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
+PYTEST_PARALLEL := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
+
 test: setup
-	$(BIN)/pytest
+	$(PYTEST_PARALLEL)
+
+# The fast inner loop: everything but the real studies, Ray clusters and service processes.
+test-fast: setup
+	$(PYTEST_PARALLEL) -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check autotune workers tests experiments

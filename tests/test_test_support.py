@@ -4,6 +4,7 @@ server, and the check that tests write nothing into the repository."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,3 +140,78 @@ def test_without_the_server_binaries_a_private_cluster_is_unavailable(
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(Unavailable, match="initdb, pg_ctl, postgres"), private_cluster():
         pytest.fail("no cluster can have been started")
+
+
+def _holder(directory: Path, exclusive: bool, order: list[str], name: str) -> Any:
+    """A thread that holds the machine (shared or alone) until its `release` is set."""
+    import threading
+
+    from tests.machine_share import machine_share
+
+    release = threading.Event()
+
+    def hold() -> None:
+        with machine_share(directory, exclusive):
+            order.append(name)
+            release.wait(30)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    thread.release = release  # type: ignore[attr-defined]
+    return thread
+
+
+def _held(path: Path) -> bool:
+    import fcntl
+
+    if not path.exists():
+        return False
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+def _wait_until(condition: Any) -> None:
+    import time
+
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_machine_share_lets_shared_holders_in_together(tmp_path: Path) -> None:
+    order: list[str] = []
+    first = _holder(tmp_path, False, order, "first")
+    second = _holder(tmp_path, False, order, "second")
+    _wait_until(lambda: len(order) == 2)
+    for thread in (first, second):
+        thread.release.set()
+        thread.join()
+
+
+def test_an_exclusive_holder_waits_for_the_shared_ones_and_goes_before_newcomers(
+    tmp_path: Path,
+) -> None:
+    import time
+
+    order: list[str] = []
+    shared_holder = _holder(tmp_path, False, order, "shared")
+    _wait_until(lambda: order == ["shared"])
+    alone = _holder(tmp_path, True, order, "alone")
+    _wait_until(lambda: _held(tmp_path / "turnstile.lock"))  # queued for the machine
+    newcomer = _holder(tmp_path, False, order, "newcomer")
+    time.sleep(0.2)
+    assert order == ["shared"]  # neither got in while the machine was held shared
+    shared_holder.release.set()
+    _wait_until(lambda: order == ["shared", "alone"])
+    time.sleep(0.2)
+    assert order == ["shared", "alone"]  # the newcomer waits while the machine is held alone
+    alone.release.set()
+    _wait_until(lambda: order == ["shared", "alone", "newcomer"])
+    newcomer.release.set()
+    for thread in (shared_holder, alone, newcomer):
+        thread.join()

@@ -1,0 +1,106 @@
+"""The test suite's wall time, this checkout beside an earlier revision, in one run.
+
+    python experiments/test_suite_time.py --base REV [--rounds 2] [--full]
+
+The earlier revision is checked out into a temporary worktree and run with this checkout's
+virtual environment, by the command its README gave (`pytest -m "not slow"`, one process);
+this checkout runs `make test-fast` (pytest-xdist, one worker per core). The two alternate,
+round after round, so that both see the same machine; with --full, each whole suite runs
+once after the rounds (`pytest` there, `make test` here). Prints a markdown table of wall
+times, test counts and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PYTEST = REPO / ".venv" / "bin" / "pytest"
+SUMMARY = re.compile(r"(\d+) passed(?:, (\d+) failed)?.* in ([\d.]+)s")
+
+
+def run(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+    """Wall seconds and pytest's closing line of one run (with its exit code where it
+    failed, and what it printed last on stderr)."""
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    lines = [line for line in done.stdout.splitlines() if SUMMARY.search(line)]
+    line = lines[-1].strip("= ") if lines else "no closing line"
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-4000:] + done.stderr[-2000:])
+        line = f"exit {done.returncode}: {line}"
+    return seconds, line
+
+
+def machine() -> str:
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{model}, {os.cpu_count()} cores, {memory_gib:.0f} GiB, Python {platform.python_version()}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="the earlier revision")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--full", action="store_true", help="also each whole suite, once")
+    args = parser.parse_args()
+
+    rows: list[tuple[str, str, float, str]] = []
+    with tempfile.TemporaryDirectory() as directory:
+        base = Path(directory) / "base"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(base), args.base],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
+        # The base's own modules first on the path (the venv's editable install is this one).
+        base_env = {**os.environ, "PYTHONPATH": str(base)}
+        here_env = dict(os.environ)
+        try:
+            suites = [("not slow", ["-m", "not slow"], ["test-fast"])]
+            for round_number in range(1, args.rounds + 1):
+                for name, marks, target in suites:
+                    seconds, line = run(
+                        [str(PYTEST), *marks, "-q", "-p", "no:cacheprovider"], base, base_env
+                    )
+                    rows.append((f"{name}, round {round_number}", args.base, seconds, line))
+                    seconds, line = run(["make", *target], REPO, here_env)
+                    rows.append((f"{name}, round {round_number}", "this checkout", seconds, line))
+            if args.full:
+                seconds, line = run([str(PYTEST), "-q", "-p", "no:cacheprovider"], base, base_env)
+                rows.append(("whole suite", args.base, seconds, line))
+                seconds, line = run(["make", "test"], REPO, here_env)
+                rows.append(("whole suite", "this checkout", seconds, line))
+        finally:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(base)], cwd=REPO, capture_output=True
+            )
+
+    print(f"Machine: {machine()}\n")
+    print("| suite | revision | wall s | pytest's closing line |")
+    print("| --- | --- | ---: | --- |")
+    for suite, revision, seconds, line in rows:
+        print(f"| {suite} | {revision} | {seconds:.0f} | {line} |")
+
+
+if __name__ == "__main__":
+    main()
