@@ -29,16 +29,33 @@ ADMIN_URL = os.environ.get(
 )
 
 
+# Where pytest-xdist's workers keep the lock files of tests.machine_share: made by the
+# controlling process, handed to each worker, removed when the run ends.
+MACHINE_SHARE = "machine_share_dir"
+_machine_share_dirs: list[tempfile.TemporaryDirectory[str]] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist's controller, for each worker it starts."""
+    if not _machine_share_dirs:
+        _machine_share_dirs.append(tempfile.TemporaryDirectory(prefix="pytest-machine-"))
+    node.workerinput[MACHINE_SHARE] = _machine_share_dirs[0].name
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _machine_share_dirs:
+        _machine_share_dirs.pop().cleanup()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """In a pytest-xdist worker, each test holds the machine shared with the other workers'
     tests, or alone where it is marked `exclusive` (tests.machine_share)."""
-    worker = getattr(item.config, "workerinput", None)
-    if worker is None:
+    directory = getattr(item.config, "workerinput", {}).get(MACHINE_SHARE)
+    if directory is None:
         return (yield)
-    directory = Path(tempfile.gettempdir()) / f"pytest-machine-{worker['testrunuid']}"
-    directory.mkdir(exist_ok=True)
-    with machine_share(directory, item.get_closest_marker("exclusive") is not None):
+    with machine_share(Path(directory), item.get_closest_marker("exclusive") is not None):
         return (yield)
 
 
