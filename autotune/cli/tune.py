@@ -104,15 +104,16 @@ def tune(
     )
     for note in outcome.notes:
         out.print(f"[yellow]note:[/yellow] {note}")
-    out.print(f"\nTuned config:    {written}")
-    out.print(f"Optimized model: {tuned.artifact}")
+    # Paths and a command to copy: each on one line, however long (never folded at the width).
+    out.print(f"\nTuned config:    {escape(str(written))}", soft_wrap=True)
+    out.print(f"Optimized model: {escape(str(tuned.artifact))}", soft_wrap=True)
     if registered is not None:
-        out.print(f"Registered as:   {registered}", highlight=False)
+        out.print(f"Registered as:   {registered}", highlight=False, soft_wrap=True)
     out.print(
         f"MLflow run:      {tuned.mlflow['run_id']} (experiment {tuned.mlflow['experiment_id']})"
     )
     ui = _ui_command(tuned.mlflow["tracking_uri"])
-    out.print(f"Open the UI:     {escape(ui)}", highlight=False)
+    out.print(f"Open the UI:     {escape(ui)}", highlight=False, soft_wrap=True)
     colour = "green" if tuned.headline.conditions == "quiet" else "yellow"
     out.print(f"\n[bold {colour}]Against the baseline:[/bold {colour}] {tuned.headline.text}")
 

@@ -135,6 +135,30 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> Replayed:
     return Replayed(json.loads(result.stdout), stored_trials(storage, "s"), RecordingExecutor.last)
 
 
+LABELS = ("Tuned config:", "Optimized model:", "Open the UI:")
+
+
+@pytest.mark.slow
+def test_paths_and_the_ui_command_are_printed_whole_however_long(tmp_path: Path) -> None:
+    """Lines a user copies (the tuned file, the model, the UI command) are never folded at
+    the console's width, however deep the directory."""
+    directory = tmp_path / ("deep-" * 40)
+    directory.mkdir()
+    table = write_table(directory / "table.csv", recorded_rows())
+    args = ["tune", str(write_request(directory)), "--replay", str(table)]
+    args += ["--storage", f"sqlite:///{directory / 'study.db'}", "--sampler", "random"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(directory)
+        result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = dict(
+        line.split(":", 1) for line in result.stdout.splitlines() if line.startswith(LABELS)
+    )
+    for label in ("Tuned config", "Optimized model"):
+        assert (directory / lines[label].strip()).is_file(), lines[label]
+    assert f"--backend-store-uri sqlite:///{directory}" in lines["Open the UI"]
+
+
 @pytest.mark.slow
 def test_tuned_config_is_the_best_feasible_row(replayed: Replayed) -> None:
     rows = recorded_rows()
