@@ -10,6 +10,7 @@ import pytest
 
 import tests.conftest as shared
 from tests import repo_writes
+from tests.autotune.service.support import wait_for
 from tests.postgres_cluster import PrivateCluster, Unavailable, free_port, private_cluster
 
 
@@ -174,20 +175,11 @@ def _held(path: Path) -> bool:
     return False
 
 
-def _wait_until(condition: Any) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_machine_share_lets_shared_holders_in_together(tmp_path: Path) -> None:
     order: list[str] = []
     first = _holder(tmp_path, False, order, "first")
     second = _holder(tmp_path, False, order, "second")
-    _wait_until(lambda: len(order) == 2)
+    wait_for(lambda: len(order) == 2, 30, "both shared holders")
     for thread in (first, second):
         thread.release.set()
         thread.join()
@@ -200,18 +192,18 @@ def test_an_exclusive_holder_waits_for_the_shared_ones_and_goes_before_newcomers
 
     order: list[str] = []
     shared_holder = _holder(tmp_path, False, order, "shared")
-    _wait_until(lambda: order == ["shared"])
+    wait_for(lambda: order == ["shared"], 30, "the shared holder")
     alone = _holder(tmp_path, True, order, "alone")
-    _wait_until(lambda: _held(tmp_path / "turnstile.lock"))  # queued for the machine
+    wait_for(lambda: _held(tmp_path / "turnstile.lock"), 30, "the exclusive one to queue")
     newcomer = _holder(tmp_path, False, order, "newcomer")
     time.sleep(0.2)
     assert order == ["shared"]  # neither got in while the machine was held shared
     shared_holder.release.set()
-    _wait_until(lambda: order == ["shared", "alone"])
+    wait_for(lambda: order == ["shared", "alone"], 30, "the exclusive holder")
     time.sleep(0.2)
     assert order == ["shared", "alone"]  # the newcomer waits while the machine is held alone
     alone.release.set()
-    _wait_until(lambda: order == ["shared", "alone", "newcomer"])
+    wait_for(lambda: order == ["shared", "alone", "newcomer"], 30, "the newcomer")
     newcomer.release.set()
     for thread in (shared_holder, alone, newcomer):
         thread.join()
