@@ -186,6 +186,14 @@ class MeasurementSettings(Strict):
         description="an energy counter is read over a window of at least this long, the "
         "workload repeated inside it (NVML updates about every 100 ms)",
     )
+    contention_window_s: float = Field(
+        default=0.2,
+        ge=0.0,
+        le=MAX_SECONDS,
+        description="the machine is watched for at least this long around each measurement, "
+        "idle after a shorter one: /proc/stat counts in ticks of 10 ms, so a shorter window's "
+        "shares of other load say little",
+    )
     contention: ContentionPolicy = Field(
         default="wait",
         description="what to do when other processes load the trial's cores: 'wait' up to "

@@ -82,8 +82,10 @@ FAST_MEASUREMENT = {
     "max_iters": 200,
     "min_seconds": 0.02,
     "max_seconds": 0.3,
-    # measured at once and marked when busy: tests must not wait for a quiet machine
+    # measured at once and marked when busy: tests must not wait for a quiet machine, nor
+    # watch it after a trial has measured
     "contention": "warn",
+    "contention_window_s": 0.0,
 }
 # The fewest rounds whose paired ratios have a 95% interval, in short blocks.
 FAST_VALIDATION = {"rounds": 6, "round_seconds": 0.05}

@@ -11,7 +11,8 @@ the trial had to itself (by more than the threshold's share of its cores) is fla
 (`oversubscribed`) but does not by itself make it contended.
 
 /proc/stat counts in clock ticks (1/100 s on most kernels), so a window should last a few
-tenths of a second at least for its shares to mean something.
+tenths of a second at least for its shares to mean something: one shorter than
+`MeasurementSettings.contention_window_s` is watched on, idle, until it is that long.
 """
 
 from __future__ import annotations
@@ -32,9 +33,6 @@ PROC_STAT = Path("/proc/stat")
 CPU_PRESSURE = Path("/proc/pressure/cpu")
 # How long one look at the machine lasts while waiting for it to become quiet.
 QUIET_POLL_S = 0.25
-# A window shorter than this is watched on (idle) until it is this long: /proc/stat counts
-# in ticks of 10 ms, too coarse for a few milliseconds of measurement.
-MIN_OBSERVED_S = 0.2
 # NVML's clock event reasons worth a user's attention (idle and the application clock
 # setting are not: they say the GPU was waiting for work or is configured so).
 _GPU_THROTTLE_REASONS = {
@@ -150,7 +148,7 @@ class ContentionProbe:
         if self._start is None:
             raise RuntimeError("stop() before start()")
         began, own_before, ticks_before, pressure_before = self._start
-        short_by = MIN_OBSERVED_S - (self._clock() - began)
+        short_by = self._settings.contention_window_s - (self._clock() - began)
         if short_by > 0:
             self._sleep(short_by)  # the ticks of a shorter window say little
         ticks = read_core_ticks(self._stat)

@@ -134,6 +134,37 @@ def test_steal_time_makes_a_window_contended(tmp_path: Path) -> None:
     assert contention.cpu_pressure is None
 
 
+def test_a_window_shorter_than_the_setting_is_watched_on_until_it_is_that_long(
+    tmp_path: Path,
+) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("cpu0 0 0 0 100 0 0 0 0\n")
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    probe = ContentionProbe(
+        MeasurementSettings(contention_window_s=0.2),
+        own_cpu_seconds=lambda: 0.0,
+        cores=[0],
+        stat=stat,
+        pressure=tmp_path / "none",
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
+    probe.start()
+    now[0] += 0.05  # the measurement took 50 ms
+    assert probe.stop().seconds == pytest.approx(0.2)
+    assert slept == [pytest.approx(0.15)]
+    probe.start()
+    now[0] += 0.3  # a longer one is not padded
+    assert probe.stop().seconds == pytest.approx(0.3)
+    assert len(slept) == 1
+
+
 def test_waiting_for_quiet_is_bounded(tmp_path: Path) -> None:
     with pinned({CORE}), busy_processes([CORE]):
         probe = ContentionProbe(MeasurementSettings(), cores=[CORE])
@@ -145,7 +176,13 @@ def test_waiting_for_quiet_is_bounded(tmp_path: Path) -> None:
 
 
 def digits_trial(contention: str) -> object:
-    settings = FAST.model_copy(update={"contention": contention, "contention_max_wait_s": 0.5})
+    settings = FAST.model_copy(
+        update={
+            "contention": contention,
+            "contention_max_wait_s": 0.5,
+            "contention_window_s": MeasurementSettings().contention_window_s,
+        }
+    )
     spec = spec_for(digits_workload(), {"runtime.threads": 1}).model_copy(
         update={"measurement": settings}
     )

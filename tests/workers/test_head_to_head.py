@@ -3,6 +3,8 @@ that cannot be built reported with its reason, the others unharmed."""
 
 from __future__ import annotations
 
+import pytest
+
 from autotune.contract import Entrant, HeadToHeadSpec
 from autotune.validation import ratio
 from tests.workers.conftest import FAST, digits_workload
@@ -15,6 +17,7 @@ def entrant(number: int, **config: object) -> Entrant:
     return Entrant(trial_number=number, config=config, known_accuracy=0.9)
 
 
+@pytest.mark.exclusive  # it times a speed difference: other tests meanwhile would be noise
 def test_entrants_are_timed_in_every_round_and_a_failure_is_reported() -> None:
     spec = HeadToHeadSpec(
         study="test",
