@@ -41,28 +41,50 @@ class Server:
     home: Path  # an empty XDG_CONFIG_HOME: no token file unless a test writes one
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    """The API served by uvicorn on a free port, in a thread of this process."""
-    settings = sqlite_settings(tmp_path)
-    db = Database(settings.db)
-    token = create_token(db, "cli", team="a")
+class CurrentApp:
+    """An ASGI app that hands each request to the app of the test running now: one uvicorn
+    server serves the module's tests (its start and stop cost a fifth of a second), each test
+    with an app and a database of its own."""
+
+    def __init__(self) -> None:
+        self.app: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        assert self.app is not None, "a request arrived between tests"
+        await self.app(scope, receive, send)
+
+
+@pytest.fixture(scope="module")
+def http_server() -> Iterator[tuple[str, CurrentApp]]:
+    """uvicorn on a free port, in a thread of this process."""
+    current = CurrentApp()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    uvicorn_server = uvicorn.Server(
-        uvicorn.Config(create_app(settings, db), log_level="warning", lifespan="off")
-    )
+    uvicorn_server = uvicorn.Server(uvicorn.Config(current, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=uvicorn_server.run, kwargs={"sockets": [sock]})
     thread.start()
     try:
         wait_for(lambda: uvicorn_server.started, 30, "the API server to start")
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        (tmp_path / "config").mkdir()
-        yield Server(url, settings, db, token, tmp_path / "config")
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", current
     finally:
         uvicorn_server.should_exit = True
         thread.join(30)
         sock.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path, http_server: tuple[str, CurrentApp]) -> Iterator[Server]:
+    """The API on a fresh service database, served over HTTP."""
+    url, current = http_server
+    settings = sqlite_settings(tmp_path)
+    db = Database(settings.db)
+    token = create_token(db, "cli", team="a")
+    current.app = create_app(settings, db)
+    try:
+        (tmp_path / "config").mkdir()
+        yield Server(url, settings, db, token, tmp_path / "config")
+    finally:
+        current.app = None
         db.close()
 
 
