@@ -60,13 +60,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _nothing_written_into_the_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def _nothing_written_into_the_repo(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
     """Fails the session (an error at the last test's teardown) when files appeared in the
     clone: tests write only under their temporary directories."""
-    try:  # Hypothesis keeps its example cache in ./.hypothesis unless told otherwise
+    try:  # Hypothesis keeps its files in ./.hypothesis unless told otherwise
         from hypothesis.configuration import set_hypothesis_home_dir
 
-        set_hypothesis_home_dir(tmp_path_factory.mktemp("hypothesis"))
+        set_hypothesis_home_dir(_hypothesis_home(request.config, tmp_path_factory))
     except ImportError:
         pass
     before = repo_writes.snapshot(REPO)
@@ -74,6 +76,16 @@ def _nothing_written_into_the_repo(tmp_path_factory: pytest.TempPathFactory) -> 
     appeared = repo_writes.new_files(before, repo_writes.snapshot(REPO))
     if appeared:
         pytest.fail(repo_writes.describe(appeared), pytrace=False)
+
+
+def _hypothesis_home(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pytest's cache directory, where it is on: Hypothesis computes its table of the
+    characters a codec can encode there once (seconds), not every run. The fuzz tests keep no
+    example database, so nothing there changes what a run generates."""
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return tmp_path_factory.mktemp("hypothesis")
+    return Path(cache.mkdir("hypothesis"))
 
 
 FAST_MEASUREMENT = {
