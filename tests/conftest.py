@@ -135,22 +135,34 @@ def write_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture(scope="session")
-def mlflow_store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An MLflow SQLite store with every schema migration applied and no experiment, made
-    once a session: a new store costs seconds of migrations, a copy of this one milliseconds.
+def mlflow_store_template(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """An MLflow SQLite store with every schema migration applied and no experiment: a new
+    store costs seconds of migrations, a copy of this one milliseconds. It is made once per
+    MLflow version and kept in pytest's cache directory (once a session where that is off).
     The Default experiment is removed so that a copy creates it when first opened, with the
     artifact location a new store would get there."""
     import sqlite3
 
+    import mlflow
     from mlflow.tracking import MlflowClient
 
-    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
-    with closing(sqlite3.connect(path)) as connection:
+    name = f"mlflow-store-{mlflow.__version__}"
+    cache = getattr(request.config, "cache", None)
+    directory = Path(cache.mkdir(name)) if cache is not None else tmp_path_factory.mktemp(name)
+    path = directory / "mlflow.db"
+    if path.exists():
+        return path
+    building = Path(tempfile.mkdtemp(dir=directory)) / "mlflow.db"
+    MlflowClient(f"sqlite:///{building}").search_experiments()
+    with closing(sqlite3.connect(building)) as connection:
         with connection:
             connection.execute("DELETE FROM experiments")
         # the file alone is copied: nothing may be left in a write-ahead journal beside it
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    os.replace(building, path)  # whole or not at all, whichever worker finishes first
+    shutil.rmtree(building.parent)
     return path
 
 

@@ -52,10 +52,13 @@ FORKSERVER_PRELOAD = [
     "mlflow.store.tracking.sqlalchemy_store",
 ]
 # How long a stopped writer may take to exit (it has written everything before it is told to
-# stop, unless its tracker was dropped unfinished), and how often a waiting side checks that
-# the other is still alive.
+# stop, unless its tracker was dropped unfinished), how often the writer checks that its
+# caller is still alive, and how often a caller waiting for an answer checks the writer (a
+# flush is answered as soon as it is written; the check only bounds how long a dead writer
+# goes unnoticed).
 STOP_TIMEOUT_S = 30.0
 LIVENESS_CHECK_S = 1.0
+WRITER_CHECK_S = 0.05
 # The most child runs written in one transaction.
 BATCH_RUNS = 200
 
@@ -230,7 +233,7 @@ class ProcessWriter:
         return its token."""
         while True:
             try:
-                _, token, written, failures = self._replies.get(timeout=LIVENESS_CHECK_S)
+                _, token, written, failures = self._replies.get(timeout=WRITER_CHECK_S)
                 break
             except queue.Empty:
                 if not self._process.is_alive():
