@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -81,8 +82,9 @@ def create_app(
     return app
 
 
+@functools.cache
 def _v1() -> APIRouter:
-    """Jobs and watches, behind the token."""
+    """Jobs and watches, behind the token; built once, included (copied) into each app."""
     v1 = APIRouter(prefix="/v1", responses=PROTECTED)
     v1.include_router(jobs.router)
     v1.include_router(watches.router)
