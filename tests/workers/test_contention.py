@@ -22,20 +22,28 @@ from workers.runner import run_trial
 pytestmark = pytest.mark.exclusive
 
 CORE = min(os.sched_getaffinity(0))
-BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); exec('while True: pass')"
+BUSY_LOOP = (
+    "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); print(flush=True); "
+    "exec('while True: pass')"
+)
 
 
 @contextmanager
 def busy_processes(cores: list[int]) -> Iterator[None]:
-    """One real busy-looping process pinned to each of `cores`."""
-    children = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(c)]) for c in cores]
+    """One real busy-looping process pinned to each of `cores`, each spinning when this
+    yields (it says so once it is pinned)."""
+    children = [
+        subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(c)], stdout=subprocess.PIPE)
+        for c in cores
+    ]
     try:
-        time.sleep(0.3)  # let them start spinning
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline() == b"\n"
         yield
     finally:
         for child in children:
             child.kill()
-            child.wait()
+            child.communicate()
 
 
 @contextmanager
