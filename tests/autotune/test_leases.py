@@ -26,7 +26,7 @@ def test_a_sqlite_study_lock_excludes_a_second_holder(tmp_path: Path) -> None:
     thread.start()
     with study_lock(url, "s"):
         inside.set()
-        thread.join(timeout=0.5)  # blocked on the lock: still running
+        thread.join(timeout=0.2)  # blocked on the lock: still running
         assert thread.is_alive()
         order.append("first")
     thread.join()

@@ -63,17 +63,17 @@ def spin(seconds: float) -> None:
 
 
 def observe(busy: bool) -> float:
-    """Other processes' share of CORE while this process spins on it for half a second."""
+    """Other processes' share of CORE while this process spins on it for a quarter second."""
     with pinned({CORE}):
         probe = ContentionProbe(MeasurementSettings(), cores=[CORE])
         if busy:
             with busy_processes([CORE]):
                 probe.start()
-                spin(0.5)
+                spin(0.25)
                 contention = probe.stop(threads=1)
         else:
             probe.start()
-            spin(0.5)
+            spin(0.25)
             contention = probe.stop(threads=1)
     assert contention.cores == 1
     if busy:
@@ -95,7 +95,7 @@ def test_the_trial_s_own_work_is_not_other_load() -> None:
     with pinned({CORE}):
         probe = ContentionProbe(MeasurementSettings(), cores=[CORE])
         probe.start()
-        spin(0.5)
+        spin(0.25)
         contention = probe.stop()
     # This process kept its core busy; nearly all of it was its own CPU time.
     assert contention.other_cpu_share < 0.5
@@ -176,8 +176,8 @@ def test_a_window_shorter_than_the_setting_is_watched_on_until_it_is_that_long(
 def test_waiting_for_quiet_is_bounded(tmp_path: Path) -> None:
     with pinned({CORE}), busy_processes([CORE]):
         probe = ContentionProbe(MeasurementSettings(), cores=[CORE])
-        waited = probe.wait_for_quiet(max_wait_s=0.6)
-    assert waited >= 0.6  # never quiet: it waited its bound, then gave up
+        waited = probe.wait_for_quiet(max_wait_s=0.3)
+    assert waited >= 0.3  # never quiet: it waited its bound, then gave up
     with pinned({CORE}):
         quick = ContentionProbe(MeasurementSettings(), cores=[CORE]).wait_for_quiet(0.0)
     assert quick >= 0.0
@@ -187,7 +187,7 @@ def digits_trial(contention: str) -> object:
     settings = FAST.model_copy(
         update={
             "contention": contention,
-            "contention_max_wait_s": 0.5,
+            "contention_max_wait_s": 0.3,
             "contention_window_s": MeasurementSettings().contention_window_s,
         }
     )
@@ -217,4 +217,4 @@ def test_wait_mode_waits_its_bound_then_measures_and_marks() -> None:
     result = digits_trial("wait")
     assert result.status == "ok"  # type: ignore[attr-defined]
     contention = result.provenance.contention  # type: ignore[attr-defined]
-    assert contention.contended and contention.waited_s >= 0.5
+    assert contention.contended and contention.waited_s >= 0.3
