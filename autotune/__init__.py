@@ -20,12 +20,17 @@ __all__ = ["load"]
 def load(tuned_file: str | Path, python_path: Sequence[str] = ()) -> Predictor:
     """The tuned model of a tuned file, ready to call, run as it was measured: its engine,
     precision, threads, engine options and batch size (`predictor.predict(inputs)`). A torch
-    artifact imports its model's entry point from `python_path` and `sys.path`."""
+    artifact imports its model's entry point from `python_path` and `sys.path`. Where the
+    file lists several kinds of node, the one this machine is (its fingerprint) is loaded."""
     from autotune.errors import RequestError
-    from autotune.tuned import read_tuned
+    from autotune.tuned import is_index, read_tuned, tuned_for_kind
     from workers.predictor import load_predictor
 
     path = Path(tuned_file)
+    if is_index(path):
+        from workers.probe import probe
+
+        path = tuned_for_kind(path, probe().fingerprint)
     tuned = read_tuned(path)
     artifact = Path(tuned.artifact)
     if not artifact.is_absolute():

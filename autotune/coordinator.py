@@ -231,6 +231,7 @@ class Coordinator:
     def _settle(self, result: TrialResult) -> None:
         state = self.state
         record, spec = state.running.pop(result.trial_number)
+        result = self._of_this_kind(spec, result)
         if result.status == "lost" and spec.attempt + 1 < MAX_ATTEMPTS:
             retry = spec.model_copy(update={"attempt": spec.attempt + 1})
             self.executor.submit(retry)
@@ -264,6 +265,18 @@ class Coordinator:
                     }
                 )
             )
+
+    def _of_this_kind(self, spec: TrialSpec, result: TrialResult) -> TrialResult:
+        """A result measured on another kind of node than the study's is refused as an error:
+        its timings belong to another study."""
+        provenance, expected = result.provenance, self.tuning.profile.fingerprint
+        if provenance is None or provenance.hardware_fingerprint in (None, expected):
+            return result
+        reason = (
+            f"measured on hardware {provenance.hardware_fingerprint} (node "
+            f"{provenance.node_id}), not on this study's kind {expected}"
+        )
+        return TrialResult.for_spec(spec, "error", reason, result.duration_s)
 
     def _tell_baseline(self, record: TrialRecord, spec: TrialSpec, result: TrialResult) -> None:
         if result.metrics is None:

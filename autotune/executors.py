@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -20,15 +19,22 @@ from autotune.contract import (
     ArtifactInfo,
     HeadToHeadResult,
     HeadToHeadSpec,
-    ModelInfo,
+    Inspection,
+    NodeInfo,
+    NodeKind,
     TrialResult,
     TrialSpec,
     Workload,
 )
-from autotune.errors import AutotuneError, MissingDependency
+from autotune.errors import AutotuneError, RequestError
+from autotune.hardware import describe_kind, select_kinds
+from autotune.ray_cluster import RayCluster, Workers, on_node
 
 if TYPE_CHECKING:
     from workers.actor import TrialWorker
+
+# The node id of trials run in the coordinator's own process.
+LOCAL_NODE = "local"
 
 
 class Executor(Protocol):
@@ -41,7 +47,13 @@ class Executor(Protocol):
     @property
     def slots(self) -> int: ...
 
-    def inspect(self, workload: Workload) -> ModelInfo: ...
+    def kinds(self) -> list[NodeKind]:
+        """The kinds of node the slots run on, as the data plane probed them there."""
+        ...
+
+    def inspect(self, workload: Workload) -> Inspection:
+        """The model as a worker loads it, and the kinds of node the slots run on."""
+        ...
 
     def submit(self, spec: TrialSpec) -> None: ...
 
@@ -102,15 +114,26 @@ class InProcessExecutor:
         from workers.actor import TrialWorker
 
         self.trial_memory_mb = memory_limit_mb or trial_memory_limit_mb(1)
-        self._worker: TrialWorker = TrialWorker(memory_limit_mb=self.trial_memory_mb)
+        self._worker: TrialWorker = TrialWorker(self.trial_memory_mb, node_id=LOCAL_NODE)
         self._done: deque[TrialResult] = deque()
 
     @property
     def slots(self) -> int:
         return 1
 
-    def inspect(self, workload: Workload) -> ModelInfo:
-        return self._worker.inspect(workload)
+    def kinds(self) -> list[NodeKind]:
+        profile = self._worker.profile()
+        node = NodeInfo(
+            node_id=LOCAL_NODE,
+            hostname=profile.hostname,
+            cpus=profile.cpu_cores,
+            gpus=len(profile.gpus),
+            slots=1,
+        )
+        return [NodeKind(profile=profile, nodes=[node])]
+
+    def inspect(self, workload: Workload) -> Inspection:
+        return Inspection(model=self._worker.inspect(workload), kinds=self.kinds())
 
     def submit(self, spec: TrialSpec) -> None:
         require_idle_slot(self.slots - self.pending())
@@ -135,13 +158,21 @@ class InProcessExecutor:
         self._done.clear()
 
 
+@dataclass(frozen=True)
+class _Slot:
+    """Where a slot's actor lives and what it asks of its node."""
+
+    node_id: str
+    cpus: int
+    gpus: int
+
+
 @dataclass
 class _Running:
     actor: Any
     spec: TrialSpec
     started: float
     borrowed_slots: list[int] | None = None  # a gang trial's slots, given back when it ends
-    placement_group: Any = None
 
     def overdue(self, now: float) -> bool:
         return self.spec.timeout_s is not None and now - self.started > self.spec.timeout_s
@@ -162,67 +193,76 @@ LOST_CALL_ATTEMPTS = 3
 
 
 class RayExecutor:
-    """One long-lived Ray actor per slot; each actor runs one trial at a time.
+    """One long-lived Ray actor per slot, on the nodes of one kind; each actor runs one trial
+    at a time.
 
-    Without an address, an in-process Ray is started on this machine and stopped on
-    close; with one, the executor joins that cluster. A trial past its `timeout_s` is
-    stopped by killing its actor; the slot gets a fresh actor, as it does after an
-    out-of-memory outcome.
+    The slots come from a `RayCluster` (given, or made here: without an address an in-process
+    Ray is started on this machine and stopped on close; with one, the executor joins that
+    cluster). Each slot's actor is placed on its node and asks for that node's CPUs and GPUs
+    per slot. `target` chooses the kind where the cluster has several (`select_kinds`). A
+    trial past its `timeout_s` is stopped by killing its actor; the slot gets a fresh actor,
+    as it does after an out-of-memory outcome.
     """
 
     runs_in_process = False
 
     def __init__(
         self,
-        workers: int,
+        workers: Workers = 1,
         address: str | None = None,
         memory_limit_mb: int | None = None,
         num_gpus: int | None = None,
+        target: str | None = None,
+        cluster: RayCluster | None = None,
     ) -> None:
+        self._cluster = cluster or RayCluster(address, workers, num_gpus)
+        self._cluster.acquire()
+        self._ray = ray = self._cluster.ray
+        self._actors: list[Any] = []
+        self._closed = False
         try:
-            import ray
-        except ImportError:
-            raise MissingDependency("ray", "the Ray executor") from None
-        if workers < 1:
-            raise AutotuneError(f"workers must be >= 1, got {workers}")
-        self._ray = ray
-        self._owns_ray = not ray.is_initialized()
-        if self._owns_ray:
-            ray.init(**_init_kwargs(address, workers, num_gpus))
-        resources = ray.available_resources()
-        cpus_per_slot = max(1, int(resources.get("CPU", workers)) // workers)
-        # GPUs are split evenly between the slots; Ray sets each actor's CUDA_VISIBLE_DEVICES.
-        gpus_per_slot = int(resources.get("GPU", 0)) // workers
-        self._cpus_per_slot, self._gpus_per_slot = cpus_per_slot, gpus_per_slot
-        self._actor_cls = ray.remote(num_cpus=cpus_per_slot, num_gpus=gpus_per_slot)(
-            _worker_class()
-        )
+            self.kind = _one_kind(self._cluster.kinds, target)
+        except BaseException:
+            self.close()
+            raise
+        self._slots = [
+            _Slot(node.node_id, node.cpus // node.slots, node.gpus // node.slots)
+            for node in self.kind.nodes
+            for _ in range(node.slots)
+        ]
+        self._actor_cls = ray.remote(_worker_class())
         self._memory_limit_mb = self.trial_memory_mb = memory_limit_mb
         # On this machine each slot gets its own cores, so neighbours do not disturb its
-        # timings; on a cluster Ray places actors and the nodes' cores are not ours to split.
-        self._cpus = _split_cores(workers) if self._owns_ray and not address else [None] * workers
-        self._actors: list[Any] = [self._new_actor(slot) for slot in range(workers)]
+        # timings; a cluster's nodes' cores are Ray's to place.
+        slots = len(self._slots)
+        self._cores = _split_cores(slots) if self._cluster.local else [None] * slots
+        self._actors = [self._new_actor(slot) for slot in range(slots)]
         self._idle: list[Any] = list(self._actors)
         self._running: dict[Any, _Running] = {}
         self._gangs: list[TrialSpec] = []  # sharded trials waiting for enough idle slots
         self._ready: list[TrialResult] = []
         self._blobs: dict[str, Any] = {}
-        self._closed = False
 
     def _new_actor(self, slot: int) -> Any:
-        return self._actor_cls.remote(self._memory_limit_mb, self._cpus[slot])
+        place = self._slots[slot]
+        return self._actor_cls.options(
+            num_cpus=place.cpus, num_gpus=place.gpus, scheduling_strategy=on_node(place.node_id)
+        ).remote(self._memory_limit_mb, self._cores[slot], place.node_id)
 
     @property
     def slots(self) -> int:
         return len(self._actors)
 
-    def inspect(self, workload: Workload) -> ModelInfo:
+    def kinds(self) -> list[NodeKind]:
+        return [self.kind]
+
+    def inspect(self, workload: Workload) -> Inspection:
         blobs = self._ship(workload)
-        info: ModelInfo = self._on_first_slot(lambda actor: actor.inspect.remote(workload, blobs))
-        return info
+        info = self._on_first_slot(lambda actor: actor.inspect.remote(workload, blobs))
+        return Inspection(model=info, kinds=self.kinds())
 
     def pings(self) -> list[dict[str, Any]]:
-        """Each slot's worker process: pid, host and the cores it may run on."""
+        """Each slot's worker process: pid, host, node and the cores it may run on."""
         pings: list[dict[str, Any]] = self._ray.get([a.ping.remote() for a in self._actors])
         return pings
 
@@ -263,9 +303,9 @@ class RayExecutor:
         return fresh
 
     def submit(self, spec: TrialSpec) -> None:
-        needed = self._slots_needed(spec)
-        if needed > 1:
-            self._submit_gang(spec, needed)
+        degree = _shard_degree(spec)
+        if degree > max(self._most_gpus_per_slot(), 1) and self._most_gpus_per_slot() > 0:
+            self._submit_gang(spec, degree)
             return
         require_idle_slot(len(self._idle))
         actor = self._idle.pop()
@@ -275,52 +315,61 @@ class RayExecutor:
     def pending(self) -> int:
         return len(self._running) + len(self._gangs) + len(self._ready)
 
-    def _slots_needed(self, spec: TrialSpec) -> int:
-        """A trial sharded over k GPUs needs the GPUs of ceil(k / GPUs per slot) slots."""
-        degree = max(
-            int(spec.config.get("shard.tensor_parallel", 1)),
-            int(spec.config.get("shard.data_parallel", 1)),
-        )
-        if degree <= max(self._gpus_per_slot, 1) or self._gpus_per_slot == 0:
-            return 1
-        return -(-degree // self._gpus_per_slot)
+    def _most_gpus_per_slot(self) -> int:
+        return max(slot.gpus for slot in self._slots)
 
-    def _submit_gang(self, spec: TrialSpec, needed: int) -> None:
-        if needed > len(self._actors):
+    def _node_gpus(self, node_id: str) -> int:
+        """The GPUs of all the slots on a node: the most a gang trial there can borrow."""
+        return sum(slot.gpus for slot in self._slots if slot.node_id == node_id)
+
+    def _submit_gang(self, spec: TrialSpec, degree: int) -> None:
+        most = max(self._node_gpus(slot.node_id) for slot in self._slots)
+        if degree > most:
             reason = (
-                f"needs the GPUs of {needed} slots ({self._gpus_per_slot} each); "
-                f"this executor has {len(self._actors)}"
+                f"needs {degree} GPUs on one node; the largest node of kind "
+                f"{self.kind.fingerprint} has {most} in this executor's slots"
             )
             self._ready.append(TrialResult.for_spec(spec, "unsupported", reason))
             return
         self._gangs.append(spec)
         self._start_gangs()
 
-    def _start_gangs(self) -> None:
-        """Run a waiting gang trial once enough slots are idle: their actors are stopped to
-        free their GPUs, one actor holding all of them runs the trial on one node (a
-        placement group), and the slots get fresh actors when it ends."""
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    def _gang_slots(self, degree: int) -> list[int] | None:
+        """Idle slots on one node whose GPUs together hold `degree`, or None while no node
+        has enough of them idle: a sharded trial never spans nodes."""
+        by_node: dict[str, list[int]] = {}
+        for actor in self._idle:
+            slot = self._actors.index(actor)
+            by_node.setdefault(self._slots[slot].node_id, []).append(slot)
+        for slots in by_node.values():
+            needed = -(-degree // self._slots[slots[0]].gpus)
+            if len(slots) >= needed:
+                return slots[:needed]
+        return None
 
+    def _start_gangs(self) -> None:
+        """Run a waiting gang trial once enough slots of one node are idle: their actors are
+        stopped to free their GPUs, one actor on that node holding all of them runs the trial,
+        and the slots get fresh actors when it ends."""
         while self._gangs:
             spec = self._gangs[0]
-            needed = self._slots_needed(spec)
-            if len(self._idle) < needed:
+            borrowed = self._gang_slots(_shard_degree(spec))
+            if borrowed is None:
                 return
             self._gangs.pop(0)
-            borrowed = [self._actors.index(self._idle.pop()) for _ in range(needed)]
             for slot in borrowed:
-                self._ray.kill(self._actors[slot])
-            gpus = needed * self._gpus_per_slot
-            cpus = needed * self._cpus_per_slot
-            group = placement_group([{"CPU": cpus, "GPU": gpus}], strategy="STRICT_PACK")
-            gang = self._ray.remote(num_cpus=cpus, num_gpus=gpus)(_worker_class()).options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=group)
+                actor = self._actors[slot]
+                self._idle.remove(actor)
+                self._ray.kill(actor)
+            node_id = self._slots[borrowed[0]].node_id
+            gpus = sum(self._slots[slot].gpus for slot in borrowed)
+            cpus = sum(self._slots[slot].cpus for slot in borrowed)
+            gang = self._actor_cls.options(
+                num_cpus=cpus, num_gpus=gpus, scheduling_strategy=on_node(node_id)
             )
-            actor: Any = gang.remote(self._memory_limit_mb, None)
-            ref = actor.run.remote(spec, self._ship(spec.workload))
-            self._running[ref] = _Running(actor, spec, time.monotonic(), borrowed, group)
+            holder: Any = gang.remote(self._memory_limit_mb, None, node_id)
+            ref = holder.run.remote(spec, self._ship(spec.workload))
+            self._running[ref] = _Running(holder, spec, time.monotonic(), borrowed)
 
     def wait(self) -> list[TrialResult]:
         results: list[TrialResult] = self._ready
@@ -352,10 +401,7 @@ class RayExecutor:
         return result
 
     def _end_gang(self, running: _Running) -> None:
-        from ray.util.placement_group import remove_placement_group
-
         self._ray.kill(running.actor)
-        remove_placement_group(running.placement_group)
         for slot in running.borrowed_slots or []:
             self._actors[slot] = self._new_actor(slot)
             self._idle.append(self._actors[slot])
@@ -409,7 +455,7 @@ class RayExecutor:
         return {p: self._blobs[p] for p in workload_files(workload) if p in self._blobs}
 
     def close(self) -> None:
-        # Once this executor's own Ray is shut down, ray.kill on its actors would start a
+        # Once the cluster's own Ray is shut down, ray.kill on its actors would start a
         # fresh local Ray (left running) and fail to find them.
         if self._closed:
             return
@@ -418,8 +464,20 @@ class RayExecutor:
             for actor in self._actors:
                 self._ray.kill(actor)
         finally:
-            if self._owns_ray:
-                self._ray.shutdown()
+            self._cluster.release()
+
+
+def survey_kinds(ray_address: str | None = None, workers: Workers = 1) -> list[NodeKind]:
+    """The kinds of node trials would run on, without starting any: a Ray cluster's nodes
+    (each probed on itself), or without an address this machine (where a local Ray would run
+    them as well)."""
+    if ray_address is None:
+        return InProcessExecutor().kinds()
+    cluster = RayCluster(ray_address, workers)
+    try:
+        return cluster.kinds
+    finally:
+        cluster.release()
 
 
 def _cuda_error(result: TrialResult) -> bool:
@@ -447,17 +505,18 @@ def _worker_class() -> type[TrialWorker]:
     return TrialWorker
 
 
-def _init_kwargs(address: str | None, workers: int, num_gpus: int | None) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR"}
-    if address:
-        return {**kwargs, "address": address}
-    # A local Ray's workers must import the same code as this process.
-    python_path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
-    return {
-        **kwargs,
-        "address": "local",  # our own instance, never another process's local Ray
-        "include_dashboard": False,
-        "num_cpus": max(workers, len(os.sched_getaffinity(0))),
-        "num_gpus": num_gpus,
-        "runtime_env": {"env_vars": {"PYTHONPATH": python_path}},
-    }
+def _shard_degree(spec: TrialSpec) -> int:
+    return max(
+        int(spec.config.get("shard.tensor_parallel", 1)),
+        int(spec.config.get("shard.data_parallel", 1)),
+    )
+
+
+def _one_kind(kinds: list[NodeKind], target: str | None) -> NodeKind:
+    """The kind an executor runs on: the target's, or the cluster's only one."""
+    chosen = select_kinds(kinds, target)
+    if len(chosen) > 1:
+        known = "; ".join(describe_kind(k) for k in chosen)
+        rule = f"must choose one kind of node where the cluster has several ({known})"
+        raise RequestError("target", rule, target)
+    return chosen[0]

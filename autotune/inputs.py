@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.contract import ModelInfo, TrialResult, Workload
-from autotune.hardware import HardwareProfile
+from autotune.contract import HardwareProfile, ModelInfo, TrialResult, Workload
 from autotune.request import TuningRequest
 from autotune.space import EffectiveSpace
 

@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.contract import ArtifactInfo, ModelInfo, TrialSpec, Workload
+from autotune.contract import ArtifactInfo, HardwareProfile, ModelInfo, TrialSpec, Workload
 from autotune.errors import NoFeasibleConfiguration
-from autotune.hardware import HardwareProfile
 from autotune.metrics import BOUNDS, OBJECTIVES
 from autotune.pareto import Candidate, pareto_front
 from autotune.request import TuningRequest

@@ -58,10 +58,14 @@ from autotune.contract import (
     ConfigValue,
     DataRef,
     EntrantOutcome,
+    HardwareProfile,
     HeadToHeadResult,
     HeadToHeadSpec,
+    Inspection,
     ModelInfo,
     ModelRef,
+    NodeInfo,
+    NodeKind,
     Provenance,
     RoundFigures,
     TrialMetrics,
@@ -72,7 +76,6 @@ from autotune.contract import (
 )
 from autotune.errors import AutotuneError, RequestError
 from autotune.executors import require_idle_slot, require_nothing_pending
-from autotune.hardware import HardwareProfile
 from autotune.metrics import (
     ACCURACY,
     LATENCY_P50,
@@ -437,9 +440,17 @@ class ReplayExecutor:
     def slots(self) -> int:
         return self._slots
 
-    def inspect(self, workload: Workload) -> ModelInfo:
+    def kinds(self) -> list[NodeKind]:
+        """The table's stand-in machine, one node holding the simulated slots."""
+        profile = self.table.profile()
+        node = NodeInfo(
+            node_id="replay", hostname=profile.hostname, cpus=1, gpus=0, slots=self._slots
+        )
+        return [NodeKind(profile=profile, nodes=[node])]
+
+    def inspect(self, workload: Workload) -> Inspection:
         """The table stands in for the model: a study's identity follows the table."""
-        return ModelInfo(
+        model = ModelInfo(
             kind="onnx",
             sha256=self.table.sha256,
             n_samples=len(self.table.rows),
@@ -447,6 +458,7 @@ class ReplayExecutor:
             has_labels=False,
             parameter_bytes=0,
         )
+        return Inspection(model=model, kinds=self.kinds())
 
     def submit(self, spec: TrialSpec) -> None:
         require_idle_slot(self._slots - len(self._running))

@@ -219,6 +219,12 @@ class TuningRequest(Strict):
         default=None,
         description="a file in search_spaces/ or a path; default chosen for the hardware",
     )
+    target: str | None = Field(
+        default=None,
+        description="the kind of node to tune for where the trials' nodes are of several: a "
+        "hardware fingerprint, a saved profile (`autotune hardware --json`) or a Ray node "
+        "label 'key=value'; without it each kind is tuned in a study of its own",
+    )
     budget: Budget = Budget()
     selection: Selection = Selection()
     measurement: MeasurementSettings = MeasurementSettings()

@@ -17,9 +17,8 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from autotune import knob_rules
-from autotune.contract import ConfigValue, ModelInfo, Strict
+from autotune.contract import CAPABILITIES, ConfigValue, HardwareProfile, ModelInfo, Strict
 from autotune.errors import SpaceError
-from autotune.hardware import CAPABILITIES, HardwareProfile
 from workers.knobs import Target
 
 if TYPE_CHECKING:
@@ -261,11 +260,12 @@ def effective_space(
     profile: HardwareProfile,
     source: str,
     model: ModelInfo | None = None,
-    slots: int = 1,
+    cores_per_slot: int | None = None,
     apply_knob_rules: bool = True,
 ) -> EffectiveSpace:
-    """Filter a space by what the hardware (and, when known, the model) supports. With
-    several trial slots sharing the machine's cores, thread counts stop at one slot's share.
+    """Filter a space by what the hardware (and, when known, the model) supports. Where a
+    trial slot has fewer cores than the node (`NodeKind.cpus_per_slot`), thread counts stop
+    at the slot's.
     Without `apply_knob_rules` (a replayed table, which says itself what ran) the knobs'
     rules are not applied."""
     caps = profile.capabilities() | _model_capabilities(model)
@@ -277,7 +277,7 @@ def effective_space(
         if unmet is not None:
             excluded.append(Exclusion(dimension=dim.name, value=None, reason=unmet))
             continue
-        effective = _filter_dimension(dim, profile, model, target, excluded, slots)
+        effective = _filter_dimension(dim, profile, model, target, excluded, cores_per_slot)
         if effective is None:
             continue
         if not apply_knob_rules:
@@ -301,11 +301,11 @@ def _filter_dimension(
     model: ModelInfo | None,
     target: Target,
     excluded: list[Exclusion],
-    slots: int,
+    cores_per_slot: int | None,
 ) -> EffectiveDimension | None:
     limit = LIMITS[dim.at_most](profile, model) if dim.at_most else None
-    if dim.at_most == "cpu_cores" and limit is not None and slots > 1:
-        limit = max(1, limit // slots)
+    if dim.at_most == "cpu_cores" and limit is not None and cores_per_slot is not None:
+        limit = max(1, min(limit, cores_per_slot))
     values = dim.values
     if values is not None:
         kept = []

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.contract import ConfigValue, Strict
 from autotune.errors import RequestError
@@ -39,6 +39,49 @@ class TunedConfig(BaseModel):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+class TunedKind(Strict):
+    """One kind of node's tuned file, in the list a tuning of several kinds writes."""
+
+    fingerprint: str
+    hardware: str = Field(description="the kind in a few words: cores, GPUs, hosts")
+    study: str
+    tuned: str = Field(description="the kind's tuned file, relative to the list")
+
+
+class TunedIndex(Strict):
+    """What a tuning of several kinds of node writes in place of one tuned file."""
+
+    kinds: list[TunedKind] = Field(min_length=2)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def is_index(path: Path) -> bool:
+    """Whether a tuned file is the list of several kinds' tuned files."""
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(loaded, dict) and set(loaded) == {"kinds"}
+
+
+def tuned_for_kind(path: Path, fingerprint: str) -> Path:
+    """In a list of several kinds' tuned files, the file of the kind `fingerprint` names; a
+    kind the list lacks is a `RequestError` naming those it has."""
+    try:
+        index = TunedIndex.model_validate(yaml.safe_load(path.read_text()))
+    except ValidationError as error:
+        rule = "must be a tuned file written by autotune tune"
+        raise RequestError("tuned file", f"{rule} ({type(error).__name__})", str(path)) from None
+    for kind in index.kinds:
+        if kind.fingerprint == fingerprint:
+            return path.parent / kind.tuned
+    known = "; ".join(f"{k.fingerprint} ({k.hardware})" for k in index.kinds)
+    rule = f"has no configuration tuned for this machine's kind; it lists {known}"
+    raise RequestError("tuned file", rule, fingerprint)
 
 
 def read_tuned(path: Path) -> TunedConfig:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -10,15 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from autotune.budget import Budget
-from autotune.contract import ModelInfo, Workload
+from autotune.contract import ModelInfo, NodeKind, Workload
 from autotune.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
 from autotune.errors import RequestError
 from autotune.executors import Executor, InProcessExecutor, RayExecutor, trial_memory_limit_mb
-from autotune.hardware import HardwareProfile, probe
+from autotune.hardware import describe_kind, select_kinds
 from autotune.leases import schema_lock
 from autotune.metrics import OBJECTIVES
 from autotune.outcome import TuneOutcome
 from autotune.pareto import Candidate
+from autotune.ray_cluster import RayCluster, Workers
 from autotune.replay import ReplayExecutor, ReplayTable
 from autotune.request import TuningRequest, load_request
 from autotune.results import OptunaStore, StudyIdentity, opened_store
@@ -32,6 +34,7 @@ from autotune.strategies import (
     strategy_names,
 )
 from autotune.tracking import MlflowTracker, NullTracker, Tracker
+from autotune.tuned import TunedIndex, TunedKind
 from autotune.warm_start import WarmStart
 
 ProgressFactory = Callable[[int | None], AbstractContextManager[Callable[[int, Any], None]]]
@@ -46,8 +49,12 @@ class TuneOptions:
     tracking_uri: str | None = None
     experiment: str | None = None
     ray_address: str | None = None
-    workers: int = 1
+    # Trial slots on each kind of node, or 'auto': every slot the nodes hold.
+    workers: Workers = 1
     executor: str = "ray"
+    # The kind of node to tune for where the slots span several (`select_kinds`); replaces
+    # the request's `target`.
+    target: str | None = None
     seed: int | None = None
     out: Path | None = None
     out_dir: Path | None = None
@@ -75,18 +82,32 @@ class TuneOptions:
             "storage": self.storage,
             "tracking.uri": self.tracking_uri,
             "tracking.experiment": self.experiment,
+            "target": self.target,
         }
         return {k: v for k, v in pairs.items() if v is not None}
 
 
-def make_executor(options: TuneOptions) -> Executor:
+def make_executors(options: TuneOptions, target: str | None = None) -> list[Executor]:
+    """One executor for each kind of node the trials run on (`target` keeps one of them)."""
     if options.executor == "inprocess":
-        return InProcessExecutor()
+        executor = InProcessExecutor()
+        select_kinds(executor.kinds(), target)  # a target that is not this machine is refused
+        return [executor]
     if options.executor == "ray":
         # On this machine each slot's actor gets its share of the memory available now; a
         # cluster's nodes are not this machine's to share out.
-        limit = None if options.ray_address else trial_memory_limit_mb(options.workers)
-        return RayExecutor(options.workers, options.ray_address, memory_limit_mb=limit)
+        slots = options.workers if isinstance(options.workers, int) else 1
+        limit = None if options.ray_address else trial_memory_limit_mb(slots)
+        cluster = RayCluster(options.ray_address, options.workers)
+        try:
+            kinds = select_kinds(cluster.kinds, target)
+        except BaseException:
+            cluster.release()
+            raise
+        return [
+            RayExecutor(memory_limit_mb=limit, target=kind.fingerprint, cluster=cluster)
+            for kind in kinds
+        ]
     raise RequestError("executor", "must be 'ray' or 'inprocess'", options.executor)
 
 
@@ -94,22 +115,28 @@ def _no_progress(total: int | None) -> AbstractContextManager[Callable[[int, Any
     return nullcontext(lambda done, result: None)
 
 
-def _local_slots(options: TuneOptions) -> int:
-    """Trial slots that share this machine's cores (a remote cluster's are its own)."""
-    local_ray = options.executor == "ray" and options.ray_address is None
-    return options.workers if local_ray else 1
-
-
 def run_tune(
     request_file: Path, options: TuneOptions, progress: ProgressFactory | None = None
 ) -> tuple[TuneOutcome, Path]:
-    """Validate everything, tune, write the tuned-config file; return it and its path."""
+    """Validate everything, tune one kind of node, write the tuned-config file; return it and
+    its path. Slots on several kinds need a target (`run_tune_kinds` tunes each)."""
+    (only,) = run_tune_kinds(request_file, options, progress, several=False).kinds
+    return only.outcome, only.path
+
+
+def run_tune_kinds(
+    request_file: Path,
+    options: TuneOptions,
+    progress: ProgressFactory | None = None,
+    several: bool = True,
+) -> Tuned:
+    """Validate everything and tune each kind of node the trials run on, one study each."""
     request = load_request(request_file, options.overrides(), replay=options.replay is not None)
     if options.timeout_s is not None and options.trials is None:
         # A time budget alone on the command line replaces the request's trial count.
         budget = request.budget.model_copy(update={"trials": None})
         request = request.model_copy(update={"budget": budget})
-    return tune_request(request, request_file.parent, options, progress)
+    return tune_kinds(request, request_file.parent, options, progress, several)
 
 
 @dataclass
@@ -125,27 +152,46 @@ class TuneSettings:
 
 @dataclass
 class _Plan:
-    """Where the trials run, on what, and how the space is found once the model is known."""
+    """Where the trials run, and how the space is found once the model and the kind of node
+    are known."""
 
-    profile: HardwareProfile
     workload: Workload
     executor: Executor
-    space: Callable[[ModelInfo], EffectiveSpace]
+    space: Callable[[ModelInfo, NodeKind], EffectiveSpace]
 
 
-def _measured_plan(request: TuningRequest, base_dir: Path, options: TuneOptions) -> _Plan:
-    profile = probe()
+@dataclass
+class KindTuned:
+    """One kind of node's study: what it concluded and where its tuned file is."""
+
+    kind: NodeKind
+    outcome: TuneOutcome
+    path: Path
+
+
+@dataclass
+class Tuned:
+    """What a tuning wrote: each kind's study, and the tuned file (one kind's, or the list of
+    several kinds' files)."""
+
+    kinds: list[KindTuned]
+    path: Path
+
+
+def _measured_plans(request: TuningRequest, base_dir: Path, options: TuneOptions) -> list[_Plan]:
     space_path = resolve_space_path(options.space or request.search_space)
     space_file = load_space(space_path)
     workload = request.workload(base_dir)
     check_workload(workload)  # before an executor (a Ray cluster) starts
-    slots = _local_slots(options)
-    return _Plan(
-        profile,
-        workload,
-        make_executor(options),
-        lambda info: effective_space(space_file, profile, str(space_path), info, slots=slots),
-    )
+
+    def space(info: ModelInfo, kind: NodeKind) -> EffectiveSpace:
+        return effective_space(
+            space_file, kind.profile, str(space_path), info, cores_per_slot=kind.cpus_per_slot
+        )
+
+    return [
+        _Plan(workload, executor, space) for executor in make_executors(options, request.target)
+    ]
 
 
 def _replay_plan(replay: Path, options: TuneOptions) -> _Plan:
@@ -157,8 +203,9 @@ def _replay_plan(replay: Path, options: TuneOptions) -> _Plan:
     else:
         space_path = resolve_space_path(options.space)
         space = table.space_from(load_space(space_path), str(space_path))
-    executor = ReplayExecutor(table, options.workers)
-    return _Plan(table.profile(), table.workload(), executor, lambda info: space)
+    workers = options.workers if isinstance(options.workers, int) else 1
+    executor = ReplayExecutor(table, workers)
+    return _Plan(table.workload(), executor, lambda info, kind: space)
 
 
 def tune_request(
@@ -167,16 +214,79 @@ def tune_request(
     options: TuneOptions,
     progress: ProgressFactory | None = None,
 ) -> tuple[TuneOutcome, Path]:
-    """Tune a validated request whose relative paths are relative to `base_dir`."""
+    """Tune a validated request, whose relative paths are relative to `base_dir`, on one kind
+    of node (where the slots span several, the request's or the options' target chooses)."""
+    (only,) = tune_kinds(request, base_dir, options, progress, several=False).kinds
+    return only.outcome, only.path
+
+
+def tune_kinds(
+    request: TuningRequest,
+    base_dir: Path,
+    options: TuneOptions,
+    progress: ProgressFactory | None = None,
+    several: bool = True,
+) -> Tuned:
+    """Tune a validated request on each kind of node its executor's slots run on, one study
+    and one tuned file per kind; with several kinds, the studies are named `NAME@FINGERPRINT`
+    and the tuned file (`tuned.yaml`) lists each kind's."""
     if options.sampler not in STRATEGIES:
         raise RequestError("sampler", f"must be one of {strategy_names()}", options.sampler)
     if options.replay is None:
-        plan = _measured_plan(request, base_dir, options)
+        plans = _measured_plans(request, base_dir, options)
     else:
-        plan = _replay_plan(options.replay, options)
+        plans = [_replay_plan(options.replay, options)]
     study_name = options.study or request.name
     out_dir = options.out_dir or Path("autotune-out") / study_name
     out_file = options.out or out_dir / "tuned.yaml"
+    try:
+        if len(plans) > 1 and not several:
+            kinds = "; ".join(describe_kind(p.executor.kinds()[0]) for p in plans)
+            rule = f"must choose one kind of node where the trials' nodes are of several ({kinds})"
+            raise RequestError("target", rule, None)
+        if len(plans) == 1:
+            only = _tune_kind(plans[0], request, study_name, out_dir, out_file, options, progress)
+            return Tuned([only], out_file)
+        tuned = []
+        for plan in plans:
+            name = f"{study_name}@{plan.executor.kinds()[0].fingerprint}"
+            kind_dir = out_dir.parent / name
+            tuned.append(
+                _tune_kind(
+                    plan, request, name, kind_dir, kind_dir / "tuned.yaml", options, progress
+                )
+            )
+    finally:
+        for plan in plans:
+            plan.executor.close()
+    write_index(out_file, tuned)
+    return Tuned(tuned, out_file)
+
+
+def write_index(path: Path, tuned: list[KindTuned]) -> None:
+    """The list of each kind's tuned file, where `autotune.load` finds its machine's."""
+    kinds = [
+        TunedKind(
+            fingerprint=t.kind.fingerprint,
+            hardware=describe_kind(t.kind),
+            study=t.outcome.study_name,
+            tuned=os.path.relpath(t.path.resolve(), path.resolve().parent),
+        )
+        for t in tuned
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(TunedIndex(kinds=kinds).to_yaml())
+
+
+def _tune_kind(
+    plan: _Plan,
+    request: TuningRequest,
+    study_name: str,
+    out_dir: Path,
+    out_file: Path,
+    options: TuneOptions,
+    progress: ProgressFactory | None,
+) -> KindTuned:
     settings = TuneSettings(
         study_name=study_name,
         storage=request.storage,
@@ -187,26 +297,25 @@ def tune_request(
         sampler=options.sampler,
     )
     executor = plan.executor
-    try:
-        model_info = executor.inspect(plan.workload)
-        space = plan.space(model_info)
-        with (progress or _no_progress)(settings.n_trials) as update:
-            tuning = Tuning(
-                request, plan.workload, model_info, space, plan.profile, settings.artifact_dir
-            )
-            events = Events(on_progress=lambda done, total, result: update(done, result))
-            events.on_note = options.on_note or events.on_note
-            events.on_phase = options.on_phase or events.on_phase
-            tracker = None if options.track else NullTracker(settings.study_name)
-            outcome = run_study(tuning, settings, executor, options, events, tracker)
-    finally:
-        executor.close()
+    inspection = executor.inspect(plan.workload)
+    (kind,) = inspection.kinds
+    model_info = inspection.model
+    space = plan.space(model_info, kind)
+    with (progress or _no_progress)(settings.n_trials) as update:
+        tuning = Tuning(
+            request, plan.workload, model_info, space, kind.profile, settings.artifact_dir
+        )
+        events = Events(on_progress=lambda done, total, result: update(done, result))
+        events.on_note = options.on_note or events.on_note
+        events.on_phase = options.on_phase or events.on_phase
+        tracker = None if options.track else NullTracker(settings.study_name)
+        outcome = run_study(tuning, settings, executor, options, events, tracker)
     if isinstance(executor, ReplayExecutor):
         outcome.notes.append(_replay_note(executor))
     assert outcome.tuned is not None
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(outcome.tuned.to_yaml())
-    return outcome, out_file
+    return KindTuned(kind, outcome, out_file)
 
 
 def run_study(

@@ -46,7 +46,6 @@ from autotune.contract import (  # noqa: E402
     variant_key,
 )
 from autotune.coordinator import Coordinator, Tuning  # noqa: E402
-from autotune.hardware import probe  # noqa: E402
 from autotune.metrics import OBJECTIVES  # noqa: E402
 from autotune.request import TuningRequest, parse_request  # noqa: E402
 from autotune.results import OptunaStore, StudyIdentity  # noqa: E402
@@ -58,6 +57,7 @@ from autotune.space import (  # noqa: E402
 )
 from autotune.strategies import make_strategy  # noqa: E402
 from autotune.tracking import MlflowTracker  # noqa: E402
+from workers.probe import probe  # noqa: E402
 
 INFO = ModelInfo(
     kind="torch", sha256="0" * 64, n_samples=1, input_shape=[1], has_labels=True,

@@ -23,12 +23,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from autotune.contract import Entrant, HeadToHeadSpec, MeasurementSettings  # noqa: E402
-from autotune.hardware import probe  # noqa: E402
 from autotune.request import load_request  # noqa: E402
 from autotune.stats import paired_ratio  # noqa: E402
 from workers.config import default_threads, parse_config  # noqa: E402
 from workers.head_to_head import run_head_to_head  # noqa: E402
 from workers.knobs import ENGINES, supports  # noqa: E402
+from workers.probe import probe  # noqa: E402
 from workers.runner import software_versions  # noqa: E402
 from workers.runtimes import machine_target  # noqa: E402
 from workers.store import WorkloadStore  # noqa: E402

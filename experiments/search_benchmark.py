@@ -334,7 +334,7 @@ def _ratio(median: float, other: float, budget: int) -> str:
 
 
 def _cpu_model() -> str:
-    from autotune.hardware import probe
+    from workers.probe import probe
 
     return probe().cpu_model or platform.machine()
 

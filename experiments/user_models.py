@@ -44,7 +44,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autotune.hardware import probe  # noqa: E402
+from workers.probe import probe  # noqa: E402
 
 WHEELS = {"magika": "magika==1.0.3", "rapidocr": "rapidocr-onnxruntime==1.4.4"}
 MEASUREMENT = {"warmup_iters": 3, "min_iters": 20, "min_seconds": 0.1, "max_seconds": 1.0}

@@ -11,6 +11,7 @@ from contextlib import contextmanager, suppress
 
 from autotune.contract import (
     ArtifactInfo,
+    HardwareProfile,
     HeadToHeadResult,
     HeadToHeadSpec,
     ModelInfo,
@@ -23,6 +24,7 @@ from workers.blobs import Blob, localize
 from workers.head_to_head import run_head_to_head
 from workers.inspection import inspect_workload
 from workers.runner import export_artifact, run_trial
+from workers.runtimes import machine_profile
 from workers.store import WorkloadStore
 
 
@@ -30,11 +32,24 @@ class TrialWorker:
     """Runs one trial at a time and keeps, per process, each workload's loaded model and data,
     reference outputs, exported ONNX models and accuracy per variant."""
 
-    def __init__(self, memory_limit_mb: int | None = None, cpus: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        memory_limit_mb: int | None = None,
+        cpus: list[int] | None = None,
+        node_id: str | None = None,
+    ) -> None:
+        # The node's profile is probed before the slot is pinned to its cores: the profile is
+        # the node's (its fingerprint is its kind's), the slot's share is the executor's.
+        self._profile = machine_profile()
         if cpus:
             os.sched_setaffinity(0, cpus)  # disjoint from the other slots' cores
         self.memory_limit_mb = memory_limit_mb
+        self.node_id = node_id
         self.store = WorkloadStore()
+
+    def profile(self) -> HardwareProfile:
+        """The hardware of the node this worker runs on (`workers.probe`)."""
+        return self._profile
 
     def inspect(self, workload: Workload, blobs: dict[str, Blob] | None = None) -> ModelInfo:
         return inspect_workload(localize(workload, blobs), self.store)
@@ -42,10 +57,17 @@ class TrialWorker:
     def run(self, spec: TrialSpec, blobs: dict[str, Blob] | None = None) -> TrialResult:
         spec = _localized(spec, blobs)
         if self.memory_limit_mb is None:
-            return run_trial(spec, self.store)
+            return self._stamped(run_trial(spec, self.store))
         self._preload(spec)
         with growth_limit(self.memory_limit_mb):
-            return run_trial(spec, self.store)
+            return self._stamped(run_trial(spec, self.store))
+
+    def _stamped(self, result: TrialResult) -> TrialResult:
+        """The result with the node that measured it in its provenance."""
+        if result.provenance is None or self.node_id is None:
+            return result
+        provenance = result.provenance.model_copy(update={"node_id": self.node_id})
+        return result.model_copy(update={"provenance": provenance})
 
     def _preload(self, spec: TrialSpec) -> None:
         """Load the workload outside the limit: the limit is on what a trial adds."""
@@ -68,6 +90,7 @@ class TrialWorker:
         return {
             "pid": os.getpid(),
             "hostname": socket.gethostname(),
+            "node_id": self.node_id,
             "cpus": sorted(os.sched_getaffinity(0)),
         }
 

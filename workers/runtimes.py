@@ -14,19 +14,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from functools import cache
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from autotune.contract import HardwareProfile
 from autotune.errors import Unsupported
 from workers.config import TrialConfig
 from workers.knobs import ENGINES, ModelKind, Target, supports
 from workers.knobs.engines import require_cuda
 from workers.sharding import ModelSource, tensor_parallel_session
 from workers.variants import Variant
-
-if TYPE_CHECKING:
-    from autotune.hardware import HardwareProfile
 
 __all__ = [
     "Session",
@@ -92,8 +90,8 @@ def check_runtime(config: TrialConfig, model_kind: ModelKind | None = None) -> N
 
 @cache
 def machine_profile() -> HardwareProfile:
-    """This machine's hardware profile, probed once per process (`autotune.hardware.probe`)."""
-    from autotune.hardware import probe
+    """This machine's hardware profile, probed once per process (`workers.probe`)."""
+    from workers.probe import probe
 
     return probe()
 

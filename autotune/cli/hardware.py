@@ -1,26 +1,73 @@
-"""`autotune hardware` and `autotune space`: this machine's profile, and the search space
-it leaves."""
+"""`autotune hardware` and `autotune space`: the profile of the hardware that runs the trials
+(this machine, or each kind of node of a Ray cluster), and the search space it leaves."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from autotune.cli.shared import _exit_codes, out
+from autotune.contract import HardwareProfile, NodeInfo, NodeKind
+from autotune.hardware import load_profile
+
+if TYPE_CHECKING:
+    from autotune.space import EffectiveSpace
+
+
+RayAddress = Annotated[
+    str | None,
+    typer.Option(help="a Ray cluster: its trial nodes, each probed on itself, by kind"),
+]
 
 
 def hardware(
+    ray_address: RayAddress = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the profile as JSON")] = False,
 ) -> None:
-    """Probe and print this machine's hardware profile."""
-    from autotune.hardware import probe
+    """Print the hardware profile of the machine that would run the trials (this one), or of
+    each kind of node in a Ray cluster. The profile is probed by the data plane, on the node."""
+    from autotune.executors import survey_kinds
 
-    profile = probe()
+    with _exit_codes():
+        kinds = survey_kinds(ray_address, "auto")
     if as_json:
-        print(profile.model_dump_json(indent=2))
+        if ray_address is None:
+            print(kinds[0].profile.model_dump_json(indent=2))  # what --hardware reads back
+        else:
+            print(json.dumps([_kind_json(kind) for kind in kinds], indent=2))
         return
+    for kind in kinds:
+        if ray_address is not None:
+            _print_nodes(kind)
+        _print_profile(kind.profile)
+
+
+def _kind_json(kind: NodeKind) -> dict[str, Any]:
+    return {
+        "fingerprint": kind.fingerprint,
+        "cpus_per_slot": kind.cpus_per_slot,
+        "nodes": [node.model_dump(mode="json") for node in kind.nodes],
+        "profile": kind.profile.model_dump(mode="json"),
+    }
+
+
+def _print_nodes(kind: NodeKind) -> None:
+    out.print(
+        f"\n[bold]kind {kind.fingerprint}[/bold]: {len(kind.nodes)} node(s), {kind.slots} slot(s)"
+    )
+    for node in kind.nodes:
+        labels = ", ".join(f"{k}={v}" for k, v in node.labels.items())
+        out.print(
+            f"  node {node.node_id[:12]} {node.hostname}: {node.cpus} CPUs, {node.gpus} GPUs, "
+            f"{node.slots} slot(s){f'; {labels}' if labels else ''}",
+            highlight=False,
+        )
+
+
+def _print_profile(profile: HardwareProfile) -> None:
     out.print(f"fingerprint:  {profile.fingerprint}")
     out.print(f"cpu:          {profile.cpu_model} ({profile.cpu_cores} cores)")
     out.print(f"cpu flags:    {' '.join(profile.cpu_flags) or '-'}")
@@ -50,23 +97,63 @@ def space(
             "is the default",
         ),
     ] = None,
+    ray_address: RayAddress = None,
+    workers: Annotated[
+        str, typer.Option(help="with --ray-address: trial slots on each kind, or 'auto'")
+    ] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
 ) -> None:
-    """Print the effective search space for this machine (or a saved profile), and for a
-    request's model when one is given."""
-    from autotune.hardware import load_profile, probe
+    """Print the effective search space for the machine that would run the trials (this one,
+    each kind of node of a Ray cluster, or a saved profile), and for a request's model when
+    one is given."""
+    from autotune.executors import survey_kinds
+    from autotune.ray_cluster import parse_workers
     from autotune.space import effective_space, load_space, resolve_space_path
 
     with _exit_codes():
-        profile = load_profile(hardware_file) if hardware_file else probe()
+        if hardware_file is not None:
+            kinds = [_saved_kind(load_profile(hardware_file))]
+        else:
+            kinds = survey_kinds(ray_address, parse_workers(workers))
         model = None
         if request_file is not None:
             space_file, model = _request_model(request_file, space_file)
         path = resolve_space_path(space_file)
-        effective = effective_space(load_space(path), profile, str(path), model)
+        spaces = [
+            effective_space(
+                load_space(path), kind.profile, str(path), model, cores_per_slot=kind.cpus_per_slot
+            )
+            for kind in kinds
+        ]
     if as_json:
-        print(effective.model_dump_json(indent=2))
+        if ray_address is None:
+            print(spaces[0].model_dump_json(indent=2))
+        else:
+            shown = [
+                {**_kind_json(kind), "space": space.model_dump(mode="json")}
+                for kind, space in zip(kinds, spaces, strict=True)
+            ]
+            print(json.dumps(shown, indent=2))
         return
+    for kind, effective in zip(kinds, spaces, strict=True):
+        if ray_address is not None:
+            _print_nodes(kind)
+        _print_space(effective)
+
+
+def _saved_kind(profile: HardwareProfile) -> NodeKind:
+    """A saved profile as one node of one slot with all its cores."""
+    node = NodeInfo(
+        node_id="saved",
+        hostname=profile.hostname,
+        cpus=profile.cpu_cores,
+        gpus=len(profile.gpus),
+        slots=1,
+    )
+    return NodeKind(profile=profile, nodes=[node])
+
+
+def _print_space(effective: EffectiveSpace) -> None:
     out.print(
         f"space {effective.name} ({effective.source}), hardware {effective.hardware_fingerprint}"
     )
@@ -98,7 +185,7 @@ def _request_model(request_file: Path, space_file: str | None) -> tuple[str | No
 
     request = load_request(request_file)
     workload = request.workload(request_file.resolve().parent)
-    return space_file or request.search_space, InProcessExecutor().inspect(workload)
+    return space_file or request.search_space, InProcessExecutor().inspect(workload).model
 
 
 def _shown(context: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from autotune.cli.shared import _exit_codes, err, out
 from autotune.cli.tables import _print_comparison, _print_front, _shown
+from autotune.hardware import describe_kind
 from autotune.strategies import DEFAULT_STRATEGY, strategy_names
 
 
@@ -28,7 +29,20 @@ def tune(
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI")] = None,
     experiment: Annotated[str | None, typer.Option(help="MLflow experiment")] = None,
     ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
-    workers: Annotated[int, typer.Option(min=1, help="trial slots (one trial each)")] = 1,
+    workers: Annotated[
+        str,
+        typer.Option(
+            help="trial slots (one trial each) on each kind of node, or 'auto': one per GPU "
+            "on a GPU node, one per CPU node"
+        ),
+    ] = "1",
+    target: Annotated[
+        str | None,
+        typer.Option(
+            help="the kind of node to tune for where the trials' nodes are of several: a "
+            "fingerprint, a saved profile or a Ray node label key=value (default: each kind)"
+        ),
+    ] = None,
     executor: Annotated[
         str, typer.Option(help="'ray' (default) or 'inprocess' (no Ray; debugging)")
     ] = "ray",
@@ -58,34 +72,51 @@ def tune(
     """Tune a model: search, measure, and write the tuned configuration. With --replay,
     the same search runs against a recorded table, each slot of --workers on a simulated
     clock."""
-    from autotune.tuning import TuneOptions, run_tune
+    from autotune.ray_cluster import parse_workers
+    from autotune.tuning import TuneOptions, run_tune_kinds
 
     display = _TuneProgress()
-    options = TuneOptions(
-        trials=trials,
-        timeout_s=timeout,
-        storage=storage,
-        study=study,
-        tracking_uri=tracking_uri,
-        experiment=experiment,
-        ray_address=ray_address,
-        workers=workers,
-        executor=executor,
-        seed=seed,
-        out=out_file,
-        replay=replay,
-        space=space_file,
-        sampler=sampler,
-        on_note=display.note,
-        on_phase=display.phase,
-    )
     with _exit_codes():
-        outcome, written = run_tune(request_file, options, progress=display.trials)
-    registered = _register(outcome.tuned) if outcome.tuned is not None else None
+        options = TuneOptions(
+            trials=trials,
+            timeout_s=timeout,
+            storage=storage,
+            study=study,
+            tracking_uri=tracking_uri,
+            experiment=experiment,
+            ray_address=ray_address,
+            workers=parse_workers(workers),
+            executor=executor,
+            target=target,
+            seed=seed,
+            out=out_file,
+            replay=replay,
+            space=space_file,
+            sampler=sampler,
+            on_note=display.note,
+            on_phase=display.phase,
+        )
+        tuned = run_tune_kinds(request_file, options, progress=display.trials)
+    tuned_kinds = tuned.kinds
+    several = len(tuned_kinds) > 1
     if as_json:
-        assert outcome.tuned is not None
-        print(json.dumps(outcome.tuned.model_dump(mode="json"), indent=2))
+        shown = [t.outcome.tuned.model_dump(mode="json") for t in tuned_kinds if t.outcome.tuned]
+        for kind in tuned_kinds:
+            _register(kind.outcome.tuned, several)
+        print(json.dumps(shown if several else shown[0], indent=2))
         return
+    for kind in tuned_kinds:
+        if several:
+            out.print(f"\n[bold]Kind {escape(describe_kind(kind.kind))}[/bold]", soft_wrap=True)
+        _print_tuned(kind.outcome, kind.path, _register(kind.outcome.tuned, several))
+    if several:
+        out.print(
+            f"\nTuned configs of {len(tuned_kinds)} kinds: {escape(str(tuned.path))}",
+            soft_wrap=True,
+        )
+
+
+def _print_tuned(outcome: Any, written: Path, registered: str | None) -> None:
     from autotune.pareto import Candidate
 
     front: list[Candidate] = outcome.front
@@ -118,10 +149,11 @@ def tune(
     out.print(f"\n[bold {colour}]Against the baseline:[/bold {colour}] {tuned.headline.text}")
 
 
-def _register(tuned: Any) -> str | None:
+def _register(tuned: Any, per_kind: bool = False) -> str | None:
     """The tuned model as a version of the registered model named like the study, under the
-    alias `tuned` (`models:/NAME@tuned`); what went wrong where the store has no registry or
-    the name is not one MLflow takes. A replayed study exports no model (None)."""
+    alias `tuned` (`models:/NAME@tuned`); with several kinds of node, each kind's version of
+    the request's model under `tuned-FINGERPRINT`. What went wrong where the store has no
+    registry or the name is not one MLflow takes. A replayed study exports no model (None)."""
     from mlflow.exceptions import MlflowException
 
     from autotune.errors import RequestError
@@ -130,18 +162,23 @@ def _register(tuned: Any) -> str | None:
     artifact = Path(tuned.artifact)
     if artifact.suffix == ".json":
         return None
-    name = tuned.study["name"]
+    study = tuned.study["name"]
+    fingerprint = tuned.hardware["fingerprint"]
+    name, alias = (
+        (study.partition("@")[0], f"tuned-{fingerprint}") if per_kind else (study, "tuned")
+    )
     try:
         version = register_tuned(
             tuned.mlflow["tracking_uri"],
             name,
             artifact.parent,
             tuned.mlflow["run_id"],
-            {"autotune.study": name},
+            {"autotune.study": study, "autotune.hardware_fingerprint": fingerprint},
+            alias=alias,
         )
     except (MlflowException, RequestError) as error:
         return f"not registered ({type(error).__name__}: {str(error).splitlines()[0]})"
-    return f"models:/{name}@tuned (version {version})"
+    return f"models:/{name}@{alias} (version {version})"
 
 
 def _ui_command(tracking_uri: str, cwd: Path | None = None) -> str:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotune.contract import NodeKind
 
 
 @dataclass
@@ -31,6 +38,8 @@ class ServiceSettings:
     registered_alias: str = "tuned"
     # The shortest interval a watch may check at (`every`).
     min_watch_every_s: float = 60.0
+    # How long a survey of the trial nodes' hardware is reused (dedupe keys, watch ticks).
+    hardware_ttl_s: float = 60.0
     # Serve /docs, /redoc and /openapi.json without a token.
     public_docs: bool = False
 
@@ -42,9 +51,38 @@ class ServiceSettings:
         return self.data_dir / "jobs" / job_id
 
     @cached_property
-    def hardware_fingerprint(self) -> str:
-        """The hardware jobs run on, as far as this process can tell (identical submissions
-        are deduplicated per hardware)."""
-        from autotune.hardware import probe
+    def hardware(self) -> HardwareSurvey:
+        """The hardware of the nodes that run this service's trials (the workers' probes)."""
+        from autotune.executors import survey_kinds
 
-        return probe().fingerprint
+        ray_address = self.ray_address if self.executor == "ray" else None
+        return HardwareSurvey(lambda: survey_kinds(ray_address, self.workers), self.hardware_ttl_s)
+
+    @property
+    def hardware_fingerprint(self) -> str:
+        """The hardware jobs run on: identical submissions are deduplicated per hardware, and
+        a watch re-tunes when it changes."""
+        return self.hardware.fingerprint()
+
+
+class HardwareSurvey:
+    """The fingerprint of the kinds of node `kinds` reports (an executor's, probed on the
+    nodes), asked again once it is older than `ttl_s`: a node replaced by another model is
+    seen within that time, without a survey for every request."""
+
+    def __init__(self, kinds: Callable[[], list[NodeKind]], ttl_s: float) -> None:
+        self._kinds = kinds
+        self._ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._fingerprint: str | None = None
+        self._at = 0.0
+
+    def fingerprint(self) -> str:
+        from autotune.hardware import kinds_fingerprint
+
+        with self._lock:
+            fresh = time.monotonic() - self._at < self._ttl_s
+            if self._fingerprint is None or not fresh:
+                self._fingerprint = kinds_fingerprint(self._kinds())
+                self._at = time.monotonic()
+            return self._fingerprint

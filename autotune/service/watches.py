@@ -161,8 +161,9 @@ class Scheduler:
             self.stopped.wait(self.settings.poll_s)
 
     def tick(self) -> list[str]:
-        """Check every due watch once; return the ids of the jobs submitted. The hardware is
-        probed once per tick, and only when a watch is due."""
+        """Check every due watch once; return the ids of the jobs submitted. The trial nodes'
+        hardware is asked for once per tick (`ServiceSettings.hardware`, which reuses a
+        recent survey), and only when a watch is due."""
         submitted: list[str] = []
         hardware: str | None = None
         while True:
@@ -170,7 +171,7 @@ class Scheduler:
                 watch = self._claim_due(session)
                 if watch is None:
                     return submitted
-                hardware = hardware or self._hardware_fingerprint()
+                hardware = hardware or self.settings.hardware_fingerprint
                 job_id = self._check(session, watch, hardware)
                 if job_id is not None:
                     submitted.append(job_id)
@@ -257,8 +258,3 @@ class Scheduler:
             self.settings.tracking_uri,
             namespace,
         )
-
-    def _hardware_fingerprint(self) -> str:
-        from autotune.hardware import probe
-
-        return probe().fingerprint

@@ -34,6 +34,7 @@ from typing import Literal
 from autotune.contract import (
     ConfigValue,
     DataRef,
+    HardwareProfile,
     MeasurementSettings,
     MetricRef,
     ModelRef,
@@ -43,7 +44,6 @@ from autotune.contract import (
     variant_key,
 )
 from autotune.executors import InProcessExecutor
-from autotune.hardware import HardwareProfile, probe
 from autotune.space import EffectiveDimension, EffectiveSpace, effective_space, load_space
 
 TABLES_DIR = Path(__file__).resolve().parent
@@ -184,8 +184,8 @@ def record(table: Table, out: Path, limit: int | None) -> Recording:
     started = time.time()
     executor = InProcessExecutor()
     try:
-        info = executor.inspect(table.workload)
-        profile = probe()
+        inspection = executor.inspect(table.workload)
+        info, profile = inspection.model, inspection.kinds[0].profile
         source = _shown(table.space_file)
         # Every combination, those the knobs refuse included: a table records what each
         # configuration does, and a refusal is a row with its reason.

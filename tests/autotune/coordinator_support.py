@@ -19,10 +19,14 @@ from autotune.contract import (
     ArtifactInfo,
     ConfigValue,
     DataRef,
+    HardwareProfile,
     HeadToHeadResult,
     HeadToHeadSpec,
+    Inspection,
     ModelInfo,
     ModelRef,
+    NodeInfo,
+    NodeKind,
     Provenance,
     TrialMetrics,
     TrialResult,
@@ -33,7 +37,6 @@ from autotune.contract import (
 from autotune.coordinator import Coordinator, Events, Tuning
 from autotune.errors import AutotuneError
 from autotune.executors import require_idle_slot
-from autotune.hardware import HardwareProfile
 from autotune.metrics import OBJECTIVES
 from autotune.request import TuningRequest, parse_request
 from autotune.results import OptunaStore, StudyIdentity, TrialMarks, TrialRecord
@@ -140,11 +143,12 @@ def failing(
     return reply
 
 
-def scripted_provenance(spec: TrialSpec) -> Provenance:
+def scripted_provenance(spec: TrialSpec, fingerprint: str = PROFILE.fingerprint) -> Provenance:
     return Provenance(
         model_sha256=INFO.sha256,
         host="scripted",
-        hardware_fingerprint=PROFILE.fingerprint,
+        hardware_fingerprint=fingerprint,
+        node_id="scripted",
         software={"autotune": "test"},
         measurement=spec.measurement,
     )
@@ -153,7 +157,8 @@ def scripted_provenance(spec: TrialSpec) -> Provenance:
 class ScriptedExecutor:
     """Answers each submitted spec from `reply` at once, and hands one result back per
     `wait`: the oldest submitted, or with `newest_first` the newest (results out of order
-    across slots). `on_submit` sees each spec after it is submitted."""
+    across slots). `on_submit` sees each spec after it is submitted; `measured_on` names the
+    hardware each spec's result says it was measured on (the study's kind by default)."""
 
     runs_in_process = False
     trial_memory_mb: int | None = None
@@ -164,16 +169,22 @@ class ScriptedExecutor:
         slots: int = 1,
         newest_first: bool = False,
         on_submit: Callable[[TrialSpec], None] | None = None,
+        measured_on: Callable[[TrialSpec], str] = lambda spec: PROFILE.fingerprint,
     ) -> None:
         self.reply = reply
+        self.measured_on = measured_on
         self.slots = slots
         self.newest_first = newest_first
         self.on_submit = on_submit
         self.submitted: list[TrialSpec] = []
         self._done: list[TrialResult] = []
 
-    def inspect(self, workload: Workload) -> ModelInfo:
-        return INFO
+    def kinds(self) -> list[NodeKind]:
+        node = NodeInfo(node_id="scripted", hostname="scripted", cpus=1, gpus=0, slots=self.slots)
+        return [NodeKind(profile=PROFILE, nodes=[node])]
+
+    def inspect(self, workload: Workload) -> Inspection:
+        return Inspection(model=INFO, kinds=self.kinds())
 
     def submit(self, spec: TrialSpec) -> None:
         require_idle_slot(self.slots - len(self._done))
@@ -185,7 +196,8 @@ class ScriptedExecutor:
     def _result(self, spec: TrialSpec) -> TrialResult:
         reply = self.reply(spec)
         if isinstance(reply, TrialMetrics):
-            return TrialResult.for_spec(spec, "ok", None, 0.0, reply, scripted_provenance(spec))
+            provenance = scripted_provenance(spec, self.measured_on(spec))
+            return TrialResult.for_spec(spec, "ok", None, 0.0, reply, provenance)
         return TrialResult.for_spec(spec, reply, f"scripted {reply}")
 
     def pending(self) -> int:

@@ -19,6 +19,7 @@ from tests.autotune.coordinator_support import (
     BASELINE,
     BASELINE_ACCURACY,
     INT8_ACCURACY_LOSS,
+    PROFILE,
     ScriptedExecutor,
     config_with,
     failing,
@@ -53,6 +54,22 @@ def test_the_baseline_is_trial_zero_and_measured_first(strategy: str) -> None:
     assert baseline.number == 0 and baseline.marks.baseline and baseline.measured
     assert baseline.metrics is not None and baseline.metrics["accuracy_drop"] == 0.0
     assert rig.records()[0].marks.baseline
+
+
+def test_a_result_measured_on_another_kind_of_node_is_refused() -> None:
+    """Timings of unlike nodes never meet in one study: a result whose provenance names
+    another fingerprint than the study's kind is an error with the reason, not a point."""
+    elsewhere = ScriptedExecutor(
+        measured_on=lambda spec: "0ther" if spec.trial_number == 2 else PROFILE.fingerprint
+    )
+    rig = make_rig(executor=elsewhere, trials=4)
+    rig.search()
+    records = {r.number: r for r in rig.records()}
+    refused = records[2]
+    assert (refused.state, refused.status) == ("pruned", "error")
+    assert "0ther" in (refused.reason or "") and PROFILE.fingerprint in (refused.reason or "")
+    assert refused.metrics is None
+    assert all(records[n].state == "complete" for n in (0, 1, 3))
 
 
 def test_a_baseline_that_timed_out_is_measured_again_on_resume() -> None:

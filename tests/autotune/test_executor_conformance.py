@@ -133,10 +133,16 @@ def test_an_unbuildable_configuration_is_a_result_not_an_exception(case: Executo
     assert result.reason
 
 
-def test_inspect_names_the_model_that_results_were_measured_on(case: ExecutorCase) -> None:
+def test_inspect_names_the_model_and_the_hardware_that_results_were_measured_on(
+    case: ExecutorCase,
+) -> None:
     executor = case.live()
-    info = executor.inspect(case.workload)
+    inspection = executor.inspect(case.workload)
+    info = inspection.model
     assert isinstance(info, ModelInfo)
+    (kind,) = inspection.kinds  # one executor, one kind of node
+    assert inspection.kinds == executor.kinds()
+    assert kind.slots == executor.slots
     if case.model_sha256 is not None:
         assert info.sha256 == case.model_sha256
     if case.loads_the_model:
@@ -145,6 +151,8 @@ def test_inspect_names_the_model_that_results_were_measured_on(case: ExecutorCas
     (result,) = executor.wait()
     assert result.provenance is not None
     assert result.provenance.model_sha256 == info.sha256
+    assert result.provenance.hardware_fingerprint == kind.fingerprint
+    assert result.provenance.node_id in {node.node_id for node in kind.nodes}
 
 
 def head_to_head(case: ExecutorCase, *configs: dict[str, ConfigValue]) -> HeadToHeadSpec:

@@ -91,7 +91,7 @@ def test_a_worker_killed_while_starting_is_replaced_and_the_study_goes_on(
     path = write_request(budget={"trials": 3})
     monkeypatch.setattr(executors, "_worker_class", lambda: dying_worker(armed))
     executor = RayExecutor(workers=1)
-    monkeypatch.setattr(tuning, "make_executor", lambda options: executor)
+    monkeypatch.setattr(tuning, "make_executors", lambda options, target: [executor])
 
     outcome, _ = run_tune(path, TuneOptions(seed=0))
 
@@ -192,7 +192,7 @@ def test_model_and_data_files_travel_through_the_object_store(
     files = Workload(
         model=ModelRef(onnx=str(onnx_path)), data=DataRef(npz=str(npz_path)), python_path=[]
     )
-    info = capped_executor.inspect(files)
+    info = capped_executor.inspect(files).model
     onnx_path.unlink()
     npz_path.unlink()
     capped_executor.submit(spec(6, files, {"batch.size": 1}))  # exported with a fixed batch

@@ -3,9 +3,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.contract import ConfigValue, ModelInfo
+from autotune.contract import ConfigValue, HardwareProfile, ModelInfo
 from autotune.errors import SpaceError
-from autotune.hardware import HardwareProfile, load_profile
+from autotune.hardware import load_profile
 from autotune.knob_rules import parameter_key
 from autotune.space import (
     SPACES_DIR,
@@ -226,7 +226,8 @@ def test_model_kind_gates_the_engine(cpu_profile: HardwareProfile) -> None:
 
 def test_slots_share_the_cores(cpu_profile: HardwareProfile) -> None:
     path = resolve_space_path("cpu.yaml")
-    shared = effective_space(load_space(path), cpu_profile, str(path), slots=2)
+    share = max(1, cpu_profile.cpu_cores // 2)
+    shared = effective_space(load_space(path), cpu_profile, str(path), cores_per_slot=share)
     threads = next(d for d in shared.dimensions if d.name == "runtime.threads")
-    assert threads.values == [max(1, cpu_profile.cpu_cores // 2)]
+    assert threads.values == [share]
     assert shared.baseline()["runtime.threads"] == threads.values[0]

@@ -18,7 +18,6 @@ from autotune import tuning
 from autotune.contract import TrialSpec, variant_key
 from autotune.errors import RequestError
 from autotune.executors import InProcessExecutor
-from autotune.hardware import probe
 from autotune.metrics import OBJECTIVES, Direction, Metric
 from autotune.outcome import TuneOutcome
 from autotune.pareto import Candidate, dominates
@@ -28,6 +27,7 @@ from autotune.tracking import PARENT_TAG, TRIAL_TAG, MlflowTracker, compare_tune
 from autotune.tuning import TuneOptions, run_tune
 from autotune.warm_start import PreviousTrial, WarmStart, load_warm_start, selection_order
 from tests.conftest import FAST_MEASUREMENT, REPO, digits_request, stored_trials
+from workers.probe import probe
 
 COLD = "digits-cold"
 RETUNE = "digits-retune"

@@ -433,19 +433,20 @@ def test_concurrency_that_a_session_cannot_take_is_unsupported(
 def test_the_hardware_fingerprint_is_probed_once_per_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import autotune.hardware
+    import workers.probe
+    from autotune.contract import HardwareProfile
     from workers import runtimes
 
-    real_probe = autotune.hardware.probe
+    real_probe = workers.probe.probe
     probes: list[str] = []
 
-    def counting_probe() -> autotune.hardware.HardwareProfile:
+    def counting_probe() -> HardwareProfile:
         profile = real_probe()
         probes.append(profile.fingerprint)
         return profile
 
     runtimes.machine_profile.cache_clear()
-    monkeypatch.setattr(autotune.hardware, "probe", counting_probe)
+    monkeypatch.setattr(workers.probe, "probe", counting_probe)
     first, second = ok({"batch.size": 2}), ok({"batch.size": 5})
     assert probes and len(probes) == 1
     assert first.provenance and second.provenance
