@@ -411,6 +411,10 @@ class _Running:
     result: TrialResult = field(compare=False)
 
 
+# The node id of every replayed slot: one simulated node.
+REPLAY_NODE = "replay"
+
+
 class ReplayExecutor:
     """The Executor protocol answered from a ReplayTable on a simulated clock.
 
@@ -444,7 +448,7 @@ class ReplayExecutor:
         """The table's stand-in machine, one node holding the simulated slots."""
         profile = self.table.profile()
         node = NodeInfo(
-            node_id="replay", hostname=profile.hostname, cpus=1, gpus=0, slots=self._slots
+            node_id=REPLAY_NODE, hostname=profile.hostname, cpus=1, gpus=0, slots=self._slots
         )
         return [NodeKind(profile=profile, nodes=[node])]
 
@@ -485,6 +489,7 @@ class ReplayExecutor:
             model_sha256=table.sha256,
             host="replay",
             hardware_fingerprint=table.fingerprint,
+            node_id=REPLAY_NODE,
             software={"replay": str(table.path)},
             measurement=spec.measurement,
         )
