@@ -452,7 +452,8 @@ class HardwareProfile(Strict):
 
     @property
     def fingerprint(self) -> str:
-        """A stable hash of what affects performance (not the hostname or versions)."""
+        """A stable hash of what affects performance or what can run (not the hostname or
+        versions): nodes with the same fingerprint are one kind."""
         relevant = {
             "cpu_model": self.cpu_model,
             "cpu_cores": self.cpu_cores,
@@ -460,6 +461,9 @@ class HardwareProfile(Strict):
             "cpu_flags": sorted(self.cpu_flags),
             "gpus": [g.model_dump() for g in self.gpus],
             "providers": sorted(self.onnxruntime_providers),
+            # What the node can run gates its space as much as what it is made of.
+            "engines": sorted(self.engines),
+            "torch_compile": self.torch_compile,
         }
         blob = json.dumps(relevant, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
