@@ -33,7 +33,7 @@ def select_kinds(kinds: list[NodeKind], target: str | None) -> list[NodeKind]:
     if target is None:
         return kinds
     fingerprint = _profile_fingerprint(target)
-    chosen = [k for k in kinds if target in (k.fingerprint, fingerprint) or _labelled(k, target)]
+    chosen = [k for k in kinds if k.fingerprint in (target, fingerprint) or _labelled(k, target)]
     if not chosen:
         known = ", ".join(describe_kind(k) for k in kinds)
         rule = (

@@ -131,8 +131,8 @@ class LocalRayCluster:
 
     def _alive_nodes(self) -> int:
         code = (
-            "import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-            "print(sum(n['Alive'] for n in ray.nodes()))" % self.address
+            f"import ray; ray.init(address={self.address!r}, logging_level='ERROR', "
+            "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))"
         )
         done = self._check(code)
         return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else -1

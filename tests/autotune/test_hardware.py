@@ -3,9 +3,11 @@ from pathlib import Path
 
 import pytest
 
+from autotune.contract import NodeInfo, NodeKind
 from autotune.errors import RequestError
-from autotune.hardware import load_profile
+from autotune.hardware import kinds_fingerprint, load_profile, select_kinds
 from autotune.space import SPACES_DIR
+from autotune.tuned import TunedIndex, TunedKind, is_index, tuned_for_kind
 
 PROFILES = SPACES_DIR / "profiles"
 
@@ -33,3 +35,54 @@ def test_bad_profile_names_the_field(tmp_path: Path) -> None:
     with pytest.raises(RequestError) as info:
         load_profile(path)
     assert info.value.field == "hardware.cpu_cores"
+
+
+def kind_of(profile_name: str, labels: dict[str, str] | None = None) -> NodeKind:
+    profile = load_profile(PROFILES / profile_name)
+    node = NodeInfo(
+        node_id=profile_name, hostname="h", labels=labels or {}, cpus=8, gpus=1, slots=1
+    )
+    return NodeKind(profile=profile, nodes=[node])
+
+
+def test_a_target_names_a_kind_by_fingerprint_saved_profile_or_node_label() -> None:
+    a100, h200 = kind_of("a100.json", {"gpu": "a100"}), kind_of("h200x8.json")
+    kinds = [a100, h200]
+    assert select_kinds(kinds, None) == kinds
+    assert select_kinds(kinds, h200.fingerprint) == [h200]
+    assert select_kinds(kinds, str(PROFILES / "h200x8.json")) == [h200]
+    assert select_kinds(kinds, "gpu=a100") == [a100]
+    with pytest.raises(RequestError) as info:
+        select_kinds(kinds, "gpu=t4")
+    assert info.value.field == "target" and a100.fingerprint in info.value.rule
+
+
+def test_the_hardware_of_several_kinds_changes_with_any_of_them() -> None:
+    a100, h200 = kind_of("a100.json"), kind_of("h200x8.json")
+    assert kinds_fingerprint([a100]) == a100.fingerprint
+    both = kinds_fingerprint([a100, h200])
+    assert both == kinds_fingerprint([h200, a100]) and both not in (
+        a100.fingerprint,
+        h200.fingerprint,
+    )
+
+
+def test_a_list_of_tuned_files_gives_the_machines_kind_or_names_the_kinds(tmp_path: Path) -> None:
+    index = TunedIndex(
+        kinds=[
+            TunedKind(
+                fingerprint="aaa", hardware="8 cores", study="s@aaa", tuned="../s@aaa/tuned.yaml"
+            ),
+            TunedKind(
+                fingerprint="bbb", hardware="1 core", study="s@bbb", tuned="../s@bbb/tuned.yaml"
+            ),
+        ]
+    )
+    path = tmp_path / "s" / "tuned.yaml"
+    path.parent.mkdir()
+    path.write_text(index.to_yaml())
+    assert is_index(path)
+    assert tuned_for_kind(path, "bbb") == path.parent / "../s@bbb/tuned.yaml"
+    with pytest.raises(RequestError) as info:
+        tuned_for_kind(path, "ccc")
+    assert "aaa (8 cores)" in info.value.rule and "bbb (1 core)" in info.value.rule

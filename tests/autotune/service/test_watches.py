@@ -11,13 +11,16 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from autotune.contract import NodeInfo, NodeKind
 from autotune.errors import RequestError
+from autotune.hardware import load_profile
 from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
-from autotune.service.settings import ServiceSettings
+from autotune.service.settings import HardwareSurvey, ServiceSettings
 from autotune.service.tokens import Principal
 from autotune.service.watches import Scheduler, WatchStore, next_run, parse_every
+from autotune.space import SPACES_DIR
 from experiments.digits.model import export_weights
 from tests.autotune.service.support import (
     principal,
@@ -28,6 +31,8 @@ from tests.autotune.service.support import (
 )
 from tests.autotune.test_sources import tiny_onnx
 from tests.conftest import postgres_databases, stored_trials
+
+PROFILES = SPACES_DIR / "profiles"
 
 
 def test_intervals_and_cron_schedules() -> None:
@@ -144,3 +149,53 @@ def _ticked(
     submitted = scheduler.tick()
     after = watches.get(alice, watch_id).last_checked_at
     return (submitted,) if after != before else None
+
+
+class ReplacedNodes:
+    """An executor's report of its nodes, whose hardware the test replaces: `kinds` is all
+    of the executor the service's hardware survey asks."""
+
+    def __init__(self) -> None:
+        self.profile = load_profile(PROFILES / "a100.json")
+        self.surveys = 0
+
+    def kinds(self) -> list[NodeKind]:
+        self.surveys += 1
+        node = NodeInfo(node_id="n1", hostname="gpu-1", cpus=8, gpus=1, slots=1)
+        return [NodeKind(profile=self.profile, nodes=[node])]
+
+
+def test_a_hardware_survey_is_reused_for_its_time_to_live() -> None:
+    nodes = ReplacedNodes()
+    survey = HardwareSurvey(nodes.kinds, ttl_s=3600)
+    assert survey.fingerprint() == survey.fingerprint() == nodes.profile.fingerprint
+    assert nodes.surveys == 1
+    assert HardwareSurvey(nodes.kinds, ttl_s=0).fingerprint() and nodes.surveys == 2
+
+
+def test_replaced_trial_nodes_are_retuned_and_identical_submissions_are_told_apart(
+    tmp_path: Path,
+) -> None:
+    """The dedupe key and the watch's hardware come from the executor's nodes, not from the
+    service's own machine: a GPU node replaced by another model re-tunes the watched model."""
+    settings = sqlite_settings(tmp_path)
+    settings.min_watch_every_s = 1.0
+    nodes = ReplacedNodes()
+    settings.hardware = HardwareSurvey(nodes.kinds, ttl_s=0)
+    (settings.models_root / "tiny.onnx").write_bytes(tiny_onnx().SerializeToString())  # type: ignore[operator]
+    db = Database(settings.db)
+    jobs, watches, alice = JobStore(db), WatchStore(db, settings), principal(db)
+    watch = watches.create(alice, service_request(model={"onnx": "tiny.onnx"}), every="1s")
+    scheduler = Scheduler(db, settings)
+
+    (first,) = scheduler.tick()
+    assert jobs.get(alice, first).hardware_fingerprint == nodes.profile.fingerprint
+    ticked = wait_for(lambda: _ticked(scheduler, watches, alice, watch.id), 30, "a tick")
+    assert ticked == ([],)  # the same nodes: nothing to re-tune
+
+    nodes.profile = load_profile(PROFILES / "h200x8.json")
+    (retune,) = wait_for(lambda: scheduler.tick(), 30, "the re-tune")
+    assert retune != first
+    assert jobs.get(alice, retune).hardware_fingerprint == nodes.profile.fingerprint
+    assert watches.get(alice, watch.id).last_hardware_fingerprint == nodes.profile.fingerprint
+    db.close()
