@@ -87,28 +87,42 @@ class TuneOptions:
         return {k: v for k, v in pairs.items() if v is not None}
 
 
-def make_executors(options: TuneOptions, target: str | None = None) -> list[Executor]:
-    """One executor for each kind of node the trials run on (`target` keeps one of them)."""
+def make_executors(
+    options: TuneOptions, target: str | None = None, several: bool = True
+) -> list[Executor]:
+    """One executor for each kind of node the trials run on (`target` keeps one of them).
+    Without `several`, nodes of several kinds and no target are bad input, refused before
+    any trial slot starts."""
     if options.executor == "inprocess":
-        executor = InProcessExecutor()
-        select_kinds(executor.kinds(), target)  # a target that is not this machine is refused
-        return [executor]
-    if options.executor == "ray":
-        # On this machine each slot's actor gets its share of the memory available now; a
-        # cluster's nodes are not this machine's to share out.
-        slots = options.workers if isinstance(options.workers, int) else 1
-        limit = None if options.ray_address else trial_memory_limit_mb(slots)
-        cluster = RayCluster(options.ray_address, options.workers)
-        try:
-            kinds = select_kinds(cluster.kinds, target)
-        except BaseException:
-            cluster.release()
-            raise
-        return [
-            RayExecutor(memory_limit_mb=limit, target=kind.fingerprint, cluster=cluster)
-            for kind in kinds
-        ]
-    raise RequestError("executor", "must be 'ray' or 'inprocess'", options.executor)
+        in_process = InProcessExecutor()
+        select_kinds(in_process.kinds(), target)  # a target that is not this machine is refused
+        return [in_process]
+    if options.executor != "ray":
+        raise RequestError("executor", "must be 'ray' or 'inprocess'", options.executor)
+    # On this machine each slot's actor gets its share of the memory available now; a
+    # cluster's nodes are not this machine's to share out.
+    slots = options.workers if isinstance(options.workers, int) else 1
+    limit = None if options.ray_address else trial_memory_limit_mb(slots)
+    cluster = RayCluster(options.ray_address, options.workers)
+    executors: list[Executor] = []
+    cluster.acquire()  # held while the executors start: a failed start stops a Ray started here
+    try:
+        kinds = select_kinds(cluster.kinds, target)
+        if len(kinds) > 1 and not several:
+            known = "; ".join(describe_kind(kind) for kind in kinds)
+            rule = f"must choose one kind of node where the trials' nodes are of several ({known})"
+            raise RequestError("target", rule, None)
+        for kind in kinds:
+            executors.append(
+                RayExecutor(memory_limit_mb=limit, target=kind.fingerprint, cluster=cluster)
+            )
+    except BaseException:
+        for executor in executors:
+            executor.close()
+        raise
+    finally:
+        cluster.release()
+    return executors
 
 
 def _no_progress(total: int | None) -> AbstractContextManager[Callable[[int, Any], None]]:
@@ -178,7 +192,9 @@ class Tuned:
     path: Path
 
 
-def _measured_plans(request: TuningRequest, base_dir: Path, options: TuneOptions) -> list[_Plan]:
+def _measured_plans(
+    request: TuningRequest, base_dir: Path, options: TuneOptions, several: bool
+) -> list[_Plan]:
     space_path = resolve_space_path(options.space or request.search_space)
     space_file = load_space(space_path)
     workload = request.workload(base_dir)
@@ -189,9 +205,8 @@ def _measured_plans(request: TuningRequest, base_dir: Path, options: TuneOptions
             space_file, kind.profile, str(space_path), info, cores_per_slot=kind.cpus_per_slot
         )
 
-    return [
-        _Plan(workload, executor, space) for executor in make_executors(options, request.target)
-    ]
+    executors = make_executors(options, request.target, several)
+    return [_Plan(workload, executor, space) for executor in executors]
 
 
 def _replay_plan(replay: Path, options: TuneOptions) -> _Plan:
@@ -233,17 +248,13 @@ def tune_kinds(
     if options.sampler not in STRATEGIES:
         raise RequestError("sampler", f"must be one of {strategy_names()}", options.sampler)
     if options.replay is None:
-        plans = _measured_plans(request, base_dir, options)
+        plans = _measured_plans(request, base_dir, options, several)
     else:
         plans = [_replay_plan(options.replay, options)]
     study_name = options.study or request.name
     out_dir = options.out_dir or Path("autotune-out") / study_name
     out_file = options.out or out_dir / "tuned.yaml"
     try:
-        if len(plans) > 1 and not several:
-            kinds = "; ".join(describe_kind(p.executor.kinds()[0]) for p in plans)
-            rule = f"must choose one kind of node where the trials' nodes are of several ({kinds})"
-            raise RequestError("target", rule, None)
         if len(plans) == 1:
             only = _tune_kind(plans[0], request, study_name, out_dir, out_file, options, progress)
             return Tuned([only], out_file)

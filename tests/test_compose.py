@@ -43,7 +43,7 @@ DEPENDENCIES = {
     "ray-head": set(),
     "mlflow": {"postgres"},
     "ray-worker": {"ray-head"},
-    "api": {"postgres", "mlflow"},
+    "api": {"postgres", "mlflow", "ray-head", "ray-worker"},
     "runner": {"postgres", "mlflow", "ray-head", "ray-worker", "api"},
 }
 SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|KEY")
@@ -205,7 +205,7 @@ def test_ray_head_has_no_dashboard_and_token_auth(services: dict[str, Any]) -> N
     head = command(services["ray-head"])
     assert head[:3] == ["ray", "start", "--head"]
     assert "--include-dashboard=false" in head and "--block" in head
-    for name in ("ray-head", "ray-worker", "runner"):
+    for name in ("ray-head", "ray-worker", "runner", "api"):
         env = environment(services[name])
         assert env["RAY_AUTH_MODE"] == "token", name
         assert REQUIRED_REFERENCE.match(env["RAY_AUTH_TOKEN"]), name
@@ -295,10 +295,14 @@ def test_ports_agree(services: dict[str, Any]) -> None:
 
 def test_api_and_runner_split_the_work(services: dict[str, Any]) -> None:
     api, runner = command(services["api"]), command(services["runner"])
-    assert api[:2] == ["autotune", "serve"] and runner[1:3] == ["autotune", "serve"]
+    assert api[1:3] == ["autotune", "serve"] and runner[1:3] == ["autotune", "serve"]
     assert "--api" in api and option_value(api, "--runners") == "0" and "--no-scheduler" in api
     assert "--no-api" in runner and "--scheduler" in runner
-    assert option_value(runner, "--executor") == "ray"
+    # Both ask the cluster for the workers' hardware (the API for its dedupe keys).
+    for served in (api, runner):
+        assert served[0] == "/app/docker/ray-join.sh"
+        assert option_value(served, "--executor") == "ray"
+        assert option_value(served, "--ray-address") == option_value(runner, "--ray-address")
 
 
 # --- secrets ---------------------------------------------------------------------------

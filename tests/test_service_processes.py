@@ -31,7 +31,7 @@ import yaml
 
 from tests.autotune.service.support import FAST
 from tests.autotune.test_cluster import _free_port
-from tests.conftest import REPO, postgres_databases
+from tests.conftest import REPO, postgres_databases, stored_trials
 from tests.test_compose import command, environment, load_compose, option_value, resolved
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -225,7 +225,8 @@ def test_the_compose_services_tune_the_digits_example(
         # api, then the runner (after the API has migrated the job store)
         api = compose_command("api")
         api = set_option(api, "--port", str(api_port))
-        services.start("api", program(api), env_of("api"))
+        assert api[0] == f"{REPO}/docker/ray-join.sh"
+        services.start("api", [api[0], *program(api[1:])], env_of("api"))
         services.wait_healthy("api", healthcheck("api"), env_of("api"), 120)
         runner = compose_command("runner")
         assert runner[0] == f"{REPO}/docker/ray-join.sh"
@@ -283,6 +284,12 @@ def test_the_compose_services_tune_the_digits_example(
             assert tuned["metrics"]["latency_p95_ms"] > 0
             assert tuned["baseline"]["accuracy"] > 0.5
             assert tuned["mlflow"]["tracking_uri"] == local["AUTOTUNE_TRACKING_URI"]
+            # The space is the worker node's (one CPU offered to trials), not the machine's
+            # that the runner runs on (two cores here): no trial asks for more threads.
+            trials = stored_trials(databases["optuna"], tuned["study"]["name"])
+            assert trials and {t.config["runtime.threads"] for t in trials} == {1}
+            measured = {t.provenance.hardware_fingerprint for t in trials if t.provenance}
+            assert measured == {tuned["hardware"]["fingerprint"]}
             pareto = client.get(f"/v1/jobs/{job_id}/pareto", headers=auth)
             assert pareto.status_code == 200, pareto.text
             assert pareto.json()

@@ -60,7 +60,13 @@ def serve_command(
     ray_address: Annotated[
         str | None, typer.Option(envvar="AUTOTUNE_RAY_ADDRESS", help="join this Ray cluster")
     ] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help="trial slots of each job")] = None,
+    workers: Annotated[
+        str | None,
+        typer.Option(
+            help="trial slots of each job on each kind of node, or 'auto': one per GPU on a GPU "
+            "node, one per CPU node"
+        ),
+    ] = None,
     lease_s: Annotated[
         float | None, typer.Option(min=0.1, help="seconds a runner's claim on a job lasts")
     ] = None,
@@ -80,6 +86,7 @@ def serve_command(
     ] = False,
 ) -> None:
     """Run the service: REST API, job runners and watch scheduler (each can be left out)."""
+    from autotune.ray_cluster import parse_workers
     from autotune.service.server import serve
     from autotune.service.settings import ServiceSettings
 
@@ -92,7 +99,7 @@ def serve_command(
         "models_root": models_root,
         "executor": executor,
         "ray_address": ray_address,
-        "workers": workers,
+        "workers": None,
         "lease_s": lease_s,
         "poll_s": poll_s,
         "max_upload_bytes": None if max_upload_mb is None else max_upload_mb << 20,
@@ -103,6 +110,8 @@ def serve_command(
     with _exit_codes():
         if executor not in (None, "ray", "inprocess"):
             raise RequestError("executor", "must be 'ray' or 'inprocess'", executor)
+        if workers is not None:
+            given["workers"] = parse_workers(workers)
         if not (api or runners or scheduler):
             raise RequestError("serve", "must run the API, a job runner or the scheduler", None)
         settings = ServiceSettings(

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from autotune.ray_cluster import Workers
 
 if TYPE_CHECKING:
     from autotune.contract import NodeKind
@@ -28,7 +30,8 @@ class ServiceSettings:
     max_upload_bytes: int = 1 << 30
     executor: str = "ray"
     ray_address: str | None = None
-    workers: int = 1
+    workers: Workers = 1  # trial slots on each kind of node, or 'auto'
+
     lease_s: float = 30.0
     poll_s: float = 1.0
     # A coordinator whose heartbeat is older than this has died; its trials are retried.
@@ -49,6 +52,10 @@ class ServiceSettings:
 
     def job_dir(self, job_id: str) -> Path:
         return self.data_dir / "jobs" / job_id
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A survey (its lock, its callable) stays in its process: a runner process asks its own.
+        return {k: v for k, v in self.__dict__.items() if k != "hardware"}
 
     @cached_property
     def hardware(self) -> HardwareSurvey:
