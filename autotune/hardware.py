@@ -46,10 +46,16 @@ def select_kinds(kinds: list[NodeKind], target: str | None) -> list[NodeKind]:
 
 def describe_kind(kind: NodeKind) -> str:
     """A kind in a few words: its fingerprint, hardware and nodes."""
+    return f"{kind.fingerprint} ({describe_hardware(kind)})"
+
+
+def describe_hardware(kind: NodeKind) -> str:
+    """A kind's hardware and hosts in a few words: '2 cores, 8x NVIDIA H200; gpu-1, gpu-2'."""
     profile = kind.profile
+    cores = f"{profile.cpu_cores} core{'s' if profile.cpu_cores != 1 else ''}"
     gpus = f", {len(profile.gpus)}x {profile.gpus[0].name}" if profile.gpus else ""
     hosts = ", ".join(node.hostname for node in kind.nodes)
-    return f"{kind.fingerprint} ({profile.cpu_cores} cores{gpus}; {hosts})"
+    return f"{cores}{gpus}; {hosts}"
 
 
 def kinds_fingerprint(kinds: list[NodeKind]) -> str:

@@ -15,7 +15,7 @@ from autotune.contract import ModelInfo, NodeKind, Workload
 from autotune.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
 from autotune.errors import RequestError
 from autotune.executors import Executor, InProcessExecutor, RayExecutor, trial_memory_limit_mb
-from autotune.hardware import describe_kind, select_kinds
+from autotune.hardware import describe_hardware, describe_kind, select_kinds
 from autotune.leases import schema_lock
 from autotune.metrics import OBJECTIVES
 from autotune.outcome import TuneOutcome
@@ -260,7 +260,10 @@ def tune_kinds(
             return Tuned([only], out_file)
         tuned = []
         for plan in plans:
-            name = f"{study_name}@{plan.executor.kinds()[0].fingerprint}"
+            (kind,) = plan.executor.kinds()
+            name = f"{study_name}@{kind.fingerprint}"
+            if options.on_note is not None:
+                options.on_note(f"kind {describe_kind(kind)}: study {name}")
             kind_dir = out_dir.parent / name
             tuned.append(
                 _tune_kind(
@@ -279,7 +282,7 @@ def write_index(path: Path, tuned: list[KindTuned]) -> None:
     kinds = [
         TunedKind(
             fingerprint=t.kind.fingerprint,
-            hardware=describe_kind(t.kind),
+            hardware=describe_hardware(t.kind),
             study=t.outcome.study_name,
             tuned=os.path.relpath(t.path.resolve(), path.resolve().parent),
         )
