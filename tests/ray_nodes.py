@@ -46,7 +46,7 @@ class LocalRayCluster:
         self.workdir = workdir
         # Ray's socket paths must stay short: under /tmp, not pytest's deep tmp_path.
         self.temp_dir = Path(tempfile.mkdtemp(prefix="at-ray-", dir="/tmp"))
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         # Token authentication on, with this cluster's own token: the driver must present it.
         self.env = {
@@ -58,15 +58,15 @@ class LocalRayCluster:
         }
         self._processes: list[subprocess.Popen[bytes]] = []
 
-    def start_head(self) -> None:
-        """The head: it schedules and runs the driver's tasks, and offers no CPU to trials."""
+    def start_head(self, num_cpus: int = 0) -> None:
+        """The head: it schedules the driver's tasks; by default it offers no CPU to trials."""
         self._start(
             "head",
             [
                 "--head",
                 f"--port={self.port}",
                 f"--temp-dir={self.temp_dir}",
-                "--num-cpus=0",
+                f"--num-cpus={num_cpus}",
                 "--include-dashboard=false",
             ],
             self.env,
@@ -176,7 +176,7 @@ class LocalRayCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

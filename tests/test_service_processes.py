@@ -30,8 +30,8 @@ import pytest
 import yaml
 
 from tests.autotune.service.support import FAST
-from tests.autotune.test_cluster import _free_port
 from tests.conftest import REPO, postgres_databases, stored_trials
+from tests.ray_nodes import free_port
 from tests.test_compose import command, environment, load_compose, option_value, resolved
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -163,7 +163,7 @@ def test_the_compose_services_tune_the_digits_example(
         "RAY_AUTH_TOKEN": secrets.token_hex(32),
     }
     ray_dir = Path(tempfile.mkdtemp(prefix="at-ray-", dir="/tmp"))  # short: Ray's socket paths
-    mlflow_port, ray_port, api_port = _free_port(), _free_port(), _free_port()
+    mlflow_port, ray_port, api_port = free_port(), free_port(), free_port()
     local = {
         "AUTOTUNE_DB": databases["jobs"],
         "AUTOTUNE_STORAGE": databases["optuna"],

@@ -6,16 +6,12 @@ Each test asserts exact trial counts in the study storage and exact run counts i
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 
 import optuna
@@ -29,6 +25,7 @@ from autotune.tracking import PARENT_TAG, TRIAL_TAG
 from autotune.tuning import TuneOptions, run_tune
 from tests.conftest import REPO, digits_request, postgres_databases, stored_trials
 from tests.postgres_cluster import PrivateCluster
+from tests.ray_nodes import LocalRayCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -235,101 +232,39 @@ def test_two_coordinators_share_one_study(databases: tuple[str, str], tmp_path: 
     assert child_run_numbers(tracking) == list(range(10))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_joins_a_ray_cluster_with_token_authentication(tmp_path: Path) -> None:
     """`--ray-address` to a cluster started by `ray start` with token auth on: the
     coordinator gets in with the token and is refused without it."""
-    ray_bin = Path(sys.executable).with_name("ray")
-    port = _free_port()
-    token = uuid.uuid4().hex + uuid.uuid4().hex
-    ray_dir = Path(tempfile.mkdtemp(prefix="at-ray-", dir="/tmp"))  # short: Ray's socket paths
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    env["RAY_TMPDIR"] = str(ray_dir)
-    # --block keeps the head this test's child, in a process group of its own that the end
-    # of the test kills. `ray stop` would kill every Ray process on the machine: other
-    # users' and the raylet of this pytest process's own in-process Ray.
-    log = (tmp_path / "ray-head.log").open("wb")
-    head = subprocess.Popen(
-        [
-            str(ray_bin),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            f"--temp-dir={ray_dir}",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-        ],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    cluster = LocalRayCluster(nodes)  # its own token; stopped by its process groups
     try:
-        _wait_for_ray_head(ray_bin, f"127.0.0.1:{port}", env, head, tmp_path / "ray-head.log")
+        cluster.start_head(num_cpus=2)
         path = tmp_path / "request.yaml"
         path.write_text(yaml.safe_dump(digits_request(tmp_path, budget={"trials": 3})))
-        address = f"127.0.0.1:{port}"
-        tune = [sys.executable, "-m", "autotune", "tune", str(path), "--ray-address", address]
+        tune = [sys.executable, "-m", "autotune", "tune", str(path), "--ray-address"]
+        tune.append(cluster.address)
         ok = subprocess.run(
-            tune, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+            tune, cwd=tmp_path, env=cluster.env, capture_output=True, text=True, timeout=600
         )
         assert ok.returncode == 0, ok.stderr[-3000:]
         study = optuna.load_study(
             study_name="digits-test", storage=f"sqlite:///{tmp_path}/study.db"
         )
         assert sum(t.state.is_finished() for t in study.trials) == 3
-        no_token = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"}
-        no_token["RAY_AUTH_TOKEN"] = "wrong-" + token[6:]
+        token = cluster.env["RAY_AUTH_TOKEN"]
+        wrong = {**cluster.env, "RAY_AUTH_TOKEN": "wrong-" + token[6:]}
         refused = subprocess.run(
             tune + ["--study", "refused"],
             cwd=tmp_path,
-            env=no_token,
+            env=wrong,
             capture_output=True,
             text=True,
             timeout=300,
         )
         assert refused.returncode != 0
     finally:
-        _stop_group(head)
-        log.close()
-        shutil.rmtree(ray_dir, ignore_errors=True)
-
-
-def _wait_for_ray_head(
-    ray_bin: Path, address: str, env: dict[str, str], head: subprocess.Popen[bytes], log: Path
-) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        if head.poll() is not None:
-            pytest.fail(f"ray start exited with {head.returncode}: {log.read_text()[-2000:]}")
-        check = [str(ray_bin), "health-check", "--address", address]
-        if subprocess.run(check, env=env, capture_output=True, timeout=60).returncode == 0:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"the Ray head is not healthy after 120 s: {log.read_text()[-2000:]}")
-        time.sleep(1)
-
-
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the process group `process` leads, then SIGKILL to what is left of it
-    (`ray start --block` takes longer than the grace to stop its processes itself)."""
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    with suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=3)
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=30)
+        cluster.stop()
 
 
 def test_postgres_restarted_mid_study(private_postgres: PrivateCluster, tmp_path: Path) -> None:

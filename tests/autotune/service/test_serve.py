@@ -28,8 +28,8 @@ from tests.autotune.service.support import (
     settings_for,
     wait_for,
 )
-from tests.autotune.test_cluster import _free_port
 from tests.conftest import REPO, postgres_databases, stored_trials
+from tests.ray_nodes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,7 +40,7 @@ def serving(
 ) -> Iterator[Any]:
     """`autotune serve` with these settings (and `env` added to its environment), in its own
     process group (killed at the end if it is still there, with whatever it started)."""
-    port = _free_port()
+    port = free_port()
     command = [
         *(sys.executable, "-m", "autotune", "serve", "--port", str(port)),
         *("--db", settings.db, "--storage", settings.storage),
