@@ -303,8 +303,8 @@ class RayExecutor:
         return fresh
 
     def submit(self, spec: TrialSpec) -> None:
-        degree = _shard_degree(spec)
-        if degree > max(self._most_gpus_per_slot(), 1) and self._most_gpus_per_slot() > 0:
+        degree, most = _shard_degree(spec), max(slot.gpus for slot in self._slots)
+        if most and degree > most:  # more GPUs than a slot holds (none: the worker refuses it)
             self._submit_gang(spec, degree)
             return
         require_idle_slot(len(self._idle))
@@ -314,9 +314,6 @@ class RayExecutor:
 
     def pending(self) -> int:
         return len(self._running) + len(self._gangs) + len(self._ready)
-
-    def _most_gpus_per_slot(self) -> int:
-        return max(slot.gpus for slot in self._slots)
 
     def _node_gpus(self, node_id: str) -> int:
         """The GPUs of all the slots on a node: the most a gang trial there can borrow."""
@@ -342,9 +339,9 @@ class RayExecutor:
             slot = self._actors.index(actor)
             by_node.setdefault(self._slots[slot].node_id, []).append(slot)
         for slots in by_node.values():
-            needed = -(-degree // self._slots[slots[0]].gpus)
-            if len(slots) >= needed:
-                return slots[:needed]
+            gpus = self._slots[slots[0]].gpus
+            if gpus and len(slots) >= -(-degree // gpus):
+                return slots[: -(-degree // gpus)]
         return None
 
     def _start_gangs(self) -> None:
