@@ -340,8 +340,9 @@ class RayExecutor:
             by_node.setdefault(self._slots[slot].node_id, []).append(slot)
         for slots in by_node.values():
             gpus = self._slots[slots[0]].gpus
-            if gpus and len(slots) >= -(-degree // gpus):
-                return slots[: -(-degree // gpus)]
+            needed = -(-degree // gpus) if gpus else len(slots) + 1
+            if len(slots) >= needed:
+                return slots[:needed]
         return None
 
     def _start_gangs(self) -> None:
