@@ -26,8 +26,8 @@ from autotune.contract import (
     TrialSpec,
     Workload,
 )
-from autotune.errors import AutotuneError, RequestError
-from autotune.hardware import describe_kind, select_kinds
+from autotune.errors import AutotuneError
+from autotune.hardware import one_kind
 from autotune.ray_cluster import RayCluster, Workers, on_node
 
 if TYPE_CHECKING:
@@ -221,7 +221,7 @@ class RayExecutor:
         self._actors: list[Any] = []
         self._closed = False
         try:
-            self.kind = _one_kind(self._cluster.kinds, target)
+            self.kind = one_kind(self._cluster.kinds, target)
         except BaseException:
             self.close()
             raise
@@ -508,13 +508,3 @@ def _shard_degree(spec: TrialSpec) -> int:
         int(spec.config.get("shard.tensor_parallel", 1)),
         int(spec.config.get("shard.data_parallel", 1)),
     )
-
-
-def _one_kind(kinds: list[NodeKind], target: str | None) -> NodeKind:
-    """The kind an executor runs on: the target's, or the cluster's only one."""
-    chosen = select_kinds(kinds, target)
-    if len(chosen) > 1:
-        known = "; ".join(describe_kind(k) for k in chosen)
-        rule = f"must choose one kind of node where the cluster has several ({known})"
-        raise RequestError("target", rule, target)
-    return chosen[0]

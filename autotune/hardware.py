@@ -5,7 +5,6 @@ trials; nothing here looks at the machine it runs on."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -44,6 +43,17 @@ def select_kinds(kinds: list[NodeKind], target: str | None) -> list[NodeKind]:
     return chosen
 
 
+def one_kind(kinds: list[NodeKind], target: str | None) -> NodeKind:
+    """The one kind a target names, or the only kind there is; several kinds and no target
+    are bad input (`target`), naming the kinds."""
+    chosen = select_kinds(kinds, target)
+    if len(chosen) > 1:
+        known = "; ".join(describe_kind(k) for k in chosen)
+        rule = f"must choose one kind of node where the trials' nodes are of several ({known})"
+        raise RequestError("target", rule, target)
+    return chosen[0]
+
+
 def describe_kind(kind: NodeKind) -> str:
     """A kind in a few words: its fingerprint, hardware and nodes."""
     return f"{kind.fingerprint} ({describe_hardware(kind)})"
@@ -56,15 +66,6 @@ def describe_hardware(kind: NodeKind) -> str:
     gpus = f", {len(profile.gpus)}x {profile.gpus[0].name}" if profile.gpus else ""
     hosts = ", ".join(node.hostname for node in kind.nodes)
     return f"{cores}{gpus}; {hosts}"
-
-
-def kinds_fingerprint(kinds: list[NodeKind]) -> str:
-    """The hardware of the whole set of kinds: the kind's own fingerprint where there is one,
-    else a hash of all of them (a node of another model joining or leaving changes it)."""
-    fingerprints = sorted({kind.fingerprint for kind in kinds})
-    if len(fingerprints) == 1:
-        return fingerprints[0]
-    return hashlib.sha256(",".join(fingerprints).encode()).hexdigest()[:16]
 
 
 def _profile_fingerprint(target: str) -> str | None:

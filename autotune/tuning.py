@@ -15,7 +15,7 @@ from autotune.contract import ModelInfo, NodeKind, Workload
 from autotune.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
 from autotune.errors import RequestError
 from autotune.executors import Executor, InProcessExecutor, RayExecutor, trial_memory_limit_mb
-from autotune.hardware import describe_hardware, describe_kind, select_kinds
+from autotune.hardware import describe_hardware, describe_kind, one_kind, select_kinds
 from autotune.leases import schema_lock
 from autotune.metrics import OBJECTIVES
 from autotune.outcome import TuneOutcome
@@ -107,11 +107,9 @@ def make_executors(
     executors: list[Executor] = []
     cluster.acquire()  # held while the executors start: a failed start stops a Ray started here
     try:
-        kinds = select_kinds(cluster.kinds, target)
-        if len(kinds) > 1 and not several:
-            known = "; ".join(describe_kind(kind) for kind in kinds)
-            rule = f"must choose one kind of node where the trials' nodes are of several ({known})"
-            raise RequestError("target", rule, None)
+        kinds = (
+            select_kinds(cluster.kinds, target) if several else [one_kind(cluster.kinds, target)]
+        )
         for kind in kinds:
             executors.append(
                 RayExecutor(memory_limit_mb=limit, target=kind.fingerprint, cluster=cluster)

@@ -65,31 +65,30 @@ class ServiceSettings:
         ray_address = self.ray_address if self.executor == "ray" else None
         return HardwareSurvey(lambda: survey_kinds(ray_address, self.workers), self.hardware_ttl_s)
 
-    @property
-    def hardware_fingerprint(self) -> str:
-        """The hardware jobs run on: identical submissions are deduplicated per hardware, and
-        a watch re-tunes when it changes."""
-        return self.hardware.fingerprint()
+    def job_hardware(self, target: str | None) -> str:
+        """The fingerprint of the kind of node a job with this `target` runs on: identical
+        submissions are deduplicated per hardware, and a watch re-tunes when it changes.
+        Where the nodes are of several kinds, a job must name one (a `RequestError`)."""
+        from autotune.hardware import one_kind
+
+        return one_kind(self.hardware.kinds(), target).fingerprint
 
 
 class HardwareSurvey:
-    """The fingerprint of the kinds of node `kinds` reports (an executor's, probed on the
-    nodes), asked again once it is older than `ttl_s`: a node replaced by another model is
-    seen within that time, without a survey for every request."""
+    """The kinds of node `survey` reports (an executor's, probed on the nodes), asked again
+    once the last answer is older than `ttl_s`: a node replaced by another model is seen
+    within that time, without a survey for every request."""
 
-    def __init__(self, kinds: Callable[[], list[NodeKind]], ttl_s: float) -> None:
-        self._kinds = kinds
+    def __init__(self, survey: Callable[[], list[NodeKind]], ttl_s: float) -> None:
+        self._survey = survey
         self._ttl_s = ttl_s
         self._lock = threading.Lock()
-        self._fingerprint: str | None = None
+        self._kinds: list[NodeKind] | None = None
         self._at = 0.0
 
-    def fingerprint(self) -> str:
-        from autotune.hardware import kinds_fingerprint
-
+    def kinds(self) -> list[NodeKind]:
         with self._lock:
-            fresh = time.monotonic() - self._at < self._ttl_s
-            if self._fingerprint is None or not fresh:
-                self._fingerprint = kinds_fingerprint(self._kinds())
+            if self._kinds is None or time.monotonic() - self._at >= self._ttl_s:
+                self._kinds = self._survey()
                 self._at = time.monotonic()
-            return self._fingerprint
+            return self._kinds

@@ -56,7 +56,7 @@ def prepare_job(
         base_dir=str(base_dir(settings)),
         model_source=source,
         model_sha256=model_sha256,
-        hardware_fingerprint=settings.hardware_fingerprint,
+        hardware_fingerprint=settings.job_hardware(validated.get("target")),
         watch_id=watch_id,
         warm_start_from=warm_start_from,
     )

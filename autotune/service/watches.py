@@ -162,17 +162,15 @@ class Scheduler:
 
     def tick(self) -> list[str]:
         """Check every due watch once; return the ids of the jobs submitted. The trial nodes'
-        hardware is asked for once per tick (`ServiceSettings.hardware`, which reuses a
-        recent survey), and only when a watch is due."""
+        hardware is asked for only when a watch is due (`ServiceSettings.hardware` reuses a
+        recent survey), and each watch compares the kind its request targets."""
         submitted: list[str] = []
-        hardware: str | None = None
         while True:
             with self.db.transaction() as session:
                 watch = self._claim_due(session)
                 if watch is None:
                     return submitted
-                hardware = hardware or self.settings.hardware_fingerprint
-                job_id = self._check(session, watch, hardware)
+                job_id = self._check(session, watch)
                 if job_id is not None:
                     submitted.append(job_id)
 
@@ -184,18 +182,18 @@ class Scheduler:
             query = query.with_for_update(skip_locked=True, key_share=True)
         return session.scalars(query.limit(1)).first()
 
-    def _check(self, session: Session, watch: Watch, hardware: str) -> str | None:
+    def _check(self, session: Session, watch: Watch) -> str | None:
         """Submit a re-tune if the model or hardware changed; the watch's own changes are
         written last, with the tick's commit (on SQLite, an earlier write would hold the
         one write lock while the job is inserted)."""
         checked = now()
         with session.no_autoflush:
-            job_id = self._submit_if_changed(session, watch, hardware)
+            job_id = self._submit_if_changed(session, watch)
         watch.next_run_at = next_run(watch.every_s, watch.cron, checked)
         watch.last_checked_at = checked
         return job_id
 
-    def _submit_if_changed(self, session: Session, watch: Watch, hardware: str) -> str | None:
+    def _submit_if_changed(self, session: Session, watch: Watch) -> str | None:
         token = session.get(Token, watch.token_id)
         if token is None or token.revoked_at is not None:
             return None
@@ -204,6 +202,11 @@ class Scheduler:
             model = self._model_fingerprint(watch, principal.namespace)
         except AutotuneError as error:
             log.warning("watch %s: cannot read its model: %s", watch.id, error)
+            return None
+        try:
+            hardware = self.settings.job_hardware(watch.request.get("target"))
+        except AutotuneError as error:
+            log.warning("watch %s: cannot tell its hardware: %s", watch.id, error)
             return None
         if (model, hardware) == (watch.last_model_fingerprint, watch.last_hardware_fingerprint):
             return None

@@ -5,7 +5,7 @@ import pytest
 
 from autotune.contract import NodeInfo, NodeKind
 from autotune.errors import RequestError
-from autotune.hardware import kinds_fingerprint, load_profile, select_kinds
+from autotune.hardware import load_profile, one_kind, select_kinds
 from autotune.space import SPACES_DIR
 from autotune.tuned import TunedIndex, TunedKind, is_index, tuned_for_kind
 
@@ -57,14 +57,14 @@ def test_a_target_names_a_kind_by_fingerprint_saved_profile_or_node_label() -> N
     assert info.value.field == "target" and a100.fingerprint in info.value.rule
 
 
-def test_the_hardware_of_several_kinds_changes_with_any_of_them() -> None:
+def test_a_job_runs_on_one_kind_the_target_or_the_only_one() -> None:
     a100, h200 = kind_of("a100.json"), kind_of("h200x8.json")
-    assert kinds_fingerprint([a100]) == a100.fingerprint
-    both = kinds_fingerprint([a100, h200])
-    assert both == kinds_fingerprint([h200, a100]) and both not in (
-        a100.fingerprint,
-        h200.fingerprint,
-    )
+    assert one_kind([a100], None) == a100
+    assert one_kind([a100, h200], h200.fingerprint) == h200
+    with pytest.raises(RequestError) as info:
+        one_kind([a100, h200], None)
+    assert info.value.field == "target"
+    assert a100.fingerprint in info.value.rule and h200.fingerprint in info.value.rule
 
 
 def test_a_list_of_tuned_files_gives_the_machines_kind_or_names_the_kinds(tmp_path: Path) -> None:

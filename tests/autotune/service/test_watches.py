@@ -18,6 +18,7 @@ from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
 from autotune.service.settings import HardwareSurvey, ServiceSettings
+from autotune.service.submission import prepare_job
 from autotune.service.tokens import Principal
 from autotune.service.watches import Scheduler, WatchStore, next_run, parse_every
 from autotune.space import SPACES_DIR
@@ -168,9 +169,9 @@ class ReplacedNodes:
 def test_a_hardware_survey_is_reused_for_its_time_to_live() -> None:
     nodes = ReplacedNodes()
     survey = HardwareSurvey(nodes.kinds, ttl_s=3600)
-    assert survey.fingerprint() == survey.fingerprint() == nodes.profile.fingerprint
-    assert nodes.surveys == 1
-    assert HardwareSurvey(nodes.kinds, ttl_s=0).fingerprint() and nodes.surveys == 2
+    assert survey.kinds() == survey.kinds() == nodes.kinds()
+    assert nodes.surveys == 2  # once by the survey, once by the comparison
+    assert HardwareSurvey(nodes.kinds, ttl_s=0).kinds() and nodes.surveys == 3
 
 
 def test_replaced_trial_nodes_are_retuned_and_identical_submissions_are_told_apart(
@@ -198,4 +199,30 @@ def test_replaced_trial_nodes_are_retuned_and_identical_submissions_are_told_apa
     assert retune != first
     assert jobs.get(alice, retune).hardware_fingerprint == nodes.profile.fingerprint
     assert watches.get(alice, watch.id).last_hardware_fingerprint == nodes.profile.fingerprint
+    db.close()
+
+
+def test_a_job_on_a_cluster_of_several_kinds_names_its_kind(tmp_path: Path) -> None:
+    """With nodes of two kinds, a submission without a `target` is bad input naming the
+    kinds; with one, the job's hardware (its dedupe key) is the targeted kind's."""
+    settings = sqlite_settings(tmp_path)
+    a100, h200 = load_profile(PROFILES / "a100.json"), load_profile(PROFILES / "h200x8.json")
+    nodes = [
+        NodeKind(
+            profile=profile,
+            nodes=[
+                NodeInfo(node_id=name, hostname=name, labels={"gpu": name}, cpus=8, gpus=1, slots=1)
+            ],
+        )
+        for name, profile in (("a100", a100), ("h200", h200))
+    ]
+    settings.hardware = HardwareSurvey(lambda: nodes, ttl_s=0)
+    db = Database(settings.db)
+    alice = principal(db)
+    with pytest.raises(RequestError) as info:
+        prepare_job(service_request(), alice, settings)
+    assert info.value.field == "target" and a100.fingerprint in info.value.rule
+    draft = prepare_job(service_request(target="gpu=h200"), alice, settings)
+    assert draft.hardware_fingerprint == h200.fingerprint
+    assert draft.request["target"] == "gpu=h200"
     db.close()
