@@ -1,5 +1,5 @@
 """Trials answered without measuring them, in one place: a batch size too large for its
-variant's memory, the strategy's answers (repeats, known violations), and a warm start's
+variant's memory or for the call time a call may take, the strategy's answers (repeats, known violations), and a warm start's
 measurement of the same configuration made as a measurement now would be."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Answers:
             return None
         state = self.state
         if state.baseline is not None:
-            too_big = state.oom.answer(spec)
+            too_big = state.oom.answer(spec) or state.calls.answer(spec)
             if too_big is not None:
                 return too_big
         max_drop = self.request.constraints.max_accuracy_drop

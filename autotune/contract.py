@@ -182,6 +182,15 @@ class MeasurementSettings(Strict):
         description="once the minimums are met, stop when the 95% confidence interval of the "
         "median latency is within this fraction of it; None: stop at the minimums",
     )
+    max_call_ms: float | None = Field(
+        default=500.0,
+        gt=0.0,
+        le=MAX_SECONDS * 1000,
+        description="the longest one call (one batch) should take: a larger batch whose call "
+        "time, extrapolated from smaller batches of the same configuration, passes it is not "
+        "run (status 'skipped'), and a trial with a call SLOW_CALL_FACTOR times longer stops "
+        "(status 'too_slow'); None: no bound",
+    )
     energy_window_s: float = Field(
         default=1.0,
         gt=0.0,
@@ -262,10 +271,14 @@ class TrialSpec(Strict):
 # "skipped": the coordinator did not run it (e.g. a larger batch of a variant that ran out
 # of memory); "lost": its worker or coordinator died, so it says nothing of the candidate
 # and is retried; "contended": other load made the measurement worthless and the request's
-# `measurement.contention` is 'fail'; every other status comes from a worker or the executor.
+# `measurement.contention` is 'fail'; "too_slow": a call took SLOW_CALL_FACTOR times
+# `measurement.max_call_ms` or longer, and timing stopped; every other status comes from a
+# worker or the executor.
 TrialStatus = Literal[
-    "ok", "unsupported", "oom", "timeout", "error", "skipped", "lost", "contended"
+    "ok", "unsupported", "oom", "timeout", "error", "skipped", "lost", "contended", "too_slow"
 ]
+# How many times `measurement.max_call_ms` one call may take before its trial stops.
+SLOW_CALL_FACTOR = 4.0
 EnergySource = Literal["nvml", "rapl", "estimate"]
 
 

@@ -64,6 +64,7 @@ class Coordinator:
             self.owner = replace(self.owner, in_process=True)
         if not self.tuning.profile.gpus:  # on a GPU, a batch's memory is the device's
             self.state.oom.budget_mb = self.executor.trial_memory_mb
+        self.state.calls.max_call_ms = self.tuning.request.measurement.max_call_ms
         self.teller = Teller(
             self.tuning.request,
             self.store,
@@ -239,8 +240,11 @@ class Coordinator:
             return
         if result.status == "oom":
             state.oom.record(spec.config)
+        if result.status == "too_slow":
+            state.calls.too_slow(spec.config)
         if result.metrics is not None:
             state.oom.measured(spec.config, result.metrics.peak_memory_mb)
+            state.calls.measured(spec.config, result.metrics.latency_p50_ms)
             state.accuracy.setdefault(result.variant_key, result.metrics.accuracy)
         if record.marks.baseline and state.baseline is None:
             self._tell_baseline(record, spec, result)

@@ -46,6 +46,10 @@ class MeasurementContended(AutotuneError):
     `measurement.contention` is 'fail'."""
 
 
+class CallTooSlow(AutotuneError):
+    """One call of a trial took far longer than a call should (`measurement.max_call_ms`)."""
+
+
 class NoFeasibleConfiguration(AutotuneError):
     """The study finished, but no measured configuration meets the constraints."""
 

@@ -5,6 +5,7 @@ for the front). Loaded from the store once, then kept up to date by the coordina
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,8 +64,61 @@ class OomLimit:
         return growth if growth > 0 else None
 
 
+@dataclass
+class CallTimeLimit:
+    """Per configuration but for its batch size, the call times measured at each batch size
+    and the smallest batch whose calls were too slow (`too_slow`). A batch at or past a too
+    slow one is not run, nor a batch larger than those measured whose call, extrapolated from
+    the time per sample added between the two largest measured, would pass `max_call_ms`."""
+
+    max_call_ms: float | None = None
+    smallest_too_slow: dict[str, int] = field(default_factory=dict)
+    # configuration without its batch size -> batch size -> median call time (ms)
+    calls: dict[str, dict[int, float]] = field(default_factory=dict)
+
+    def too_slow(self, config: dict[str, Any]) -> None:
+        key, batch = _kernel_key(config), _batch(config)
+        self.smallest_too_slow[key] = min(self.smallest_too_slow.get(key, batch), batch)
+
+    def measured(self, config: dict[str, Any], call_ms: float) -> None:
+        self.calls.setdefault(_kernel_key(config), {})[_batch(config)] = call_ms
+
+    def answer(self, spec: TrialSpec) -> Answer | None:
+        key, batch = _kernel_key(spec.config), _batch(spec.config)
+        slow = self.smallest_too_slow.get(key)
+        if slow is not None and batch >= slow:
+            reason = f"not run: at batch.size {slow} a call of this configuration was too slow"
+            return Answer(TrialResult.for_spec(spec, "skipped", reason))
+        estimate = self.estimate_ms(key, batch)
+        if self.max_call_ms is None or estimate is None or estimate <= self.max_call_ms:
+            return None
+        reason = (
+            f"not run: a call at batch.size {batch} would take about {estimate:.0f} ms "
+            f"(extrapolated from smaller batches of this configuration), past "
+            f"measurement.max_call_ms = {self.max_call_ms:g} ms"
+        )
+        return Answer(TrialResult.for_spec(spec, "skipped", reason))
+
+    def estimate_ms(self, key: str, batch: int) -> float | None:
+        """The call time at a batch larger than the two largest measured: the larger one's
+        plus the time per sample added between them (None before two, or inside them)."""
+        by_batch = self.calls.get(key, {})
+        if len(by_batch) < 2:
+            return None
+        small, large = sorted(by_batch)[-2:]
+        if batch <= large:
+            return None
+        per_sample = max(0.0, (by_batch[large] - by_batch[small]) / (large - small))
+        return by_batch[large] + per_sample * (batch - large)
+
+
 def _batch(config: dict[str, Any]) -> int:
     return int(config.get(BATCH, 1))
+
+
+def _kernel_key(config: dict[str, Any]) -> str:
+    """A configuration without its batch size: what runs each call."""
+    return json.dumps({k: v for k, v in config.items() if k != BATCH}, sort_keys=True)
 
 
 @dataclass
@@ -82,6 +136,7 @@ class SearchState:
     reused_from: dict[int, str] = field(default_factory=dict)
     accuracy: dict[str, float] = field(default_factory=dict)
     oom: OomLimit = field(default_factory=OomLimit)
+    calls: CallTimeLimit = field(default_factory=CallTimeLimit)
     completed: dict[int, Candidate] = field(default_factory=dict)
     counted: int = 0  # the study's counted trials when last loaded, plus ours told since
 
@@ -93,8 +148,11 @@ class SearchState:
         for record in records:
             if record.status == "oom":
                 self.oom.record(record.config)
+            if record.status == "too_slow":
+                self.calls.too_slow(record.config)
             if record.has_metrics and record.measured and record.metrics is not None:
                 self.oom.measured(record.config, float(record.metrics["peak_memory_mb"]))
+                self.calls.measured(record.config, float(record.metrics["latency_p50_ms"]))
         self.accuracy = self._comparable_accuracy(records)
 
     def _comparable_accuracy(self, records: list[TrialRecord]) -> dict[str, float]:

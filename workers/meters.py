@@ -8,6 +8,10 @@ half-width (high - low) / 2 / median <= settle_tolerance ("settled"), checked wh
 of calls has grown by 10% since the last check (and once more at a cap); stop anyway at
 `max_iters` ("max_iters") or `max_seconds` ("max_seconds"), whichever comes first. The
 intervals are `autotune.stats`'s order-statistic intervals.
+
+A call, warm-up calls included, that takes `SLOW_CALL_FACTOR` times `max_call_ms` or longer
+stops the measurement (`CallTooSlow`, the trial's status 'too_slow'): one pathological
+kernel must not hold a slot for minutes.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from typing import Literal
 
 import numpy as np
 
-from autotune.contract import MeasurementSettings
+from autotune.contract import SLOW_CALL_FACTOR, MeasurementSettings
+from autotune.errors import CallTooSlow
 from autotune.stats import median_ci_relative_half_width, quantile_ci
 from workers.energy import EnergyMeter, EnergyReading
 
@@ -62,17 +67,35 @@ class LatencyStats:
 # Timing
 
 
+def slow_call_ns(settings: MeasurementSettings) -> int | None:
+    """The call time, in nanoseconds, past which a measurement stops (None: no bound)."""
+    if settings.max_call_ms is None:
+        return None
+    return int(settings.max_call_ms * SLOW_CALL_FACTOR * 1e6)
+
+
+def check_call(elapsed_ns: int, limit_ns: int | None) -> None:
+    """Raise `CallTooSlow` for a call past the limit, with both figures."""
+    if limit_ns is not None and elapsed_ns > limit_ns:
+        raise CallTooSlow(
+            f"a call took {elapsed_ns / 1e6:,.0f} ms, past {SLOW_CALL_FACTOR:g} x "
+            f"measurement.max_call_ms = {limit_ns / 1e6:,.0f} ms: timing stopped"
+        )
+
+
 class StoppingRule:
     """The stopping rule of the module docstring; `check` after each timed call."""
 
     def __init__(self, settings: MeasurementSettings) -> None:
         self._settings = settings
+        self._slow_ns = slow_call_ns(settings)
         self._next_check = 0
         self.settle_checks = 0
 
     def check(self, latencies: Sequence[int], elapsed_s: float) -> StopReason | None:
         settings = self._settings
         n = len(latencies)
+        check_call(latencies[-1], self._slow_ns)
         capped: StopReason | None = None
         if n >= settings.max_iters:
             capped = "max_iters"
@@ -90,18 +113,29 @@ class StoppingRule:
         return capped
 
 
-def warm_up(call: Callable[[], object], iterations: int, concurrency: int = 1) -> None:
-    """`iterations` untimed calls; under concurrency, spread over the threads (each makes at
-    least one)."""
+def warm_up(
+    call: Callable[[], object],
+    iterations: int,
+    concurrency: int = 1,
+    slow_ns: int | None = None,
+) -> None:
+    """`iterations` calls, not recorded; under concurrency, spread over the threads (each
+    makes at least one). A call past `slow_ns` raises `CallTooSlow`."""
+
+    def watched() -> None:
+        before = time.perf_counter_ns()
+        call()
+        check_call(time.perf_counter_ns() - before, slow_ns)
+
     if concurrency == 1:
         for _ in range(iterations):
-            call()
+            watched()
         return
     per_thread = max(math.ceil(iterations / concurrency), 1)
 
     def worker() -> None:
         for _ in range(per_thread):
-            call()
+            watched()
 
     _in_threads(concurrency, worker)
 

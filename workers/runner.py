@@ -27,14 +27,14 @@ from autotune.contract import (
     TrialStatus,
     Workload,
 )
-from autotune.errors import MeasurementContended, RequestError, Unsupported
+from autotune.errors import CallTooSlow, MeasurementContended, RequestError, Unsupported
 from workers.config import TrialConfig
 from workers.contention import check_contention, probe_for, waited_for_quiet
 from workers.energy import EnergyMeter, cpu_seconds_with, select_meter
 from workers.evaluate import tile_batch
 from workers.knobs import ENGINES
 from workers.loading import TorchModel, load_onnx, load_torch
-from workers.meters import Measurement, PeakMemorySampler, measure, warm_up
+from workers.meters import Measurement, PeakMemorySampler, measure, slow_call_ns, warm_up
 from workers.pruning import pruned_skeleton
 from workers.runtimes import Session, build_session, helper_pids, machine_profile, opened
 from workers.store import LoadedWorkload, WorkloadStore, default_store
@@ -70,6 +70,8 @@ def classify_failure(error: Exception) -> tuple[TrialStatus, str]:
         return "unsupported", str(error)
     if isinstance(error, MeasurementContended):
         return "contended", str(error)
+    if isinstance(error, CallTooSlow):
+        return "too_slow", str(error)
     if _is_out_of_memory(error):
         return "oom", f"{type(error).__name__}: {error}"
     return "error", f"{type(error).__name__}: {error}"
@@ -106,7 +108,7 @@ def _measure(spec: TrialSpec, store: WorkloadStore) -> tuple[TrialMetrics, Prove
         accuracy = spec.known_accuracy
         if accuracy is None:
             accuracy = loaded.accuracy(config, session)
-        warm_up(call, settings.warmup_iters, config.concurrency)
+        warm_up(call, settings.warmup_iters, config.concurrency, slow_call_ns(settings))
         probe = probe_for(settings, config, helpers)
         waited = waited_for_quiet(probe, settings)
         meter: EnergyMeter = select_meter(

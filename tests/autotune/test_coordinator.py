@@ -237,6 +237,47 @@ def test_a_batch_that_would_outgrow_the_trials_memory_is_not_run() -> None:
     assert "500 MB" in skipped.reason
 
 
+def test_a_too_slow_call_skips_larger_batches_of_its_configuration() -> None:
+    """Timing stopped at batch 8 (a call too slow): batch 64 of the same kernels is not run;
+    another precision at batch 64 is."""
+    sixty_four = config_with(batch__size=64)
+    int8_at_64 = config_with(batch__size=64, precision__mode="int8_static")
+    slow_at_eight = failing("too_slow", lambda spec: spec.config == EIGHT)
+    rig = make_rig(executor=ScriptedExecutor(slow_at_eight), trials=4)
+    rig.queue(EIGHT, sixty_four, int8_at_64)
+    rig.search()
+    assert rig.executor.measured_configs() == [BASELINE, EIGHT, int8_at_64]
+    slow, skipped = rig.records()[1:3]
+    assert (slow.state, slow.status) == ("pruned", "too_slow")
+    assert (skipped.config, skipped.status, skipped.measured) == (sixty_four, "skipped", False)
+    assert skipped.reason is not None and "batch.size 8" in skipped.reason
+
+
+def test_a_batch_whose_call_would_take_too_long_is_not_run() -> None:
+    """Calls of 0.05 ms at batch 1 and 0.264 ms at batch 8 (0.0306 ms a sample between them):
+    batch 64 would take about 1.98 ms, past a 1 ms bound; int8 at batch 64, with no calls
+    measured to extrapolate from, runs."""
+    sixty_four = config_with(batch__size=64)
+    int8_at_64 = config_with(batch__size=64, precision__mode="int8_static")
+    rig = make_rig(executor=ScriptedExecutor(), trials=4)
+    rig.coordinator.state.calls.max_call_ms = 1.0
+    rig.queue(EIGHT, sixty_four, int8_at_64)
+    rig.search()
+    assert rig.executor.measured_configs() == [BASELINE, EIGHT, int8_at_64]
+    skipped = rig.records()[2]
+    assert (skipped.config, skipped.status, skipped.measured) == (sixty_four, "skipped", False)
+    assert skipped.reason is not None
+    assert "about 2 ms" in skipped.reason and "max_call_ms = 1 ms" in skipped.reason
+
+
+def test_a_batch_within_the_call_bound_is_run() -> None:
+    rig = make_rig(executor=ScriptedExecutor(), trials=3)
+    rig.coordinator.state.calls.max_call_ms = 2.5  # batch 64: about 1.98 ms
+    rig.queue(EIGHT, config_with(batch__size=64))
+    rig.search()
+    assert len(rig.executor.measured_configs()) == 3
+
+
 def test_without_a_memory_cap_no_batch_is_predicted_out() -> None:
     def growing(spec: TrialSpec) -> TrialMetrics:
         batch = int(spec.config.get("batch.size", 1))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from autotune.contract import MAX_SECONDS, MeasurementSettings
+from autotune.errors import CallTooSlow
 from autotune.stats import median_ci_relative_half_width, quantile_ci_ranks
 from workers.energy import EnergyReading
 from workers.meters import (
@@ -116,6 +117,32 @@ def test_a_noisy_distribution_runs_longer_than_a_tight_one() -> None:
         )
     assert runs[0.02].iterations < runs[0.2].iterations < runs[0.6].iterations
     assert runs[0.02].iterations == 20  # tight: settled at the minimums
+
+
+def test_a_call_far_past_the_bound_stops_timing_with_both_figures() -> None:
+    """max_call_ms 5: a call of 10 ms is timed; one of 30 ms (past 4 x 5 ms) stops it."""
+    slow = FakeClock([10.0] * 5 + [30.0] + [10.0] * 100)
+    with pytest.raises(CallTooSlow) as info:
+        time_calls(slow.work, settings(max_call_ms=5.0, min_iters=50), clock=slow)
+    assert slow.calls == 6
+    assert "a call took 30 ms" in str(info.value) and "= 20 ms" in str(info.value)
+    unbounded = FakeClock([30.0] * 10)
+    stats = time_calls(unbounded.work, settings(max_call_ms=None, min_iters=10), clock=unbounded)
+    assert stats.iterations == 10
+
+
+def test_a_slow_warm_up_call_stops_the_trial_before_timing() -> None:
+    calls: list[int] = []
+
+    def slow() -> None:
+        calls.append(1)
+        time.sleep(0.02)
+
+    with pytest.raises(CallTooSlow):
+        warm_up(slow, 10, slow_ns=5_000_000)
+    assert calls == [1]
+    warm_up(slow, 2, slow_ns=None)
+    assert len(calls) == 3
 
 
 def test_the_settle_condition_is_checked_every_ten_percent() -> None:

@@ -454,6 +454,14 @@ def test_the_hardware_fingerprint_is_probed_once_per_process(
     assert first.provenance.hardware_fingerprint == probes[0]
 
 
+def test_a_trial_whose_calls_are_far_too_slow_ends_as_too_slow() -> None:
+    spec = spec_for(digits_workload(), {"batch.size": 4})
+    bound = spec.measurement.model_copy(update={"max_call_ms": 1e-6})  # no call is that fast
+    result = run_trial(spec.model_copy(update={"measurement": bound}), STORE)
+    assert (result.status, result.metrics) == ("too_slow", None)
+    assert result.reason is not None and "measurement.max_call_ms" in result.reason
+
+
 def test_known_accuracy_wins_over_the_cached_accuracy(fp32_accuracy: float) -> None:
     config: dict[str, ConfigValue] = {"prune.method": "magnitude", "prune.ratio": 0.1}
     measured = ok(config).metrics.accuracy  # type: ignore[union-attr]
