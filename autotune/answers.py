@@ -1,6 +1,7 @@
 """Trials answered without measuring them, in one place: a batch size too large for its
-variant's memory or for the call time a call may take, the strategy's answers (repeats, known violations), and a warm start's
-measurement of the same configuration made as a measurement now would be."""
+variant's memory or for the time one call may take, the strategy's answers (repeats, known
+violations), and a warm start's measurement of the same configuration made as a measurement
+now would be."""
 
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ from autotune.space import (
     effective_space,
 )
 
-STATUSES: tuple[TrialStatus, ...] = ("ok", "unsupported", "oom", "timeout", "error")
+STATUSES: tuple[TrialStatus, ...] = ("ok", "unsupported", "oom", "timeout", "error", "too_slow")
 REQUIRED_METRICS = (ACCURACY.name, LATENCY_P95.name)
 METRIC_COLUMNS = frozenset(TrialMetrics.model_fields)
 TEXT_METRICS = frozenset({"energy_source", "stopped_by"})
