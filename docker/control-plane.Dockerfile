@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # The control-plane image: the API, the job runner and scheduler, the Ray head and the MLflow
 # server. CPU only: torch is the CPU wheel from PyTorch's CPU index, so no CUDA library is
-# ever downloaded, and ONNX Runtime is the CPU build (the project's `cpu` extra).
+# ever downloaded, and ONNX Runtime is the CPU build (the project's `cpu` extra). It needs no
+# GPU to tune for GPUs: the spaces are the GPU workers', which probe themselves.
 #
 #   docker build -f docker/control-plane.Dockerfile -t autotune-control-plane .
 #
