@@ -127,6 +127,8 @@ def trial_log(
         tags["host"] = provenance.host
         if provenance.hardware_fingerprint is not None:
             tags["hardware_fingerprint"] = provenance.hardware_fingerprint
+        if provenance.node_id is not None:
+            tags["node_id"] = provenance.node_id
         versions = ",".join(f"{k}={v}" for k, v in sorted(provenance.software.items()))
         tags["software"] = versions[:5000]
     contention = provenance.contention if provenance is not None else None

@@ -132,6 +132,7 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     assert marked == {revalidation["chosen"]}
     chosen_tags = next(r for r in now if r.data.tags.get("chosen") == "true").data.tags
     assert chosen_tags["hardware_fingerprint"] == tuned["hardware"]["fingerprint"]
+    assert chosen_tags["node_id"] == "local"  # the in-process executor's one node
     assert "torch=" in chosen_tags["software"] and chosen_tags["host"]
     for run in now:
         assert "None" not in run.data.tags.values()
