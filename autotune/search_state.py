@@ -56,12 +56,8 @@ class OomLimit:
 
     def growth_per_sample_mb(self, variant: str) -> float | None:
         """Memory per sample between the two largest batch sizes measured (None before two)."""
-        by_batch = self.peaks.get(variant, {})
-        if len(by_batch) < 2:
-            return None
-        small, large = sorted(by_batch)[-2:]
-        growth = (by_batch[large] - by_batch[small]) / (large - small)
-        return growth if growth > 0 else None
+        found = _growth_per_sample(self.peaks.get(variant, {}))
+        return found[1] if found is not None and found[1] > 0 else None
 
 
 @dataclass
@@ -103,13 +99,20 @@ class CallTimeLimit:
         """The call time at a batch larger than the two largest measured: the larger one's
         plus the time per sample added between them (None before two, or inside them)."""
         by_batch = self.calls.get(key, {})
-        if len(by_batch) < 2:
+        found = _growth_per_sample(by_batch)
+        if found is None or batch <= found[0]:
             return None
-        small, large = sorted(by_batch)[-2:]
-        if batch <= large:
-            return None
-        per_sample = max(0.0, (by_batch[large] - by_batch[small]) / (large - small))
-        return by_batch[large] + per_sample * (batch - large)
+        large, per_sample = found
+        return by_batch[large] + max(0.0, per_sample) * (batch - large)
+
+
+def _growth_per_sample(by_batch: dict[int, float]) -> tuple[int, float] | None:
+    """The largest batch size measured, and what a figure grew by per sample between the
+    second largest and it (None before two)."""
+    if len(by_batch) < 2:
+        return None
+    small, large = sorted(by_batch)[-2:]
+    return large, (by_batch[large] - by_batch[small]) / (large - small)
 
 
 def _batch(config: dict[str, Any]) -> int:
