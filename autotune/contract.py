@@ -538,6 +538,18 @@ class NodeKind(Strict):
     profile: HardwareProfile
     nodes: list[NodeInfo] = Field(min_length=1)
 
+    @classmethod
+    def one_node(cls, profile: HardwareProfile, node_id: str, slots: int = 1) -> NodeKind:
+        """A machine on its own: one node offering all its cores and GPUs to `slots` slots."""
+        node = NodeInfo(
+            node_id=node_id,
+            hostname=profile.hostname,
+            cpus=profile.cpu_cores,
+            gpus=len(profile.gpus),
+            slots=slots,
+        )
+        return cls(profile=profile, nodes=[node])
+
     @property
     def fingerprint(self) -> str:
         return self.profile.fingerprint

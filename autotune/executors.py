@@ -20,7 +20,6 @@ from autotune.contract import (
     HeadToHeadResult,
     HeadToHeadSpec,
     Inspection,
-    NodeInfo,
     NodeKind,
     TrialResult,
     TrialSpec,
@@ -122,15 +121,7 @@ class InProcessExecutor:
         return 1
 
     def kinds(self) -> list[NodeKind]:
-        profile = self._worker.profile()
-        node = NodeInfo(
-            node_id=LOCAL_NODE,
-            hostname=profile.hostname,
-            cpus=profile.cpu_cores,
-            gpus=len(profile.gpus),
-            slots=1,
-        )
-        return [NodeKind(profile=profile, nodes=[node])]
+        return [NodeKind.one_node(self._worker.profile(), LOCAL_NODE)]
 
     def inspect(self, workload: Workload) -> Inspection:
         return Inspection(model=self._worker.inspect(workload), kinds=self.kinds())

@@ -64,7 +64,6 @@ from autotune.contract import (
     Inspection,
     ModelInfo,
     ModelRef,
-    NodeInfo,
     NodeKind,
     Provenance,
     RoundFigures,
@@ -446,11 +445,7 @@ class ReplayExecutor:
 
     def kinds(self) -> list[NodeKind]:
         """The table's stand-in machine, one node holding the simulated slots."""
-        profile = self.table.profile()
-        node = NodeInfo(
-            node_id=REPLAY_NODE, hostname=profile.hostname, cpus=1, gpus=0, slots=self._slots
-        )
-        return [NodeKind(profile=profile, nodes=[node])]
+        return [NodeKind.one_node(self.table.profile(), REPLAY_NODE, self._slots)]
 
     def inspect(self, workload: Workload) -> Inspection:
         """The table stands in for the model: a study's identity follows the table."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autotune.cli.shared import _exit_codes, out
-from autotune.contract import HardwareProfile, NodeInfo, NodeKind
+from autotune.contract import HardwareProfile, NodeKind
 from autotune.hardware import load_profile
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def space(
 
     with _exit_codes():
         if hardware_file is not None:
-            kinds = [_saved_kind(load_profile(hardware_file))]
+            kinds = [NodeKind.one_node(load_profile(hardware_file), "saved")]
         else:
             kinds = survey_kinds(ray_address, parse_workers(workers))
         model = None
@@ -139,18 +139,6 @@ def space(
         if ray_address is not None:
             _print_nodes(kind)
         _print_space(effective)
-
-
-def _saved_kind(profile: HardwareProfile) -> NodeKind:
-    """A saved profile as one node of one slot with all its cores."""
-    node = NodeInfo(
-        node_id="saved",
-        hostname=profile.hostname,
-        cpus=profile.cpu_cores,
-        gpus=len(profile.gpus),
-        slots=1,
-    )
-    return NodeKind(profile=profile, nodes=[node])
 
 
 def _print_space(effective: EffectiveSpace) -> None:
