@@ -43,7 +43,7 @@ class OomLimit:
         limit = self.smallest.get(key)
         if limit is not None and batch >= limit:
             reason = f"not run: batch.size {limit} already ran out of memory for this variant"
-            return Answer(TrialResult.for_spec(spec, "skipped", reason))
+            return _skipped(spec, reason)
         growth = self.growth_per_sample_mb(key)
         if self.budget_mb is None or growth is None or growth * batch <= self.budget_mb:
             return None
@@ -52,7 +52,7 @@ class OomLimit:
             f"({growth:.2f} MB a sample, measured between smaller batches of this variant), "
             f"past the {self.budget_mb:.0f} MB a trial may take"
         )
-        return Answer(TrialResult.for_spec(spec, "skipped", reason))
+        return _skipped(spec, reason)
 
     def growth_per_sample_mb(self, variant: str) -> float | None:
         """Memory per sample between the two largest batch sizes measured (None before two)."""
@@ -84,7 +84,7 @@ class CallTimeLimit:
         slow = self.smallest_too_slow.get(key)
         if slow is not None and batch >= slow:
             reason = f"not run: at batch.size {slow} a call of this configuration was too slow"
-            return Answer(TrialResult.for_spec(spec, "skipped", reason))
+            return _skipped(spec, reason)
         estimate = self.estimate_ms(key, batch)
         if self.max_call_ms is None or estimate is None or estimate <= self.max_call_ms:
             return None
@@ -93,7 +93,7 @@ class CallTimeLimit:
             f"(extrapolated from smaller batches of this configuration), past "
             f"measurement.max_call_ms = {self.max_call_ms:g} ms"
         )
-        return Answer(TrialResult.for_spec(spec, "skipped", reason))
+        return _skipped(spec, reason)
 
     def estimate_ms(self, key: str, batch: int) -> float | None:
         """The call time at a batch larger than the two largest measured: the larger one's
@@ -104,6 +104,11 @@ class CallTimeLimit:
             return None
         large, per_sample = found
         return by_batch[large] + max(0.0, per_sample) * (batch - large)
+
+
+def _skipped(spec: TrialSpec, reason: str) -> Answer:
+    """A trial answered without running it, and why."""
+    return Answer(TrialResult.for_spec(spec, "skipped", reason))
 
 
 def _growth_per_sample(by_batch: dict[int, float]) -> tuple[int, float] | None:

@@ -200,17 +200,27 @@ def test_a_trial_that_died_with_an_in_process_coordinator_is_oom_and_not_run_aga
 # -- answers without measuring -----------------------------------------------------------
 
 
-def test_an_oom_skips_larger_batches_of_its_variant() -> None:
+@pytest.mark.parametrize("status", ["oom", "too_slow"])
+def test_an_oom_or_too_slow_batch_skips_larger_batches_of_its_configuration(
+    status: TrialStatus,
+) -> None:
+    """Batch 8 ran out of memory, or a call of it was far too slow: batch 64 of the same
+    configuration is not run; another precision at batch 64 is."""
     sixty_four = config_with(batch__size=64)
     int8_at_64 = config_with(batch__size=64, precision__mode="int8_static")
-    oom_at_eight = failing("oom", lambda spec: spec.config == EIGHT)
-    rig = make_rig(executor=ScriptedExecutor(oom_at_eight), trials=4)
+    fails_at_eight = failing(status, lambda spec: spec.config == EIGHT)
+    rig = make_rig(executor=ScriptedExecutor(fails_at_eight), trials=4)
     rig.queue(EIGHT, sixty_four, int8_at_64)
     rig.search()
     assert rig.executor.measured_configs() == [BASELINE, EIGHT, int8_at_64]
-    skipped = rig.records()[2]
-    assert skipped.config == sixty_four
-    assert (skipped.state, skipped.status, skipped.measured) == ("pruned", "skipped", False)
+    failed, skipped = rig.records()[1:3]
+    assert (failed.state, failed.status) == ("pruned", status)
+    assert (skipped.config, skipped.state, skipped.status, skipped.measured) == (
+        sixty_four,
+        "pruned",
+        "skipped",
+        False,
+    )
     assert skipped.reason is not None and "batch.size 8" in skipped.reason
     assert rig.store.counted() == 4
 
@@ -235,22 +245,6 @@ def test_a_batch_that_would_outgrow_the_trials_memory_is_not_run() -> None:
     assert (skipped.config, skipped.status, skipped.measured) == (sixty_four, "skipped", False)
     assert skipped.reason is not None and "at least 640 MB" in skipped.reason
     assert "500 MB" in skipped.reason
-
-
-def test_a_too_slow_call_skips_larger_batches_of_its_configuration() -> None:
-    """Timing stopped at batch 8 (a call too slow): batch 64 of the same kernels is not run;
-    another precision at batch 64 is."""
-    sixty_four = config_with(batch__size=64)
-    int8_at_64 = config_with(batch__size=64, precision__mode="int8_static")
-    slow_at_eight = failing("too_slow", lambda spec: spec.config == EIGHT)
-    rig = make_rig(executor=ScriptedExecutor(slow_at_eight), trials=4)
-    rig.queue(EIGHT, sixty_four, int8_at_64)
-    rig.search()
-    assert rig.executor.measured_configs() == [BASELINE, EIGHT, int8_at_64]
-    slow, skipped = rig.records()[1:3]
-    assert (slow.state, slow.status) == ("pruned", "too_slow")
-    assert (skipped.config, skipped.status, skipped.measured) == (sixty_four, "skipped", False)
-    assert skipped.reason is not None and "batch.size 8" in skipped.reason
 
 
 def test_a_batch_whose_call_would_take_too_long_is_not_run() -> None:
