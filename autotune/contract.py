@@ -266,6 +266,12 @@ class TrialSpec(Strict):
     timeout_s: float | None = Field(
         default=None, gt=0, description="wall time after which the executor stops the trial"
     )
+    batch_scan: list[int] = Field(
+        default_factory=list,
+        description="batch sizes whose call time is read after the measurement, a few calls "
+        "each, in order, until one passes measurement.max_call_ms (the baseline's: how call "
+        "time grows with the batch)",
+    )
 
 
 # "skipped": the coordinator did not run it (e.g. a larger batch of a variant that ran out
@@ -382,6 +388,10 @@ class TrialResult(Strict):
     metrics: TrialMetrics | None = None
     provenance: Provenance | None = None
     duration_s: float
+    call_ms_by_batch: dict[int, float] = Field(
+        default_factory=dict,
+        description="the median call time (ms) at each batch size of the spec's batch_scan",
+    )
 
     @classmethod
     def for_spec(

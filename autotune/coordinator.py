@@ -26,7 +26,7 @@ from autotune.outcome import Conclusion, TuneOutcome
 from autotune.pareto import by_contribution, pareto_front
 from autotune.reaping import MAX_ATTEMPTS, Reaper
 from autotune.results.records import TrialMarks, TrialRecord
-from autotune.search_state import SearchState
+from autotune.search_state import BATCH, SearchState
 from autotune.telling import Teller
 
 if TYPE_CHECKING:
@@ -169,12 +169,19 @@ class Coordinator:
             if not waiting_baseline and not self.budget.allows(census.used):
                 return None
             if not waiting and self.strategy.proposes:
+                if self._own_baseline_running():  # the strategy learns from its figures first
+                    return None
                 max_drop = self.tuning.request.constraints.max_accuracy_drop
                 proposal = self.strategy.propose(self._front, self.state.excluded(max_drop))
                 if proposal is not None:
                     marks = TrialMarks(proposed=proposal.why)
                     return store.create(space, proposal.config, marks, self.owner)
             return store.ask(space, self.owner, waiting=bool(waiting))
+
+    def _own_baseline_running(self) -> bool:
+        return self.state.baseline is None and any(
+            record.marks.baseline for record, _ in self.state.running.values()
+        )
 
     def _baseline_in_flight(self, waiting: list[TrialRecord]) -> bool:
         if any(r.marks.baseline for r in waiting):
@@ -225,7 +232,17 @@ class Coordinator:
             measurement=request.measurement,
             timeout_s=request.budget.trial_timeout_s,
             attempt=record.attempt,
+            batch_scan=self._batch_scan(record),
         )
+
+    def _batch_scan(self, record: TrialRecord) -> list[int]:
+        """The baseline reads its call time at each of the space's batch sizes from its own
+        up: what the batch-size time limit and the strategy estimate from."""
+        batches = self.tuning.space.choices().get(BATCH, [])
+        if not record.marks.baseline or len(batches) < 2:
+            return []
+        own = int(record.config.get(BATCH, 1))
+        return sorted(int(b) for b in batches if isinstance(b, int) and b >= own)
 
     # -- telling ---------------------------------------------------------------------------
 
@@ -246,6 +263,8 @@ class Coordinator:
             state.oom.measured(spec.config, result.metrics.peak_memory_mb)
             state.calls.measured(spec.config, result.metrics.latency_p50_ms)
             state.accuracy.setdefault(result.variant_key, result.metrics.accuracy)
+        if result.call_ms_by_batch:
+            state.calls.baseline_ms = dict(result.call_ms_by_batch)
         if record.marks.baseline and state.baseline is None:
             self._tell_baseline(record, spec, result)
         elif state.baseline is None and result.metrics is not None:

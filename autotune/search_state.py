@@ -64,13 +64,16 @@ class OomLimit:
 class CallTimeLimit:
     """Per configuration but for its batch size, the call times measured at each batch size
     and the smallest batch whose calls were too slow (`too_slow`). A batch at or past a too
-    slow one is not run, nor a batch larger than those measured whose call, extrapolated from
-    the time per sample added between the two largest measured, would pass `max_call_ms`."""
+    slow one is not run, nor one whose call would pass `max_call_ms` by an estimate: past the
+    two largest batches measured of the configuration, their time per sample added; else
+    along the baseline's call times at each batch size (`baseline_ms`, its scan), scaled by
+    the configuration's nearest measured batch, or as they are when none is."""
 
     max_call_ms: float | None = None
     smallest_too_slow: dict[str, int] = field(default_factory=dict)
     # configuration without its batch size -> batch size -> median call time (ms)
     calls: dict[str, dict[int, float]] = field(default_factory=dict)
+    baseline_ms: dict[int, float] = field(default_factory=dict)
 
     def too_slow(self, config: dict[str, Any]) -> None:
         key, batch = _kernel_key(config), _batch(config)
@@ -85,25 +88,64 @@ class CallTimeLimit:
         if slow is not None and batch >= slow:
             reason = f"not run: at batch.size {slow} a call of this configuration was too slow"
             return _skipped(spec, reason)
-        estimate = self.estimate_ms(key, batch)
-        if self.max_call_ms is None or estimate is None or estimate <= self.max_call_ms:
+        found = self.estimate_ms(key, batch)
+        if self.max_call_ms is None or found is None or found[0] <= self.max_call_ms:
             return None
+        estimate, source = found
         reason = (
             f"not run: a call at batch.size {batch} would take about {estimate:.0f} ms "
-            f"(extrapolated from smaller batches of this configuration), past "
-            f"measurement.max_call_ms = {self.max_call_ms:g} ms"
+            f"({source}), past measurement.max_call_ms = {self.max_call_ms:g} ms"
         )
         return _skipped(spec, reason)
 
-    def estimate_ms(self, key: str, batch: int) -> float | None:
-        """The call time at a batch larger than the two largest measured: the larger one's
-        plus the time per sample added between them (None before two, or inside them)."""
+    def estimate_ms(self, key: str, batch: int) -> tuple[float, str] | None:
+        """The call time at `batch` and where the estimate comes from (None: no estimate, or
+        the batch was measured)."""
         by_batch = self.calls.get(key, {})
-        found = _growth_per_sample(by_batch)
-        if found is None or batch <= found[0]:
+        if batch in by_batch:
             return None
-        large, per_sample = found
-        return by_batch[large] + max(0.0, per_sample) * (batch - large)
+        found = _growth_per_sample(by_batch)
+        if found is not None and batch > found[0]:
+            large, per_sample = found
+            own = by_batch[large] + max(0.0, per_sample) * (batch - large)
+            return own, "extrapolated from smaller batches of this configuration"
+        along = _along(self.baseline_ms, batch)
+        if along is None:
+            return None
+        if not by_batch:
+            return along, "the baseline's call time at that batch size"
+        nearest = min(by_batch, key=lambda b: abs(b - batch))
+        at_nearest = _along(self.baseline_ms, nearest)
+        if not at_nearest:
+            return None
+        scaled = by_batch[nearest] * along / at_nearest
+        source = (
+            f"this configuration's call at batch.size {nearest}, grown as the baseline's "
+            "grows with the batch"
+        )
+        return scaled, source
+
+
+def _along(call_ms: dict[int, float], batch: int) -> float | None:
+    """The call time at `batch` on a curve of call times by batch size: linear between the
+    two batches around it, past either end along its two outermost batches (never
+    decreasing), in proportion to the batch with one point (None with none)."""
+    if not call_ms:
+        return None
+    if batch in call_ms:
+        return call_ms[batch]
+    batches = sorted(call_ms)
+    if len(batches) == 1:
+        return call_ms[batches[0]] * batch / batches[0]
+    above = next((b for b in batches if b > batch), None)
+    if above is None:
+        small, large = batches[-2:]
+    elif above == batches[0]:
+        small, large = batches[:2]
+    else:
+        small, large = batches[batches.index(above) - 1], above
+    per_sample = max(0.0, (call_ms[large] - call_ms[small]) / (large - small))
+    return max(0.0, call_ms[small] + per_sample * (batch - small))
 
 
 def _skipped(spec: TrialSpec, reason: str) -> Answer:
@@ -158,6 +200,8 @@ class SearchState:
                 self.oom.record(record.config)
             if record.status == "too_slow":
                 self.calls.too_slow(record.config)
+            if record.call_ms_by_batch:
+                self.calls.baseline_ms = dict(record.call_ms_by_batch)
             if record.has_metrics and record.measured and record.metrics is not None:
                 self.oom.measured(record.config, float(record.metrics["peak_memory_mb"]))
                 self.calls.measured(record.config, float(record.metrics["latency_p50_ms"]))

@@ -58,6 +58,7 @@ class Teller:
             provenance=result.provenance,
             reused_from=reused_from,
             measured=reused_from is None and result.status != "skipped",
+            call_ms_by_batch=result.call_ms_by_batch,
         )
         self.store.tell(record.number, outcome, values)
         told = record.told(outcome)

@@ -57,12 +57,14 @@ def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResul
     provenance: Provenance | None = None
     status: TrialStatus = "ok"
     reason: str | None = None
+    call_ms_by_batch: dict[int, float] = {}
     try:
-        metrics, provenance = _measure(spec, store or default_store())
+        metrics, provenance, call_ms_by_batch = _measure(spec, store or default_store())
     except Exception as error:
         status, reason = classify_failure(error)
     duration = time.perf_counter() - started
-    return TrialResult.for_spec(spec, status, reason, duration, metrics, provenance)
+    result = TrialResult.for_spec(spec, status, reason, duration, metrics, provenance)
+    return result.model_copy(update={"call_ms_by_batch": call_ms_by_batch})
 
 
 def classify_failure(error: Exception) -> tuple[TrialStatus, str]:
@@ -90,7 +92,9 @@ def _is_out_of_memory(error: Exception) -> bool:
     return type(error).__module__.startswith("onnxruntime") and "Failed to allocate" in str(error)
 
 
-def _measure(spec: TrialSpec, store: WorkloadStore) -> tuple[TrialMetrics, Provenance]:
+def _measure(
+    spec: TrialSpec, store: WorkloadStore
+) -> tuple[TrialMetrics, Provenance, dict[int, float]]:
     loaded = store.get(spec.workload)
     config = loaded.parse(spec.config)
     check_concurrency(config)
@@ -120,15 +124,50 @@ def _measure(spec: TrialSpec, store: WorkloadStore) -> tuple[TrialMetrics, Prove
             contention = probe.stop(config.threads, waited)
         finally:
             meter.close()
-    check_contention(contention, settings)
-    metrics = trial_metrics(accuracy, measured, config.batch_size, memory.peak_mb, meter)
+        check_contention(contention, settings)
+        # The scan's larger batches are not the trial's: its peaks are read before.
+        peak_mb = memory.peak_mb
+        device_memory.read()
+        call_ms_by_batch = scan_batches(loaded, session, spec.batch_scan, settings.max_call_ms)
+    metrics = trial_metrics(accuracy, measured, config.batch_size, peak_mb, meter)
     if device_memory.peak_mb is not None:
         metrics = metrics.model_copy(update={"peak_device_memory_mb": device_memory.peak_mb})
-    return metrics, provenance_for(loaded, spec, contention)
+    return metrics, provenance_for(loaded, spec, contention), call_ms_by_batch
+
+
+# Calls timed at each batch size of a scan, after one untimed call at the new shape.
+SCAN_CALLS = 3
+
+
+def scan_batches(
+    loaded: LoadedWorkload, session: Session, batches: list[int], max_call_ms: float | None
+) -> dict[int, float]:
+    """The median call time (ms) at each batch size in order, until one passes `max_call_ms`
+    or fails (out of memory, a fixed batch): how the session's call time grows with the
+    batch, for the coordinator's time estimates."""
+    call_ms: dict[int, float] = {}
+    for batch in batches:
+        if session.fixed_batch is not None and session.fixed_batch != batch:
+            break
+        call = partial(session.run, tile_batch(loaded.data.inputs, batch))
+        try:
+            call()
+            times = []
+            for _ in range(SCAN_CALLS):
+                before = time.perf_counter_ns()
+                call()
+                times.append((time.perf_counter_ns() - before) / 1e6)
+        except Exception:  # a batch the session cannot take ends the scan, not the trial
+            break
+        call_ms[batch] = float(np.median(times))
+        if max_call_ms is not None and call_ms[batch] > max_call_ms:
+            break
+    return call_ms
 
 
 class CudaPeakMemory:
-    """CUDA memory reserved at the peak of the block, from torch's allocator statistics."""
+    """CUDA memory reserved at the peak of the block (or until `read`), from torch's allocator
+    statistics."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -144,11 +183,15 @@ class CudaPeakMemory:
             torch.cuda.reset_peak_memory_stats()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self.enabled:
+    def read(self) -> None:
+        """The peak so far is the figure; later allocations are not counted."""
+        if self.enabled and self.peak_mb is None:
             import torch
 
             self.peak_mb = torch.cuda.max_memory_reserved() / 2**20
+
+    def __exit__(self, *exc: object) -> None:
+        self.read()
 
 
 def check_concurrency(config: TrialConfig) -> None:

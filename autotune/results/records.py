@@ -60,6 +60,9 @@ class TrialRecord(Strict):
         description="lost with a dead coordinator that ran it inside its own process",
     )
     ended_at: datetime | None = None
+    call_ms_by_batch: dict[int, float] = Field(
+        default_factory=dict, description="call time (ms) by batch size, the baseline's scan"
+    )
 
     @property
     def ended(self) -> bool:
@@ -101,6 +104,7 @@ class TrialRecord(Strict):
                 "provenance": outcome.provenance,
                 "reused_from": outcome.reused_from,
                 "measured": outcome.measured,
+                "call_ms_by_batch": outcome.call_ms_by_batch,
             }
         )
 
@@ -136,6 +140,7 @@ class Outcome(Strict):
     provenance: Provenance | None = None
     reused_from: str | None = None
     measured: bool
+    call_ms_by_batch: dict[int, float] = Field(default_factory=dict)
 
     @property
     def failed(self) -> bool:

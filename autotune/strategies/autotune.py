@@ -8,7 +8,10 @@
   sample improve with it, so the two views want opposite ends of the range. A request leans
   per sample when it selects `highest_throughput` or `lowest_energy`, or when its objectives
   name only per-sample figures (`throughput`, `latency_per_sample`, `energy`) and not
-  `latency`: the designed set runs at the largest batch size, where those points will be. It
+  `latency`: the designed set runs where those points will be, at the smallest batch size
+  whose time per sample is within 5% of the best the baseline showed (the baseline reads its
+  call time at each batch size, up to `measurement.max_call_ms`; nothing else is proposed
+  before it ends); past it a larger batch buys little per sample and costs long calls. It
   leans per call when it selects `lowest_latency` or its objectives name `latency` and no
   per-sample figure: the designed set runs at the smallest batch size (batch 1 in the
   bundled spaces), since a large batch cannot win on the p95 of one call. When both
@@ -76,6 +79,9 @@ ConfigKey = tuple[tuple[str, Any], ...]
 # (throughput, latency per sample, energy per sample), batch 1 for the p95 of one call.
 Lean = Literal["per_sample", "per_call"]
 BATCH = "batch.size"
+# A per-sample request's designed set runs at the smallest batch within this fraction of the
+# best time per sample the baseline showed.
+NEAR_BEST_PER_SAMPLE = 0.05
 _OBJECTIVE_LEANS: dict[str, Lean] = {
     "latency": "per_call",
     "latency_per_sample": "per_sample",
@@ -146,21 +152,20 @@ def request_lean(request: TuningRequest | None) -> Lean | None:
 
 
 def designed_configs(
-    space: EffectiveSpace, request: TuningRequest | None = None
+    space: EffectiveSpace,
+    request: TuningRequest | None = None,
+    call_ms_by_batch: dict[int, float] | None = None,
 ) -> list[dict[str, ConfigValue]]:
-    """Each precision on each engine at one batch size (the largest when the request leans
-    per sample, the smallest when it leans per call, else the middle one), the rest as the
-    baseline runs (a dimension that only the change makes active at its own baseline); only
-    configurations the space can produce, without the baseline itself."""
+    """Each precision on each engine at one batch size (see `designed_batch`), the rest as
+    the baseline runs (a dimension that only the change makes active at its own baseline);
+    only configurations the space can produce, without the baseline itself."""
 
-    lean = request_lean(request)
     baseline = space.baseline()
     choices = space.choices()
     batch: dict[str, ConfigValue] = {}
     if BATCH in choices:
         batches = sorted(choices[BATCH], key=_number)
-        index = {None: len(batches) // 2, "per_sample": -1, "per_call": 0}[lean]
-        batch[BATCH] = batches[index]
+        batch[BATCH] = designed_batch(batches, request_lean(request), call_ms_by_batch or {})
     designed: list[dict[str, ConfigValue]] = []
     for precision in _alternatives(choices, "precision.mode"):
         for engine in _alternatives(choices, "runtime.engine"):
@@ -168,6 +173,24 @@ def designed_configs(
             if config != baseline and config not in designed and producible(space, config):
                 designed.append(config)
     return designed
+
+
+def designed_batch(
+    batches: list[ConfigValue], lean: Lean | None, call_ms_by_batch: dict[int, float]
+) -> ConfigValue:
+    """The smallest batch size when the request leans per call, the middle one without a
+    lean. Leaning per sample: the smallest whose time per sample, on the baseline's call
+    times by batch size, is within `NEAR_BEST_PER_SAMPLE` of the best of them (past it a
+    larger batch buys little and costs long calls); the largest without those times."""
+    if lean is None:
+        return batches[len(batches) // 2]
+    if lean == "per_call":
+        return batches[0]
+    per_sample = {b: ms / b for b, ms in call_ms_by_batch.items() if b in batches and b > 0}
+    if not per_sample:
+        return batches[-1]
+    best = min(per_sample.values())
+    return min(b for b, t in per_sample.items() if t <= best * (1 + NEAR_BEST_PER_SAMPLE))
 
 
 def changed(
@@ -366,6 +389,14 @@ class AutotuneStrategy(Strategy):
 
     def start(self, records: list[TrialRecord]) -> None:
         self.ledger.load(records)
+        for record in records:
+            self._learn_call_times(record.call_ms_by_batch)
+
+    def _learn_call_times(self, call_ms_by_batch: dict[int, float]) -> None:
+        """The baseline's call times by batch size place the designed set's batch."""
+        if call_ms_by_batch:
+            designed = designed_configs(self.space, self.request, call_ms_by_batch)
+            self.ledger.designed = designed
 
     def propose(
         self, front: Callable[[], list[dict[str, ConfigValue]]], excluded: set[str]
@@ -394,3 +425,4 @@ class AutotuneStrategy(Strategy):
 
     def after_trial(self, spec: TrialSpec, result: TrialResult) -> None:
         self.ledger.settle(spec.trial_number, spec, result)
+        self._learn_call_times(result.call_ms_by_batch)

@@ -60,6 +60,7 @@ WORKLOAD = Workload(
     data=DataRef(entry_point="scripted.model:data"),
 )
 STUDY = "coordinator-test"
+BATCH = "batch.size"
 # Each search here takes milliseconds; one still running after this never ends.
 SEARCH_DEADLINE_S = 5.0
 
@@ -158,7 +159,8 @@ class ScriptedExecutor:
     """Answers each submitted spec from `reply` at once, and hands one result back per
     `wait`: the oldest submitted, or with `newest_first` the newest (results out of order
     across slots). `on_submit` sees each spec after it is submitted; `measured_on` names the
-    hardware each spec's result says it was measured on (the study's kind by default)."""
+    hardware each spec's result says it was measured on (the study's kind by default); with
+    `scans`, a spec's batch scan is answered with the call times `reply` gives."""
 
     runs_in_process = False
     trial_memory_mb: int | None = None
@@ -170,8 +172,10 @@ class ScriptedExecutor:
         newest_first: bool = False,
         on_submit: Callable[[TrialSpec], None] | None = None,
         measured_on: Callable[[TrialSpec], str] = lambda spec: PROFILE.fingerprint,
+        scans: bool = False,
     ) -> None:
         self.reply = reply
+        self.scans = scans
         self.measured_on = measured_on
         self.slots = slots
         self.newest_first = newest_first
@@ -197,8 +201,18 @@ class ScriptedExecutor:
         reply = self.reply(spec)
         if isinstance(reply, TrialMetrics):
             provenance = scripted_provenance(spec, self.measured_on(spec))
-            return TrialResult.for_spec(spec, "ok", None, 0.0, reply, provenance)
+            result = TrialResult.for_spec(spec, "ok", None, 0.0, reply, provenance)
+            return result.model_copy(update={"call_ms_by_batch": self._scan(spec)})
         return TrialResult.for_spec(spec, reply, f"scripted {reply}")
+
+    def _scan(self, spec: TrialSpec) -> dict[int, float]:
+        """With `scans`, the spec's batch scan read from the table's call times."""
+        call_ms: dict[int, float] = {}
+        for batch in spec.batch_scan if self.scans else []:
+            reply = self.reply(spec.model_copy(update={"config": {**spec.config, BATCH: batch}}))
+            if isinstance(reply, TrialMetrics):
+                call_ms[batch] = reply.latency_p50_ms
+        return call_ms
 
     def pending(self) -> int:
         return len(self._done)

@@ -272,6 +272,81 @@ def test_a_batch_within_the_call_bound_is_run() -> None:
     assert len(rig.executor.measured_configs()) == 3
 
 
+def test_the_baseline_reads_its_call_time_at_each_batch_size_from_its_own_up() -> None:
+    rig = make_rig(executor=ScriptedExecutor(scans=True), trials=2)
+    rig.queue(EIGHT)
+    rig.search()
+    baseline, eight = rig.executor.submitted
+    assert (baseline.batch_scan, eight.batch_scan) == ([1, 8, 64], [])
+    stored = rig.records()[0].call_ms_by_batch
+    assert stored == {
+        b: table_metrics(config_with(batch__size=b)).latency_p50_ms for b in (1, 8, 64)
+    }
+    assert rig.records()[1].call_ms_by_batch == {}
+
+
+def test_a_configuration_not_yet_measured_is_bounded_by_the_baseline_call_times() -> None:
+    """The baseline's call at batch 64 takes 1.39 ms: int8 at 64, never measured, is not run
+    under a 1 ms bound; int8 at 8 (0.26 ms) is."""
+    int8_at_8 = config_with(batch__size=8, precision__mode="int8_static")
+    int8_at_64 = config_with(batch__size=64, precision__mode="int8_static")
+    rig = make_rig(executor=ScriptedExecutor(scans=True), trials=3)
+    rig.coordinator.state.calls.max_call_ms = 1.0
+    rig.queue(int8_at_64, int8_at_8)
+    rig.search()
+    assert rig.executor.measured_configs() == [BASELINE, int8_at_8]
+    skipped = rig.records()[1]
+    assert (skipped.status, skipped.measured) == ("skipped", False)
+    assert skipped.reason is not None
+    assert "about 1 ms (the baseline's call time at that batch size)" in skipped.reason
+
+
+def test_a_configuration_measured_at_one_batch_grows_as_the_baseline_does() -> None:
+    """int8 calls take three times the baseline's: 0.79 ms at batch 8, so batch 64 would take
+    about 3 x 1.39 = 4.2 ms, past a 2.5 ms bound; fp32 at 64 (1.39 ms) is run."""
+
+    def slow_int8(spec: TrialSpec) -> TrialMetrics:
+        metrics = table_metrics(spec.config)
+        factor = 3.0 if spec.config["precision.mode"] == "int8_static" else 1.0
+        return metrics.model_copy(update={"latency_p50_ms": metrics.latency_p50_ms * factor})
+
+    int8_at_8 = config_with(batch__size=8, precision__mode="int8_static")
+    int8_at_64 = config_with(batch__size=64, precision__mode="int8_static")
+    sixty_four = config_with(batch__size=64)
+    rig = make_rig(executor=ScriptedExecutor(slow_int8, scans=True), trials=4)
+    rig.coordinator.state.calls.max_call_ms = 2.5
+    rig.queue(int8_at_8, int8_at_64, sixty_four)
+    rig.search()
+    assert rig.executor.measured_configs() == [BASELINE, int8_at_8, sixty_four]
+    skipped = rig.records()[2]
+    assert skipped.status == "skipped" and skipped.reason is not None
+    assert "about 4 ms" in skipped.reason
+    assert "call at batch.size 8, grown as the baseline's grows" in skipped.reason
+
+
+def test_a_per_sample_request_designs_where_the_baseline_time_per_sample_levels_off() -> None:
+    """Per sample 0.1, 0.025 and 0.0245 ms at batch 1, 8 and 64: batch 8 is within 5% of the
+    best, so the designed set runs there; with two slots nothing starts before the baseline's
+    call times are known (the designed set would run at 64 without them)."""
+    per_call_ms = {1: 0.1, 8: 0.2, 64: 1.57}
+
+    def levelling(spec: TrialSpec) -> TrialMetrics:
+        batch = int(spec.config["batch.size"])
+        return table_metrics(spec.config).model_copy(
+            update={
+                "latency_p50_ms": per_call_ms[batch],
+                "throughput_per_s": 1e3 * batch / per_call_ms[batch],
+            }
+        )
+
+    executor = ScriptedExecutor(levelling, slots=2, scans=True)
+    rig = make_rig("autotune", executor=executor, trials=4, objectives=["accuracy", "throughput"])
+    rig.search()
+    designed = [r for r in rig.records() if r.marks.proposed == "designed"]
+    assert len(designed) == 3
+    assert {r.config["batch.size"] for r in designed} == {8}
+
+
 def test_without_a_memory_cap_no_batch_is_predicted_out() -> None:
     def growing(spec: TrialSpec) -> TrialMetrics:
         batch = int(spec.config.get("batch.size", 1))

@@ -274,6 +274,25 @@ def test_designed_set_runs_large_batches_for_throughput_and_batch_one_per_call()
 
 
 @pytest.mark.parametrize(
+    ("call_ms", "expected"),
+    [
+        ({1: 1.0, 8: 2.0, 64: 15.5}, 8),  # 0.25 ms a sample at 8, within 5% of 0.242 at 64
+        ({1: 1.0, 8: 2.0, 64: 14.0}, 64),  # 0.219 at 64: 8 is 14% slower a sample
+        ({1: 1.0, 8: 2.0}, 8),  # the scan stopped at 8 (its call passed the bound)
+        ({1: 1.0}, 1),
+        ({}, 64),  # no call times: the largest
+    ],
+)
+def test_a_per_sample_design_runs_where_the_baseline_time_per_sample_levels_off(
+    call_ms: dict[int, float], expected: int
+) -> None:
+    designed = designed_configs(small_space(), THROUGHPUT_MINDED[1], call_ms)
+    assert {c["batch.size"] for c in designed} == {expected}
+    assert {c["batch.size"] for c in designed_configs(small_space(), PER_CALL, call_ms)} == {1}
+    assert {c["batch.size"] for c in designed_configs(small_space(), BOTH_VIEWS, call_ms)} == {8}
+
+
+@pytest.mark.parametrize(
     ("req", "expected"),
     [
         # per sample: toward the larger batch first, the smaller only after the kernel choice

@@ -462,6 +462,22 @@ def test_a_trial_whose_calls_are_far_too_slow_ends_as_too_slow() -> None:
     assert result.reason is not None and "measurement.max_call_ms" in result.reason
 
 
+def test_a_batch_scan_reads_call_times_until_one_passes_the_bound() -> None:
+    """Digits calls grow with the batch: a bound between batch 16's call and batch 256's
+    stops the scan at the first batch past it, which is still read."""
+    spec = spec_for(digits_workload(), {"batch.size": 1})
+    scanned = run_trial(spec.model_copy(update={"batch_scan": [1, 16, 256, 1024]}), STORE)
+    assert scanned.status == "ok", scanned.reason
+    times = scanned.call_ms_by_batch
+    assert list(times) == [1, 16, 256, 1024]
+    assert times[1] < times[256] < times[1024]
+    bound = (times[16] + times[256]) / 2
+    measurement = spec.measurement.model_copy(update={"max_call_ms": bound})
+    bounded = spec.model_copy(update={"batch_scan": [1, 16, 256, 1024], "measurement": measurement})
+    assert list(run_trial(bounded, STORE).call_ms_by_batch) == [1, 16, 256]
+    assert run_trial(spec, STORE).call_ms_by_batch == {}
+
+
 def test_known_accuracy_wins_over_the_cached_accuracy(fp32_accuracy: float) -> None:
     config: dict[str, ConfigValue] = {"prune.method": "magnitude", "prune.ratio": 0.1}
     measured = ok(config).metrics.accuracy  # type: ignore[union-attr]
