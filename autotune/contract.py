@@ -191,6 +191,21 @@ class MeasurementSettings(Strict):
         "run (status 'skipped'), and a trial with a call SLOW_CALL_FACTOR times longer stops "
         "(status 'too_slow'); None: no bound",
     )
+    screen_seconds: float | None = Field(
+        default=0.3,
+        gt=0.0,
+        le=MAX_SECONDS,
+        description="each trial is first timed this long (at least 5 calls); one whose figures "
+        "could not reach the feasible front, even screen_margin better than its short interval "
+        "says, stops there (status 'screened'); None: every trial is timed in full",
+    )
+    screen_margin: float = Field(
+        default=0.2,
+        ge=0.0,
+        le=10.0,
+        description="how much better than its short window a trial's timed figures are "
+        "assumed to be, beyond the window's own interval, before it is screened out",
+    )
     energy_window_s: float = Field(
         default=1.0,
         gt=0.0,
@@ -266,6 +281,9 @@ class TrialSpec(Strict):
     timeout_s: float | None = Field(
         default=None, gt=0, description="wall time after which the executor stops the trial"
     )
+    screen: Screen | None = Field(
+        default=None, description="the feasible front a short window must be able to reach"
+    )
     batch_scan: list[int] = Field(
         default_factory=list,
         description="batch sizes whose call time is read after the measurement, a few calls "
@@ -274,14 +292,58 @@ class TrialSpec(Strict):
     )
 
 
+class ScreenObjective(Strict):
+    metric: str = Field(description="a TrialMetrics figure")
+    maximize: bool
+    timed: bool = Field(description="a figure of the timing (not the accuracy evaluation)")
+
+
+class Screen(Strict):
+    """The request's objectives and the figures of the feasible front's points, in their
+    order. A trial's short window is out of reach when a front point is at least as good in
+    every objective as the trial's hopeful figures, and better in one: its timed figures
+    improved by the margin plus the window's own relative interval; its accuracy as it is
+    (evaluated in full)."""
+
+    objectives: list[ScreenObjective] = Field(min_length=1)
+    front: list[list[float]] = Field(min_length=1)
+    margin: float = Field(ge=0.0)
+
+    def dominating(self, metrics: TrialMetrics, spread: float) -> list[float] | None:
+        """The first front point that dominates the hopeful figures, or None."""
+        slack = 1.0 + self.margin + spread
+        hopeful = []
+        for objective in self.objectives:
+            value = float(getattr(metrics, objective.metric))
+            if objective.timed:
+                value = value * slack if objective.maximize else value / slack
+            hopeful.append(value if objective.maximize else -value)
+        for point in self.front:
+            signed = [v if o.maximize else -v for o, v in zip(self.objectives, point, strict=True)]
+            at_least = all(p >= h for p, h in zip(signed, hopeful, strict=True))
+            if at_least and any(p > h for p, h in zip(signed, hopeful, strict=True)):
+                return point
+        return None
+
+
 # "skipped": the coordinator did not run it (e.g. a larger batch of a variant that ran out
 # of memory); "lost": its worker or coordinator died, so it says nothing of the candidate
 # and is retried; "contended": other load made the measurement worthless and the request's
 # `measurement.contention` is 'fail'; "too_slow": a call took SLOW_CALL_FACTOR times
-# `measurement.max_call_ms` or longer, and timing stopped; every other status comes from a
-# worker or the executor.
+# `measurement.max_call_ms` or longer, and timing stopped; "screened": its short window
+# could not reach the feasible front (`Screen`), so it was not timed in full; every other
+# status comes from a worker or the executor.
 TrialStatus = Literal[
-    "ok", "unsupported", "oom", "timeout", "error", "skipped", "lost", "contended", "too_slow"
+    "ok",
+    "unsupported",
+    "oom",
+    "timeout",
+    "error",
+    "skipped",
+    "lost",
+    "contended",
+    "too_slow",
+    "screened",
 ]
 # How many times `measurement.max_call_ms` one call may take before its trial stops.
 SLOW_CALL_FACTOR = 4.0
@@ -378,6 +440,19 @@ class Provenance(Strict):
     )
 
 
+class TrialTimes(Strict):
+    """Seconds a trial spent on its worker in each phase, up to where it ended."""
+
+    build_s: float = Field(
+        default=0.0, description="loading the model, building the variant, opening its session"
+    )
+    accuracy_s: float = Field(default=0.0, description="evaluating the variant's accuracy")
+    timing_s: float = Field(
+        default=0.0,
+        description="warm-up, the short window, the measurement and the baseline's batch scan",
+    )
+
+
 class TrialResult(Strict):
     study: str
     trial_number: int
@@ -392,6 +467,12 @@ class TrialResult(Strict):
         default_factory=dict,
         description="the median call time (ms) at each batch size of the spec's batch_scan",
     )
+    screening: TrialMetrics | None = Field(
+        default=None, description="a screened trial's figures from its short window"
+    )
+    times: TrialTimes | None = Field(
+        default=None, description="where the worker's time went (None: it did not run)"
+    )
 
     @classmethod
     def for_spec(
@@ -402,9 +483,11 @@ class TrialResult(Strict):
         duration_s: float = 0.0,
         metrics: TrialMetrics | None = None,
         provenance: Provenance | None = None,
+        screening: TrialMetrics | None = None,
     ) -> TrialResult:
         """The outcome of running `spec`."""
         return cls(
+            screening=screening,
             study=spec.study,
             trial_number=spec.trial_number,
             attempt=spec.attempt,
@@ -420,6 +503,8 @@ class TrialResult(Strict):
     def _metrics_iff_ok(self) -> TrialResult:
         if (self.status == "ok") != (self.metrics is not None):
             raise ValueError("metrics are present exactly when status is 'ok'")
+        if (self.status == "screened") != (self.screening is not None):
+            raise ValueError("screening figures are present exactly when status is 'screened'")
         return self
 
 

@@ -9,6 +9,7 @@ are reaped and enqueued again. After the search, `autotune.outcome` concludes th
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -16,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.answers import Answers
 from autotune.budget import Budget
-from autotune.contract import ConfigValue, TrialResult, TrialSpec
+from autotune.contract import ConfigValue, Screen, ScreenObjective, TrialResult, TrialSpec
 from autotune.errors import AutotuneError, Interrupted
 from autotune.inputs import Events, Tuning
 from autotune.interrupts import stop_on_sigint
 from autotune.leases import Heartbeat, Owner
-from autotune.metrics import OBJECTIVES
+from autotune.metrics import ACCURACY, OBJECTIVES, Direction, with_derived
 from autotune.outcome import Conclusion, TuneOutcome
 from autotune.pareto import by_contribution, pareto_front
 from autotune.reaping import MAX_ATTEMPTS, Reaper
@@ -233,6 +234,30 @@ class Coordinator:
             timeout_s=request.budget.trial_timeout_s,
             attempt=record.attempt,
             batch_scan=self._batch_scan(record),
+            screen=None if record.marks.baseline else self._screen(),
+        )
+
+    def _screen(self) -> Screen | None:
+        """The feasible front so far, for a trial's short window to be judged against."""
+        request = self.tuning.request
+        if request.measurement.screen_seconds is None:
+            return None
+        objectives = [OBJECTIVES[o] for o in request.objectives]
+        feasible = [c for c in self.state.completed.values() if c.feasible]
+        front = [with_derived(c.metrics) for c in pareto_front(feasible, objectives)]
+        if not front:
+            return None
+        return Screen(
+            objectives=[
+                ScreenObjective(
+                    metric=m.name,
+                    maximize=m.direction is Direction.MAXIMIZE,
+                    timed=m is not ACCURACY,
+                )
+                for m in objectives
+            ],
+            front=[[float(figures[m.name]) for m in objectives] for figures in front],
+            margin=request.measurement.screen_margin,
         )
 
     def _batch_scan(self, record: TrialRecord) -> list[int]:
@@ -261,8 +286,13 @@ class Coordinator:
             state.calls.too_slow(spec.config)
         if result.metrics is not None:
             state.oom.measured(spec.config, result.metrics.peak_memory_mb)
-            state.calls.measured(spec.config, result.metrics.latency_p50_ms)
-            state.accuracy.setdefault(result.variant_key, result.metrics.accuracy)
+        if result.times is not None:
+            state.build_seconds.append(result.times.build_s)
+            self.budget.reserve_s = self._conclusion_estimate_s()
+        figures = result.metrics or result.screening
+        if figures is not None:
+            state.calls.measured(spec.config, figures.latency_p50_ms)
+            state.accuracy.setdefault(result.variant_key, figures.accuracy)
         if result.call_ms_by_batch:
             state.calls.baseline_ms = dict(result.call_ms_by_batch)
         if record.marks.baseline and state.baseline is None:
@@ -288,6 +318,16 @@ class Coordinator:
                     }
                 )
             )
+
+    def _conclusion_estimate_s(self) -> float:
+        """What the head-to-head and the export are expected to take: each entrant (the
+        choice, its neighbours, the baseline) built and timed in every round, and the choice
+        built once more for the export; a build as long as the trials' median."""
+        validation = self.tuning.request.validation
+        entrants = validation.neighbours + 2
+        build_s = statistics.median(self.state.build_seconds)
+        timed_s = validation.rounds * validation.round_seconds
+        return (entrants + 1) * build_s + entrants * timed_s
 
     def _of_this_kind(self, spec: TrialSpec, result: TrialResult) -> TrialResult:
         """A result measured on another kind of node than the study's is refused as an error:

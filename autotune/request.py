@@ -118,7 +118,14 @@ class Budget(Strict):
     trials: int | None = Field(
         default=30, ge=1, le=MAX_TRIALS, description="trials in the study, baseline included"
     )
-    timeout_s: float | None = Field(default=None, gt=0.0, le=MAX_SECONDS)
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=MAX_SECONDS,
+        description="wall time of the whole tuning from the coordinator's start: no trial "
+        "starts once what is left is what the head-to-head and the export are expected to "
+        "take (from the trials' build times and validation's rounds)",
+    )
     trial_timeout_s: float = Field(
         default=600.0,
         gt=0.0,

@@ -188,6 +188,8 @@ class SearchState:
     oom: OomLimit = field(default_factory=OomLimit)
     calls: CallTimeLimit = field(default_factory=CallTimeLimit)
     completed: dict[int, Candidate] = field(default_factory=dict)
+    # Seconds each trial measured by this coordinator took to build its session.
+    build_seconds: list[float] = field(default_factory=list)
     counted: int = 0  # the study's counted trials when last loaded, plus ours told since
 
     def load(self, records: list[TrialRecord]) -> None:
@@ -204,6 +206,7 @@ class SearchState:
                 self.calls.baseline_ms = dict(record.call_ms_by_batch)
             if record.has_metrics and record.measured and record.metrics is not None:
                 self.oom.measured(record.config, float(record.metrics["peak_memory_mb"]))
+            if (record.has_metrics or record.screened) and record.measured and record.metrics:
                 self.calls.measured(record.config, float(record.metrics["latency_p50_ms"]))
         self.accuracy = self._comparable_accuracy(records)
 
@@ -216,7 +219,7 @@ class SearchState:
         return {
             str(r.variant_key): float(r.metrics["accuracy"])
             for r in records
-            if r.has_metrics and r.metrics is not None and _comparable(r) == reference
+            if (r.has_metrics or r.screened) and r.metrics and _comparable(r) == reference
         }
 
     def excluded(self, max_drop: float | None) -> set[str]:

@@ -38,11 +38,13 @@ class Teller:
         are measured against `baseline_accuracy`, by default the study's baseline's."""
         state, request = self.state, self.request
         metrics = violations = values = None
-        if result.metrics is not None:
+        figures = result.metrics or result.screening
+        if figures is not None:
             if baseline_accuracy is None:
                 assert state.baseline is not None and state.baseline.metrics is not None
                 baseline_accuracy = float(state.baseline.metrics["accuracy"])
-            metrics = with_accuracy_drop(result.metrics.model_dump(), baseline_accuracy)
+            metrics = with_accuracy_drop(figures.model_dump(), baseline_accuracy)
+        if result.metrics is not None and metrics is not None:  # a screening is not judged
             bounds = request.constraints.model_dump(exclude_none=True)
             violations = constraint_violations(bounds, metrics)
             values = [float(metrics[OBJECTIVES[o].name]) for o in request.objectives]

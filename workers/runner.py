@@ -5,11 +5,14 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import socket
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,9 +28,11 @@ from autotune.contract import (
     TrialResult,
     TrialSpec,
     TrialStatus,
+    TrialTimes,
     Workload,
 )
 from autotune.errors import CallTooSlow, MeasurementContended, RequestError, Unsupported
+from autotune.stats import median_ci_relative_half_width
 from workers.config import TrialConfig
 from workers.contention import check_contention, probe_for, waited_for_quiet
 from workers.energy import EnergyMeter, cpu_seconds_with, select_meter
@@ -53,18 +58,31 @@ def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResul
     """Build the configuration's variant, judge its accuracy and measure it. Never raises for a
     failing candidate: the failure becomes the result's status and reason."""
     started = time.perf_counter()
-    metrics: TrialMetrics | None = None
-    provenance: Provenance | None = None
-    status: TrialStatus = "ok"
-    reason: str | None = None
-    call_ms_by_batch: dict[int, float] = {}
+    clock = PhaseClock()
     try:
-        metrics, provenance, call_ms_by_batch = _measure(spec, store or default_store())
+        result = _measure(spec, store or default_store(), clock)
     except Exception as error:
-        status, reason = classify_failure(error)
+        result = TrialResult.for_spec(spec, *classify_failure(error))
     duration = time.perf_counter() - started
-    result = TrialResult.for_spec(spec, status, reason, duration, metrics, provenance)
-    return result.model_copy(update={"call_ms_by_batch": call_ms_by_batch})
+    return result.model_copy(update={"duration_s": duration, "times": clock.times()})
+
+
+class PhaseClock:
+    """Seconds spent in each phase of a trial: `enter(phase)` ends the one before."""
+
+    def __init__(self) -> None:
+        self._seconds: dict[str, float] = {}
+        self._phase = "build_s"
+        self._since = time.perf_counter()
+
+    def enter(self, phase: str) -> None:
+        now = time.perf_counter()
+        self._seconds[self._phase] = self._seconds.get(self._phase, 0.0) + now - self._since
+        self._phase, self._since = phase, now
+
+    def times(self) -> TrialTimes:
+        self.enter(self._phase)
+        return TrialTimes(**self._seconds)
 
 
 def classify_failure(error: Exception) -> tuple[TrialStatus, str]:
@@ -92,9 +110,8 @@ def _is_out_of_memory(error: Exception) -> bool:
     return type(error).__module__.startswith("onnxruntime") and "Failed to allocate" in str(error)
 
 
-def _measure(
-    spec: TrialSpec, store: WorkloadStore
-) -> tuple[TrialMetrics, Provenance, dict[int, float]]:
+def _measure(spec: TrialSpec, store: WorkloadStore, clock: PhaseClock) -> TrialResult:
+    """The trial's result: measured in full, or screened out by a short window first."""
     loaded = store.get(spec.workload)
     config = loaded.parse(spec.config)
     check_concurrency(config)
@@ -111,16 +128,21 @@ def _measure(
         # The spec's figure wins over this process's cache: the coordinator's is authoritative.
         accuracy = spec.known_accuracy
         if accuracy is None:
+            clock.enter("accuracy_s")
             accuracy = loaded.accuracy(config, session)
+        clock.enter("timing_s")
         warm_up(call, settings.warmup_iters, config.concurrency, slow_call_ns(settings))
         probe = probe_for(settings, config, helpers)
         waited = waited_for_quiet(probe, settings)
         meter: EnergyMeter = select_meter(
             config, settings, memory.own_cpu_seconds, cpu_seconds_with(helpers)
         )
+        screened: Screened | None = None
         try:
             probe.start()
-            measured = measure(call, settings, meter, config.concurrency)
+            screened = screen(call, spec, config, accuracy, meter, memory)
+            if screened is None:
+                measured = measure(call, settings, meter, config.concurrency)
             contention = probe.stop(config.threads, waited)
         finally:
             meter.close()
@@ -129,10 +151,68 @@ def _measure(
         peak_mb = memory.peak_mb
         device_memory.read()
         call_ms_by_batch = scan_batches(loaded, session, spec.batch_scan, settings.max_call_ms)
+    provenance = provenance_for(loaded, spec, contention)
+    if screened is not None:
+        return TrialResult.for_spec(
+            spec, "screened", screened.reason, provenance=provenance, screening=screened.figures
+        )
     metrics = trial_metrics(accuracy, measured, config.batch_size, peak_mb, meter)
     if device_memory.peak_mb is not None:
         metrics = metrics.model_copy(update={"peak_device_memory_mb": device_memory.peak_mb})
-    return metrics, provenance_for(loaded, spec, contention), call_ms_by_batch
+    result = TrialResult.for_spec(spec, "ok", None, 0.0, metrics, provenance)
+    return result.model_copy(update={"call_ms_by_batch": call_ms_by_batch})
+
+
+@dataclass(frozen=True)
+class Screened:
+    figures: TrialMetrics
+    reason: str
+
+
+def screen(
+    call: Callable[[], object],
+    spec: TrialSpec,
+    config: TrialConfig,
+    accuracy: float,
+    meter: EnergyMeter,
+    memory: PeakMemorySampler,
+) -> Screened | None:
+    """Time a short window (`measurement.screen_seconds`, at least 5 calls) and judge it
+    against the spec's `screen`: its figures when a front point dominates even their hopeful
+    reading, else None (the trial is then timed in full)."""
+    settings = spec.measurement
+    if spec.screen is None or settings.screen_seconds is None:
+        return None
+    short = settings.model_copy(
+        update={
+            "min_iters": SCREEN_CALLS,
+            "min_seconds": 0.0,
+            "max_seconds": settings.screen_seconds,
+            "settle_tolerance": None,
+        }
+    )
+    measured = measure(call, short, meter, config.concurrency)
+    figures = trial_metrics(accuracy, measured, config.batch_size, memory.peak_mb, meter)
+    spread = median_ci_relative_half_width(measured.latency.latencies_ms)
+    point = spec.screen.dominating(figures, spread if math.isfinite(spread) else 0.0)
+    if point is None:
+        return None
+    names = [objective.metric for objective in spec.screen.objectives]
+    reason = (
+        f"screened: {measured.latency.iterations} calls in {measured.latency.measure_seconds:.2f} "
+        f"s give {_figures(names, [getattr(figures, n) for n in names])}; the front's "
+        f"{_figures(names, point)} is better even with {spec.screen.margin:.0%} and the "
+        f"window's interval ({spread:.0%}) in its favour"
+    )
+    return Screened(figures, reason)
+
+
+# A short window's calls at least: the fewest the measurement settings allow.
+SCREEN_CALLS = 5
+
+
+def _figures(names: list[str], values: list[float]) -> str:
+    return ", ".join(f"{name} {value:.4g}" for name, value in zip(names, values, strict=True))
 
 
 # Calls timed at each batch size of a scan, after one untimed call at the new shape.

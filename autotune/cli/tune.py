@@ -231,6 +231,7 @@ class _TuneProgress:
                 last = f"trial {result.trial_number}: {result.status}"
                 if result.metrics is not None:
                     last += f", p95 {result.metrics.latency_p95_ms:.3f} ms"
+                last += _phase_times(result)
                 progress.update(task, completed=done, description=last, count=_count(done, total))
 
             try:
@@ -261,6 +262,17 @@ class _TuneProgress:
 
     def note(self, text: str) -> None:
         err.print(escape(text), highlight=False)
+
+
+def _phase_times(result: Any) -> str:
+    """Where a trial's time went, for the progress line ('' for one answered unmeasured)."""
+    times = result.times
+    if times is None:
+        return ""
+    return (
+        f" in {result.duration_s:.1f} s (build {times.build_s:.1f}, accuracy "
+        f"{times.accuracy_s:.1f}, timing {times.timing_s:.1f})"
+    )
 
 
 def _count(done: int, total: int | None) -> str:

@@ -43,7 +43,9 @@ class TrialRecord(Strict):
     variant_key: str | None = None
     reason: str | None = None
     metrics: dict[str, Any] | None = Field(
-        default=None, description="the measured metrics plus accuracy_drop from the baseline"
+        default=None,
+        description="the measured metrics plus accuracy_drop from the baseline (a screened "
+        "trial's: the figures of its short window)",
     )
     violations: dict[str, float] = Field(
         default_factory=dict, description="per constraint: <= 0 when the bound is met"
@@ -80,6 +82,11 @@ class TrialRecord(Strict):
     @property
     def has_metrics(self) -> bool:
         return self.state == "complete" and self.metrics is not None
+
+    @property
+    def screened(self) -> bool:
+        """Ended by its short window: `metrics` holds that window's figures, never a front's."""
+        return self.status == "screened" and self.metrics is not None
 
     def told(self, outcome: Outcome) -> TrialRecord:
         """This trial's record once `outcome` is told."""

@@ -232,8 +232,15 @@ class Outcome:
     provenance: Provenance | None
 
     def result_for(self, spec: TrialSpec) -> TrialResult:
+        screened = self.status == "screened"
         return TrialResult.for_spec(
-            spec, self.status, self.reason, 0.0, self.metrics, self.provenance
+            spec,
+            self.status,
+            self.reason,
+            0.0,
+            None if screened else self.metrics,
+            self.provenance,
+            self.metrics if screened else None,
         )
 
 
@@ -283,9 +290,8 @@ class Ledger:
         if self.in_flight.get(key) == number:
             del self.in_flight[key]
         if result.status not in ("lost", "skipped"):
-            outcome = Outcome(
-                number, result.status, result.reason, result.metrics, result.provenance
-            )
+            figures = result.metrics or result.screening
+            outcome = Outcome(number, result.status, result.reason, figures, result.provenance)
             self.finished.setdefault(key, outcome)
             if result.status == "unsupported":
                 self.unsupported.setdefault(_build_key(spec.config), outcome)

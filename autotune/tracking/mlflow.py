@@ -65,6 +65,9 @@ NOTE_TAG = "mlflow.note.content"
 ROUND_TAG = "autotune.round"
 # Parent-run figures that describe one round's outcome: a key an earlier round logged and
 # this one does not is logged as NaN, so that no figure outlives its round.
+# A trial's run is FINISHED when it was measured, in full or in a short window; any other
+# status's run is FAILED, though it may carry where its time went (time.*).
+MEASURED = ("ok", "screened")
 ROUND_FIGURES = ("baseline.", "tuned.", "headline.")
 
 
@@ -209,7 +212,7 @@ class MlflowTracker:
             metric_tags={
                 k: str(v) for k, v in figures.items() if v is not None and not is_number(v)
             },
-            status="FINISHED" if metrics is not None else "FAILED",
+            status="FINISHED" if metrics and tags.get("status", "ok") in MEASURED else "FAILED",
         )
         if self._writer is None:
             self._writer = start_writer(

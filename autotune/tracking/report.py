@@ -120,7 +120,7 @@ def trial_log(
     if told.reused_from is not None:
         tags.update(reused="true", reused_from=told.reused_from)
     logged = told.metrics
-    if logged is not None:
+    if told.has_metrics:
         tags["feasible"] = str(told.feasible).lower()
     provenance = result.provenance
     if provenance is not None:  # where and with what it was measured
@@ -136,4 +136,13 @@ def trial_log(
         tags.update(contention_tags(contention))
         if logged is not None:
             logged = {**logged, **contention_figures(contention)}
+    if result.times is not None and told.reused_from is None:
+        logged = {**(logged or {}), **time_figures(result)}
     return logged, tags
+
+
+def time_figures(result: TrialResult) -> dict[str, float]:
+    """Where a trial's time went on its worker, as time.* figures (seconds)."""
+    assert result.times is not None
+    phases = {f"time.{phase}": seconds for phase, seconds in result.times.model_dump().items()}
+    return {**phases, "time.total_s": result.duration_s}

@@ -32,6 +32,7 @@ from autotune.contract import (
     TrialResult,
     TrialSpec,
     TrialStatus,
+    TrialTimes,
     Workload,
 )
 from autotune.coordinator import Coordinator, Events, Tuning
@@ -160,7 +161,9 @@ class ScriptedExecutor:
     `wait`: the oldest submitted, or with `newest_first` the newest (results out of order
     across slots). `on_submit` sees each spec after it is submitted; `measured_on` names the
     hardware each spec's result says it was measured on (the study's kind by default); with
-    `scans`, a spec's batch scan is answered with the call times `reply` gives."""
+    `scans`, a spec's batch scan is answered with the call times `reply` gives; a spec's
+    screen is judged on the figures `reply` gives, as they are; a measured result says its
+    worker spent `times`."""
 
     runs_in_process = False
     trial_memory_mb: int | None = None
@@ -173,9 +176,11 @@ class ScriptedExecutor:
         on_submit: Callable[[TrialSpec], None] | None = None,
         measured_on: Callable[[TrialSpec], str] = lambda spec: PROFILE.fingerprint,
         scans: bool = False,
+        times: TrialTimes | None = None,
     ) -> None:
         self.reply = reply
         self.scans = scans
+        self.times = times
         self.measured_on = measured_on
         self.slots = slots
         self.newest_first = newest_first
@@ -201,8 +206,14 @@ class ScriptedExecutor:
         reply = self.reply(spec)
         if isinstance(reply, TrialMetrics):
             provenance = scripted_provenance(spec, self.measured_on(spec))
+            if spec.screen is not None and spec.screen.dominating(reply, 0.0) is not None:
+                screened = "scripted: out of the front's reach"
+                return TrialResult.for_spec(
+                    spec, "screened", screened, 0.0, None, provenance, reply
+                )
             result = TrialResult.for_spec(spec, "ok", None, 0.0, reply, provenance)
-            return result.model_copy(update={"call_ms_by_batch": self._scan(spec)})
+            update = {"call_ms_by_batch": self._scan(spec), "times": self.times}
+            return result.model_copy(update=update)
         return TrialResult.for_spec(spec, reply, f"scripted {reply}")
 
     def _scan(self, spec: TrialSpec) -> dict[int, float]:

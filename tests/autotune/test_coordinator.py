@@ -4,11 +4,13 @@ stop event and the tracker told once per trial."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
 
-from autotune.contract import TrialMetrics, TrialSpec, TrialStatus, variant_key
+from autotune.budget import Budget
+from autotune.contract import TrialMetrics, TrialSpec, TrialStatus, TrialTimes, variant_key
 from autotune.errors import AutotuneError
 from autotune.leases import Owner
 from autotune.metrics import OBJECTIVES, with_accuracy_drop
@@ -345,6 +347,92 @@ def test_a_per_sample_request_designs_where_the_baseline_time_per_sample_levels_
     designed = [r for r in rig.records() if r.marks.proposed == "designed"]
     assert len(designed) == 3
     assert {r.config["batch.size"] for r in designed} == {8}
+
+
+def test_a_trial_is_screened_against_the_feasible_front_so_far() -> None:
+    """Batch 8 (faster a sample, as accurate) makes the front; int8 at batch 8 is less
+    accurate and half as fast, so the front dominates it even 20% faster: screened, its
+    figures kept, never on the front; a repeat of it is answered as screened unmeasured."""
+    int8_at_8 = config_with(batch__size=8, precision__mode="int8_static")
+    rig = make_rig(
+        "autotune",
+        executor=ScriptedExecutor(half_as_fast_in_int8),
+        trials=4,
+        objectives=["accuracy", "throughput"],
+    )
+    rig.queue(EIGHT, int8_at_8, int8_at_8)
+    rig.search()
+    baseline_spec, eight_spec, int8_spec = rig.executor.submitted
+    assert baseline_spec.screen is None
+    assert eight_spec.screen is not None and int8_spec.screen is not None
+    assert [(o.metric, o.maximize, o.timed) for o in int8_spec.screen.objectives] == [
+        ("accuracy", True, False),
+        ("throughput_per_s", True, True),
+    ]
+    eight_metrics = table_metrics(EIGHT)
+    assert [eight_metrics.accuracy, eight_metrics.throughput_per_s] in int8_spec.screen.front
+    screened, repeat = rig.records()[2:4]
+    assert (screened.state, screened.status, screened.measured) == ("pruned", "screened", True)
+    assert screened.metrics is not None and not screened.has_metrics
+    assert screened.metrics["throughput_per_s"] == table_metrics(int8_at_8).throughput_per_s / 2
+    assert (repeat.status, repeat.measured) == ("screened", False)
+    assert int8_at_8 not in rig.coordinator._front()
+    assert "feasible" not in rig.tracker.trials[2].tags
+
+
+def half_as_fast_in_int8(spec: TrialSpec) -> TrialMetrics:
+    metrics = table_metrics(spec.config)
+    if spec.config["precision.mode"] != "int8_static":
+        return metrics
+    return metrics.model_copy(update={"throughput_per_s": metrics.throughput_per_s / 2})
+
+
+def test_a_trial_within_the_margin_of_the_front_is_measured_in_full() -> None:
+    """int8 at batch 8 is as fast as batch 8 and less accurate: 20% faster it would be on the
+    front, so it is timed in full."""
+    int8_at_8 = config_with(batch__size=8, precision__mode="int8_static")
+    rig = make_rig("autotune", trials=3, objectives=["accuracy", "throughput"])
+    rig.queue(EIGHT, int8_at_8)
+    rig.search()
+    assert rig.executor.submitted[2].screen is not None
+    assert rig.records()[2].status == "ok"
+
+
+def test_without_a_screen_window_no_trial_is_screened() -> None:
+    int8_at_8 = config_with(batch__size=8, precision__mode="int8_static")
+    executor = ScriptedExecutor(half_as_fast_in_int8)
+    rig = make_rig("autotune", executor=executor, trials=3, objectives=["accuracy", "throughput"])
+    tuning = rig.coordinator.tuning
+    unscreened = tuning.request.measurement.model_copy(update={"screen_seconds": None})
+    request = tuning.request.model_copy(update={"measurement": unscreened})
+    rig.coordinator.tuning = dataclasses.replace(tuning, request=request)
+    rig.queue(EIGHT, int8_at_8)
+    rig.search()
+    assert all(spec.screen is None for spec in rig.executor.submitted)
+    assert rig.records()[2].status == "ok"
+
+
+def test_the_time_budget_keeps_what_the_head_to_head_and_export_need() -> None:
+    """Builds of 2 s: the choice, two neighbours and the baseline built and timed in ten
+    rounds of 0.3 s, and the choice built again for the export, 5 x 2 + 4 x 3 = 22 s; a
+    budget of 20 s starts no trial after the baseline."""
+    executor = ScriptedExecutor(times=TrialTimes(build_s=2.0, timing_s=1.0))
+    rig = make_rig(executor=executor, trials=None, timeout_s=20.0)
+    rig.search()
+    assert rig.coordinator.budget.reserve_s == pytest.approx(22.0)
+    assert len(rig.executor.submitted) == 1
+    (baseline,) = rig.tracker.trials
+    assert baseline.metrics is not None
+    assert (baseline.metrics["time.build_s"], baseline.metrics["time.timing_s"]) == (2.0, 1.0)
+
+
+def test_a_budget_allows_trials_while_more_than_its_reserve_is_left() -> None:
+    budget = Budget(trials=None, timeout_s=60.0)
+    assert budget.allows(0)
+    budget.reserve_s = 59.0
+    assert budget.allows(0)
+    budget.reserve_s = 61.0
+    assert not budget.allows(0)
 
 
 def test_without_a_memory_cap_no_batch_is_predicted_out() -> None:

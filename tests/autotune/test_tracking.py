@@ -176,6 +176,18 @@ def test_a_trial_run_holds_what_was_logged_when_it_was_logged(
     assert failed.data.metrics == {}
 
 
+def test_a_trial_that_ended_unmeasured_keeps_where_its_time_went(
+    uri: str, tracker: MlflowTracker
+) -> None:
+    spent = {"time.build_s": 1.5, "time.accuracy_s": 0.0, "time.timing_s": 9.0}
+    tracker.log_trial(5, 0, CONFIG, spent, {"status": "too_slow"})
+    tracker.log_trial(6, 0, CONFIG, {**METRICS, **spent}, {"status": "screened"})
+    tracker.flush()
+    runs = child_runs(uri, tracker)
+    assert (runs[5].info.status, runs[5].data.metrics) == ("FAILED", spent)
+    assert runs[6].info.status == "FINISHED"
+
+
 def test_runs_are_written_in_the_order_trials_were_logged(
     tmp_path: Path, tracker: MlflowTracker
 ) -> None:

@@ -15,6 +15,8 @@ from autotune.contract import (
     DataRef,
     MetricRef,
     ModelRef,
+    Screen,
+    ScreenObjective,
     TrialResult,
     Workload,
     variant_key,
@@ -476,6 +478,45 @@ def test_a_batch_scan_reads_call_times_until_one_passes_the_bound() -> None:
     bounded = spec.model_copy(update={"batch_scan": [1, 16, 256, 1024], "measurement": measurement})
     assert list(run_trial(bounded, STORE).call_ms_by_batch) == [1, 16, 256]
     assert run_trial(spec, STORE).call_ms_by_batch == {}
+
+
+def screen_against(throughput_per_s: float) -> Screen:
+    """A front of one point, as accurate as any model can be, at this throughput."""
+    return Screen(
+        objectives=[
+            ScreenObjective(metric="accuracy", maximize=True, timed=False),
+            ScreenObjective(metric="throughput_per_s", maximize=True, timed=True),
+        ],
+        front=[[1.0, throughput_per_s]],
+        margin=0.2,
+    )
+
+
+def test_a_trial_the_front_is_far_ahead_of_is_screened_after_a_short_window() -> None:
+    spec = spec_for(digits_workload(), {"batch.size": 4})
+    result = run_trial(spec.model_copy(update={"screen": screen_against(1e12)}), STORE)
+    assert (result.status, result.metrics) == ("screened", None)
+    assert result.screening is not None
+    # the short window stops at five calls; a full measurement goes on until its median settles
+    assert (result.screening.iterations, result.screening.stopped_by) == (5, "minimums")
+    assert result.reason is not None and "throughput_per_s 1e+12" in result.reason
+
+
+def test_a_trial_that_can_reach_the_front_is_timed_in_full() -> None:
+    spec = spec_for(digits_workload(), {"batch.size": 4})
+    result = run_trial(spec.model_copy(update={"screen": screen_against(1.0)}), STORE)
+    assert result.status == "ok", result.reason
+    assert result.screening is None
+
+
+def test_a_trial_says_where_its_time_went() -> None:
+    evaluated = ok({"batch.size": 3})
+    assert evaluated.times is not None
+    assert evaluated.times.build_s > 0 and evaluated.times.timing_s > 0
+    phases = evaluated.times.build_s + evaluated.times.accuracy_s + evaluated.times.timing_s
+    assert phases == pytest.approx(evaluated.duration_s, rel=0.05)
+    known = run({"batch.size": 3}, known_accuracy=0.5)
+    assert known.times is not None and known.times.accuracy_s == 0.0
 
 
 def test_known_accuracy_wins_over_the_cached_accuracy(fp32_accuracy: float) -> None:
