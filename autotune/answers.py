@@ -34,10 +34,9 @@ class Answers:
         if record.marks.baseline:
             return None
         state = self.state
-        if state.baseline is not None:
-            too_big = state.oom.answer(spec) or state.calls.answer(spec)
-            if too_big is not None:
-                return too_big
+        too_big = state.skipped(spec)
+        if too_big is not None:
+            return too_big
         max_drop = self.request.constraints.max_accuracy_drop
         answer = self.strategy.answer(self.study, spec, state.excluded(max_drop))
         if answer is not None or self.warm_start is None:

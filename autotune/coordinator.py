@@ -173,7 +173,11 @@ class Coordinator:
                 if self._own_baseline_running():  # the strategy learns from its figures first
                     return None
                 max_drop = self.tuning.request.constraints.max_accuracy_drop
-                proposal = self.strategy.propose(self._front, self.state.excluded(max_drop))
+                proposal = self.strategy.propose(
+                    self._front,
+                    self.state.excluded(max_drop),
+                    lambda config: self.state.batch_limit(config) is not None,
+                )
                 if proposal is not None:
                     marks = TrialMarks(proposed=proposal.why)
                     return store.create(space, proposal.config, marks, self.owner)

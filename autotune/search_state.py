@@ -38,21 +38,20 @@ class OomLimit:
         batch = _batch(config)
         by_batch[batch] = max(by_batch.get(batch, 0.0), peak_mb)
 
-    def answer(self, spec: TrialSpec) -> Answer | None:
-        key, batch = variant_key(spec.config), _batch(spec.config)
+    def blocks(self, config: dict[str, Any]) -> str | None:
+        """Why `config` is not run, or None."""
+        key, batch = variant_key(config), _batch(config)
         limit = self.smallest.get(key)
         if limit is not None and batch >= limit:
-            reason = f"not run: batch.size {limit} already ran out of memory for this variant"
-            return _skipped(spec, reason)
+            return f"not run: batch.size {limit} already ran out of memory for this variant"
         growth = self.growth_per_sample_mb(key)
         if self.budget_mb is None or growth is None or growth * batch <= self.budget_mb:
             return None
-        reason = (
+        return (
             f"not run: batch.size {batch} would grow by at least {growth * batch:.0f} MB "
             f"({growth:.2f} MB a sample, measured between smaller batches of this variant), "
             f"past the {self.budget_mb:.0f} MB a trial may take"
         )
-        return _skipped(spec, reason)
 
     def growth_per_sample_mb(self, variant: str) -> float | None:
         """Memory per sample between the two largest batch sizes measured (None before two)."""
@@ -82,21 +81,20 @@ class CallTimeLimit:
     def measured(self, config: dict[str, Any], call_ms: float) -> None:
         self.calls.setdefault(_kernel_key(config), {})[_batch(config)] = call_ms
 
-    def answer(self, spec: TrialSpec) -> Answer | None:
-        key, batch = _kernel_key(spec.config), _batch(spec.config)
+    def blocks(self, config: dict[str, Any]) -> str | None:
+        """Why `config` is not run, or None."""
+        key, batch = _kernel_key(config), _batch(config)
         slow = self.smallest_too_slow.get(key)
         if slow is not None and batch >= slow:
-            reason = f"not run: at batch.size {slow} a call of this configuration was too slow"
-            return _skipped(spec, reason)
+            return f"not run: at batch.size {slow} a call of this configuration was too slow"
         found = self.estimate_ms(key, batch)
         if self.max_call_ms is None or found is None or found[0] <= self.max_call_ms:
             return None
         estimate, source = found
-        reason = (
+        return (
             f"not run: a call at batch.size {batch} would take about {estimate:.0f} ms "
             f"({source}), past measurement.max_call_ms = {self.max_call_ms:g} ms"
         )
-        return _skipped(spec, reason)
 
     def estimate_ms(self, key: str, batch: int) -> tuple[float, str] | None:
         """The call time at `batch` and where the estimate comes from (None: no estimate, or
@@ -148,11 +146,6 @@ def _along(call_ms: dict[int, float], batch: int) -> float | None:
     return max(0.0, call_ms[small] + per_sample * (batch - small))
 
 
-def _skipped(spec: TrialSpec, reason: str) -> Answer:
-    """A trial answered without running it, and why."""
-    return Answer(TrialResult.for_spec(spec, "skipped", reason))
-
-
 def _growth_per_sample(by_batch: dict[int, float]) -> tuple[int, float] | None:
     """The largest batch size measured, and what a figure grew by per sample between the
     second largest and it (None before two)."""
@@ -191,6 +184,17 @@ class SearchState:
     # Seconds each trial measured by this coordinator took to build its session.
     build_seconds: list[float] = field(default_factory=list)
     counted: int = 0  # the study's counted trials when last loaded, plus ours told since
+
+    def batch_limit(self, config: dict[str, Any]) -> str | None:
+        """Why `config`'s batch size is not run (its memory or its call time), or None."""
+        if self.baseline is None:
+            return None
+        return self.oom.blocks(config) or self.calls.blocks(config)
+
+    def skipped(self, spec: TrialSpec) -> Answer | None:
+        """The trial answered without running it where a batch limit blocks it."""
+        reason = self.batch_limit(spec.config)
+        return None if reason is None else Answer(TrialResult.for_spec(spec, "skipped", reason))
 
     def load(self, records: list[TrialRecord]) -> None:
         """What the study's trials say (on start, and when another coordinator told some)."""

@@ -9,9 +9,10 @@ of calls has grown by 10% since the last check (and once more at a cap); stop an
 `max_iters` ("max_iters") or `max_seconds` ("max_seconds"), whichever comes first. The
 intervals are `autotune.stats`'s order-statistic intervals.
 
-A call, warm-up calls included, that takes `SLOW_CALL_FACTOR` times `max_call_ms` or longer
-stops the measurement (`CallTooSlow`, the trial's status 'too_slow'): one pathological
-kernel must not hold a slot for minutes.
+A call, warm-up calls but the first included, that takes `SLOW_CALL_FACTOR` times
+`max_call_ms` or longer stops the measurement (`CallTooSlow`, the trial's status 'too_slow'):
+one pathological kernel must not hold a slot for minutes. The first call may compile kernels
+for the shape (torch.compile) or allocate buffers: it is not judged.
 """
 
 from __future__ import annotations
@@ -120,13 +121,17 @@ def warm_up(
     slow_ns: int | None = None,
 ) -> None:
     """`iterations` calls, not recorded; under concurrency, spread over the threads (each
-    makes at least one). A call past `slow_ns` raises `CallTooSlow`."""
+    makes at least one). A call past `slow_ns` raises `CallTooSlow`, but for the first: a
+    session's first call at a shape may compile kernels or allocate its buffers."""
 
     def watched() -> None:
         before = time.perf_counter_ns()
         call()
         check_call(time.perf_counter_ns() - before, slow_ns)
 
+    if iterations > 0:
+        call()
+        iterations -= 1
     if concurrency == 1:
         for _ in range(iterations):
             watched()

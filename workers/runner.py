@@ -177,24 +177,27 @@ def screen(
     meter: EnergyMeter,
     memory: PeakMemorySampler,
 ) -> Screened | None:
-    """Time a short window (`measurement.screen_seconds`, at least 5 calls) and judge it
-    against the spec's `screen`: its figures when a front point dominates even their hopeful
-    reading, else None (the trial is then timed in full)."""
+    """Time a short window (`measurement.screen_seconds` and `SCREEN_CALLS` calls at least,
+    a quarter of `max_seconds` at most) and judge it against the spec's `screen`: its figures
+    when a front point dominates even their hopeful reading, else None (the trial is then
+    timed in full). A window too short for an interval of its median judges nothing."""
     settings = spec.measurement
     if spec.screen is None or settings.screen_seconds is None:
         return None
     short = settings.model_copy(
         update={
             "min_iters": SCREEN_CALLS,
-            "min_seconds": 0.0,
-            "max_seconds": settings.screen_seconds,
+            "min_seconds": settings.screen_seconds,
+            "max_seconds": max(settings.screen_seconds, settings.max_seconds / 4),
             "settle_tolerance": None,
         }
     )
     measured = measure(call, short, meter, config.concurrency)
-    figures = trial_metrics(accuracy, measured, config.batch_size, memory.peak_mb, meter)
     spread = median_ci_relative_half_width(measured.latency.latencies_ms)
-    point = spec.screen.dominating(figures, spread if math.isfinite(spread) else 0.0)
+    if not math.isfinite(spread):
+        return None
+    figures = trial_metrics(accuracy, measured, config.batch_size, memory.peak_mb, meter)
+    point = spec.screen.dominating(figures, spread)
     if point is None:
         return None
     names = [objective.metric for objective in spec.screen.objectives]
@@ -207,8 +210,8 @@ def screen(
     return Screened(figures, reason)
 
 
-# A short window's calls at least: the fewest the measurement settings allow.
-SCREEN_CALLS = 5
+# A short window's calls at least: a few more than the six an interval of the median needs.
+SCREEN_CALLS = 8
 
 
 def _figures(names: list[str], values: list[float]) -> str:

@@ -165,7 +165,9 @@ def designed_configs(
     batch: dict[str, ConfigValue] = {}
     if BATCH in choices:
         batches = sorted(choices[BATCH], key=_number)
-        batch[BATCH] = designed_batch(batches, request_lean(request), call_ms_by_batch or {})
+        max_call_ms = None if request is None else request.measurement.max_call_ms
+        times = call_ms_by_batch or {}
+        batch[BATCH] = designed_batch(batches, request_lean(request), times, max_call_ms)
     designed: list[dict[str, ConfigValue]] = []
     for precision in _alternatives(choices, "precision.mode"):
         for engine in _alternatives(choices, "runtime.engine"):
@@ -176,19 +178,27 @@ def designed_configs(
 
 
 def designed_batch(
-    batches: list[ConfigValue], lean: Lean | None, call_ms_by_batch: dict[int, float]
+    batches: list[ConfigValue],
+    lean: Lean | None,
+    call_ms_by_batch: dict[int, float],
+    max_call_ms: float | None = None,
 ) -> ConfigValue:
     """The smallest batch size when the request leans per call, the middle one without a
     lean. Leaning per sample: the smallest whose time per sample, on the baseline's call
     times by batch size, is within `NEAR_BEST_PER_SAMPLE` of the best of them (past it a
-    larger batch buys little and costs long calls); the largest without those times."""
+    larger batch buys little and costs long calls); the largest without those times. Never
+    one at or past a batch whose baseline call took longer than `max_call_ms`: then the
+    largest batch below it."""
+    over = [b for b, ms in call_ms_by_batch.items() if max_call_ms is not None and ms > max_call_ms]
+    within = [b for b in batches if not over or _number(b) < min(over)] or batches[:1]
     if lean is None:
-        return batches[len(batches) // 2]
+        middle = _number(batches[len(batches) // 2])
+        return max((b for b in within if _number(b) <= middle), key=_number, default=within[0])
     if lean == "per_call":
-        return batches[0]
-    per_sample = {b: ms / b for b, ms in call_ms_by_batch.items() if b in batches and b > 0}
+        return within[0]
+    per_sample = {b: ms / b for b, ms in call_ms_by_batch.items() if b in within and b > 0}
     if not per_sample:
-        return batches[-1]
+        return within[-1]
     best = min(per_sample.values())
     return min(b for b, t in per_sample.items() if t <= best * (1 + NEAR_BEST_PER_SAMPLE))
 
@@ -297,11 +307,14 @@ class Ledger:
                 self.unsupported.setdefault(_build_key(spec.config), outcome)
 
     def next_proposal(
-        self, front: Callable[[], list[dict[str, ConfigValue]]], excluded: set[str]
+        self,
+        front: Callable[[], list[dict[str, ConfigValue]]],
+        excluded: set[str],
+        blocked: Callable[[dict[str, ConfigValue]], bool] = lambda config: False,
     ) -> tuple[dict[str, ConfigValue], str] | None:
         """The next designed configuration not yet known, else an unknown neighbour of the
-        `front` (in the order given) whose variant is not in `excluded`; None when the sampler
-        proposes."""
+        `front` (in the order given) whose variant is not in `excluded` and whose batch size is
+        not `blocked`; None when the sampler proposes."""
         for config in self.designed:
             if not self._known(config_key(config)):
                 self.proposed.add(config_key(config))
@@ -312,7 +325,7 @@ class Ledger:
         for point in front():
             for option in self._neighbours(point):
                 key = config_key(option)
-                if self._known(key) or variant_key(option) in excluded:
+                if self._known(key) or variant_key(option) in excluded or blocked(option):
                     continue
                 if self.unsupported_like(option) is None and producible(self.space, option):
                     self.proposed.add(key)
@@ -405,9 +418,12 @@ class AutotuneStrategy(Strategy):
             self.ledger.designed = designed
 
     def propose(
-        self, front: Callable[[], list[dict[str, ConfigValue]]], excluded: set[str]
+        self,
+        front: Callable[[], list[dict[str, ConfigValue]]],
+        excluded: set[str],
+        blocked: Callable[[dict[str, ConfigValue]], bool] = lambda config: False,
     ) -> Proposal | None:
-        proposal = self.ledger.next_proposal(front, excluded)
+        proposal = self.ledger.next_proposal(front, excluded, blocked)
         return None if proposal is None else Proposal(*proposal)
 
     def answer(self, study: str, spec: TrialSpec, excluded: set[str]) -> Answer | None:

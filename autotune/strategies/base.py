@@ -60,11 +60,15 @@ class Strategy(ABC):
         return None
 
     def propose(
-        self, front: Callable[[], list[dict[str, ConfigValue]]], excluded: set[str]
+        self,
+        front: Callable[[], list[dict[str, ConfigValue]]],
+        excluded: set[str],
+        blocked: Callable[[dict[str, ConfigValue]], bool] = lambda config: False,
     ) -> Proposal | None:
         """The next configuration to measure, or None to let the sampler propose. `front()`
         gives the feasible Pareto front so far (largest hypervolume contribution first);
-        `excluded` holds the model variants known to violate the accuracy bound."""
+        `excluded` holds the model variants known to violate the accuracy bound; `blocked`
+        says whether a configuration's batch size would not be run (memory, call time)."""
         return None
 
     def answer(self, study: str, spec: TrialSpec, excluded: set[str]) -> Answer | None:

@@ -273,6 +273,13 @@ def test_designed_set_runs_large_batches_for_throughput_and_batch_one_per_call()
     assert [{**c, "batch.size": 64} for c in per_call] == per_sample[1:]
 
 
+def test_a_design_never_runs_at_a_batch_whose_baseline_call_passed_the_bound() -> None:
+    call_ms = {1: 1.0, 8: 600.0}  # the scan stopped at 8: its call passed 500 ms
+    per_sample = request(objectives=["accuracy", "throughput"])
+    for req in (per_sample, BOTH_VIEWS, PER_CALL):
+        assert {c["batch.size"] for c in designed_configs(small_space(), req, call_ms)} == {1}
+
+
 @pytest.mark.parametrize(
     ("call_ms", "expected"),
     [
@@ -320,6 +327,23 @@ def test_local_search_steps_batch_size_toward_the_request(
         "basic": {**point, "runtime.graph_opt": "basic"},
     }
     assert proposals == [(options[e], "neighbour") for e in expected]
+
+
+def test_local_search_passes_over_a_batch_size_the_limits_block() -> None:
+    """Batch 64 is blocked (its call would be too long): the per-sample search goes to the
+    kernel choice and batch 1 instead of spending a trial on a skip."""
+    ledger = Ledger(small_space(), designed=[], request=THROUGHPUT_MINDED[0])
+    point = {**ONNX, "batch.size": 8}
+    ledger.proposed.add(config_key(point))
+
+    def blocked(config: dict[str, Any]) -> bool:
+        return config["batch.size"] == 64
+
+    proposals = [ledger.next_proposal(lambda: [point], set(), blocked) for _ in range(2)]
+    assert proposals == [
+        ({**point, "runtime.graph_opt": "basic"}, "neighbour"),
+        ({**point, "batch.size": 1}, "neighbour"),
+    ]
 
 
 def test_outcomes_recorded_before_per_sample_latency_load_with_it_derived() -> None:
