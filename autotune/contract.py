@@ -281,6 +281,12 @@ class TrialSpec(Strict):
     timeout_s: float | None = Field(
         default=None, gt=0, description="wall time after which the executor stops the trial"
     )
+    accuracy_floor: float | None = Field(
+        default=None,
+        description="the lowest accuracy the constraints allow (the baseline's less "
+        "max_accuracy_drop): a variant whose first evaluation samples already put it below, "
+        "beyond their uncertainty, ends 'infeasible' before the rest is evaluated or timed",
+    )
     screen: Screen | None = Field(
         default=None, description="the feasible front a short window must be able to reach"
     )
@@ -331,8 +337,10 @@ class Screen(Strict):
 # and is retried; "contended": other load made the measurement worthless and the request's
 # `measurement.contention` is 'fail'; "too_slow": a call took SLOW_CALL_FACTOR times
 # `measurement.max_call_ms` or longer, and timing stopped; "screened": its short window
-# could not reach the feasible front (`Screen`), so it was not timed in full; every other
-# status comes from a worker or the executor.
+# could not reach the feasible front (`Screen`), so it was not timed in full; "infeasible":
+# its accuracy on a subset of the evaluation data was below `accuracy_floor` beyond the
+# subset's uncertainty, so nothing more was evaluated or timed; every other status comes
+# from a worker or the executor.
 TrialStatus = Literal[
     "ok",
     "unsupported",
@@ -344,6 +352,7 @@ TrialStatus = Literal[
     "contended",
     "too_slow",
     "screened",
+    "infeasible",
 ]
 # How many times `measurement.max_call_ms` one call may take before its trial stops.
 SLOW_CALL_FACTOR = 4.0

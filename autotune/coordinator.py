@@ -239,7 +239,15 @@ class Coordinator:
             attempt=record.attempt,
             batch_scan=self._batch_scan(record),
             screen=None if record.marks.baseline else self._screen(),
+            accuracy_floor=None if record.marks.baseline else self._accuracy_floor(),
         )
+
+    def _accuracy_floor(self) -> float | None:
+        max_drop = self.tuning.request.constraints.max_accuracy_drop
+        baseline = self.state.baseline
+        if max_drop is None or baseline is None or baseline.metrics is None:
+            return None
+        return float(baseline.metrics["accuracy"]) - max_drop
 
     def _screen(self) -> Screen | None:
         """The feasible front so far, for a trial's short window to be judged against."""
@@ -288,6 +296,8 @@ class Coordinator:
             state.oom.record(spec.config)
         if result.status == "too_slow":
             state.calls.too_slow(spec.config)
+        if result.status == "infeasible":
+            state.infeasible.add(result.variant_key)
         if result.metrics is not None:
             state.oom.measured(spec.config, result.metrics.peak_memory_mb)
         if result.times is not None:

@@ -50,6 +50,11 @@ class CallTooSlow(AutotuneError):
     """One call of a trial took far longer than a call should (`measurement.max_call_ms`)."""
 
 
+class AccuracyBelowFloor(AutotuneError):
+    """A variant's accuracy on a subset of the data is below what the constraints allow,
+    beyond the subset's uncertainty."""
+
+
 class NoFeasibleConfiguration(AutotuneError):
     """The study finished, but no measured configuration meets the constraints."""
 

@@ -178,6 +178,8 @@ class SearchState:
     # Trials answered from another trial's measurement: number -> "<study>#<trial>".
     reused_from: dict[int, str] = field(default_factory=dict)
     accuracy: dict[str, float] = field(default_factory=dict)
+    # Variants a subset of the data showed below the accuracy the constraints allow.
+    infeasible: set[str] = field(default_factory=set)
     oom: OomLimit = field(default_factory=OomLimit)
     calls: CallTimeLimit = field(default_factory=CallTimeLimit)
     completed: dict[int, Candidate] = field(default_factory=dict)
@@ -206,6 +208,8 @@ class SearchState:
                 self.oom.record(record.config)
             if record.status == "too_slow":
                 self.calls.too_slow(record.config)
+            if record.status == "infeasible" and record.variant_key is not None:
+                self.infeasible.add(record.variant_key)
             if record.call_ms_by_batch:
                 self.calls.baseline_ms = dict(record.call_ms_by_batch)
             if record.has_metrics and record.measured and record.metrics is not None:
@@ -227,11 +231,13 @@ class SearchState:
         }
 
     def excluded(self, max_drop: float | None) -> set[str]:
-        """The variants known to violate the accuracy bound."""
+        """The variants known to violate the accuracy bound: measured so, or shown so by a
+        subset of the data."""
         if self.baseline is None or max_drop is None:
             return set()
         reference = float(self.baseline.metrics["accuracy"])  # type: ignore[index]
-        return {v for v, a in self.accuracy.items() if reference - a > max_drop}
+        measured = {v for v, a in self.accuracy.items() if reference - a > max_drop}
+        return measured | self.infeasible
 
 
 def _comparable(record: TrialRecord) -> tuple[Any, ...]:

@@ -29,6 +29,10 @@ class QualityMetric:
     needs_labels: bool
     needs_reference: bool
     score: Score
+    # The width of the range one sample's score lies in, for a metric that is the mean of
+    # per-sample scores (a subset's figure then has a distribution-free interval); None for a
+    # metric that is not known to be one (a custom metric).
+    sample_range: float | None = None
 
 
 def top1_accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
@@ -108,11 +112,11 @@ def _of_output(score: Score, name: str) -> Score:
 
 def _resolve_kind(ref: MetricRef, python_path: list[str]) -> QualityMetric:
     if ref.kind == "accuracy":
-        return QualityMetric("accuracy", True, False, _score_accuracy)
-    if ref.kind == "fidelity":
-        return QualityMetric("fidelity", False, True, _against_reference(fidelity))
+        return QualityMetric("accuracy", True, False, _score_accuracy, sample_range=1.0)
+    if ref.kind == "fidelity":  # a cosine similarity per sample
+        return QualityMetric("fidelity", False, True, _against_reference(fidelity), 2.0)
     if ref.kind == "agreement":
-        return QualityMetric("agreement", False, True, _against_reference(agreement))
+        return QualityMetric("agreement", False, True, _against_reference(agreement), 1.0)
     assert ref.entry_point is not None  # the contract requires it for kind 'custom'
     function = resolve_entry_point(ref.entry_point, python_path, "metric.entry_point")
     if not callable(function):
@@ -147,6 +151,33 @@ def _checked_custom(function: Callable[..., object]) -> Score:
         return float(value)
 
     return score
+
+
+# A variant's accuracy is first judged on this many evaluation samples at least (an eighth
+# of them where that is more), where the data holds twice as many.
+SUBSET_SAMPLES = 64
+# The confidence of the subset's upper bound on the variant's accuracy over all the data.
+SUBSET_CONFIDENCE = 0.99
+
+
+@dataclass(frozen=True)
+class SubsetScore:
+    score: float
+    upper: float  # the metric over all the data is at most this, at SUBSET_CONFIDENCE
+    samples: int
+    of: int
+
+
+def subset_size(n_samples: int) -> int | None:
+    """The samples a subset judges first, or None where the data is too small to bother."""
+    size = max(SUBSET_SAMPLES, n_samples // 8)
+    return size if n_samples >= 2 * size else None
+
+
+def hoeffding_slack(sample_range: float, samples: int, confidence: float) -> float:
+    """How far above a mean of `samples` bounded scores the true mean may lie, at
+    `confidence` (Hoeffding's inequality: it holds whatever the scores' distribution)."""
+    return sample_range * math.sqrt(math.log(1 / (1 - confidence)) / (2 * samples))
 
 
 def run_all(session: Session, inputs: np.ndarray, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:

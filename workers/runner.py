@@ -31,12 +31,18 @@ from autotune.contract import (
     TrialTimes,
     Workload,
 )
-from autotune.errors import CallTooSlow, MeasurementContended, RequestError, Unsupported
+from autotune.errors import (
+    AccuracyBelowFloor,
+    CallTooSlow,
+    MeasurementContended,
+    RequestError,
+    Unsupported,
+)
 from autotune.stats import median_ci_relative_half_width
 from workers.config import TrialConfig
 from workers.contention import check_contention, probe_for, waited_for_quiet
 from workers.energy import EnergyMeter, cpu_seconds_with, select_meter
-from workers.evaluate import tile_batch
+from workers.evaluate import SUBSET_CONFIDENCE, tile_batch
 from workers.knobs import ENGINES
 from workers.loading import TorchModel, load_onnx, load_torch
 from workers.meters import Measurement, PeakMemorySampler, measure, slow_call_ns, warm_up
@@ -92,6 +98,8 @@ def classify_failure(error: Exception) -> tuple[TrialStatus, str]:
         return "contended", str(error)
     if isinstance(error, CallTooSlow):
         return "too_slow", str(error)
+    if isinstance(error, AccuracyBelowFloor):
+        return "infeasible", str(error)
     if _is_out_of_memory(error):
         return "oom", f"{type(error).__name__}: {error}"
     return "error", f"{type(error).__name__}: {error}"
@@ -129,6 +137,7 @@ def _measure(spec: TrialSpec, store: WorkloadStore, clock: PhaseClock) -> TrialR
         accuracy = spec.known_accuracy
         if accuracy is None:
             clock.enter("accuracy_s")
+            check_subset_accuracy(loaded, session, spec.accuracy_floor)
             accuracy = loaded.accuracy(config, session)
         clock.enter("timing_s")
         warm_up(call, settings.warmup_iters, config.concurrency, slow_call_ns(settings))
@@ -161,6 +170,21 @@ def _measure(spec: TrialSpec, store: WorkloadStore, clock: PhaseClock) -> TrialR
         metrics = metrics.model_copy(update={"peak_device_memory_mb": device_memory.peak_mb})
     result = TrialResult.for_spec(spec, "ok", None, 0.0, metrics, provenance)
     return result.model_copy(update={"call_ms_by_batch": call_ms_by_batch})
+
+
+def check_subset_accuracy(loaded: LoadedWorkload, session: Session, floor: float | None) -> None:
+    """Raise `AccuracyBelowFloor` where the first evaluation samples put the variant's
+    accuracy below `floor` even at the top of their interval."""
+    if floor is None:
+        return
+    subset = loaded.subset_score(session)
+    if subset is None or subset.upper >= floor:
+        return
+    raise AccuracyBelowFloor(
+        f"accuracy {subset.score:.4f} on the first {subset.samples} of {subset.of} evaluation "
+        f"samples (at most {subset.upper:.4f} over all of them, {SUBSET_CONFIDENCE:.0%} "
+        f"confidence) is below {floor:.4f}, the baseline's less max_accuracy_drop"
+    )
 
 
 @dataclass(frozen=True)

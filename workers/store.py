@@ -12,7 +12,15 @@ import numpy as np
 from autotune.contract import ConfigValue, Workload
 from autotune.errors import RequestError
 from workers.config import TrialConfig, parse_config
-from workers.evaluate import QualityMetric, resolve_metric, run_all
+from workers.evaluate import (
+    SUBSET_CONFIDENCE,
+    QualityMetric,
+    SubsetScore,
+    hoeffding_slack,
+    resolve_metric,
+    run_all,
+    subset_size,
+)
 from workers.loading import EvalData, LoadedModel, TorchModel, load_data, load_model
 from workers.runtimes import Session, build_session, check_runtime
 from workers.sharding import ModelSource
@@ -94,6 +102,21 @@ class LoadedWorkload:
         outputs = run_all(session, self.data.inputs)
         reference = self.reference_outputs() if self.metric.needs_reference else None
         return self.metric.score(outputs, self.data.labels, reference)
+
+    def subset_score(self, session: Session) -> SubsetScore | None:
+        """The metric on the first evaluation samples, with its distribution-free upper bound
+        on the figure over all of them; None for a metric that is not a mean of bounded
+        per-sample scores, or data too small to judge a part of."""
+        n = self.data.n_samples
+        size = subset_size(n)
+        if size is None or self.metric.sample_range is None:
+            return None
+        outputs = run_all(session, self.data.inputs[:size])
+        reference = self.reference_outputs()[:size] if self.metric.needs_reference else None
+        labels = None if self.data.labels is None else self.data.labels[:size]
+        score = self.metric.score(outputs, labels, reference)
+        slack = hoeffding_slack(self.metric.sample_range, size, SUBSET_CONFIDENCE)
+        return SubsetScore(score, score + slack, size, n)
 
     def accuracy(self, config: TrialConfig, session: Session) -> float:
         if config.variant_id not in self.accuracy_by_variant:

@@ -489,6 +489,36 @@ def test_a_variant_that_violates_the_accuracy_bound_is_not_measured_again() -> N
     assert not skipped.measured
 
 
+def test_a_variant_a_subset_showed_infeasible_is_not_measured_again() -> None:
+    """Trials after the baseline carry its accuracy less the bound; int8 ends infeasible on
+    its subset, and int8 at batch 8 is then skipped unmeasured, with the accuracy reason."""
+    int8_at_eight = config_with(batch__size=8, precision__mode="int8_static")
+    executor = ScriptedExecutor(failing("infeasible", lambda spec: spec.config == INT8))
+    rig = make_rig("autotune", executor=executor, trials=3, constraints={"max_accuracy_drop": 0.01})
+    rig.queue(INT8, int8_at_eight)
+    rig.search()
+    assert rig.executor.measured_configs() == [BASELINE, INT8]
+    baseline_spec, int8_spec = rig.executor.submitted
+    assert baseline_spec.accuracy_floor is None
+    assert int8_spec.accuracy_floor == pytest.approx(BASELINE_ACCURACY - 0.01)
+    infeasible, skipped = rig.records()[1:]
+    assert (infeasible.state, infeasible.status, infeasible.metrics) == (
+        "pruned",
+        "infeasible",
+        None,
+    )
+    assert (skipped.status, skipped.reason, skipped.measured) == (
+        "skipped",
+        ACCURACY_VIOLATION,
+        False,
+    )
+    resumed = make_rig(
+        "autotune", store=rig.store, trials=3, constraints={"max_accuracy_drop": 0.01}
+    )
+    resumed.coordinator.state.load(rig.records())
+    assert variant_key(INT8) in resumed.coordinator.state.excluded(0.01)
+
+
 def test_a_configuration_that_cannot_be_built_is_not_tried_at_another_batch_size() -> None:
     unsupported = ScriptedExecutor(failing("unsupported", is_trial(1)))
     rig = make_rig("autotune", executor=unsupported, trials=3)

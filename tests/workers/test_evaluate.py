@@ -3,7 +3,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.evaluate import fidelity, run_all, tile_batch, top1_accuracy
+from workers.evaluate import (
+    fidelity,
+    hoeffding_slack,
+    run_all,
+    subset_size,
+    tile_batch,
+    top1_accuracy,
+)
 
 
 def test_top1_accuracy() -> None:
@@ -63,3 +70,25 @@ def test_tile_batch_cycles_through_the_inputs() -> None:
     inputs = np.arange(3).reshape(3, 1)
     np.testing.assert_array_equal(tile_batch(inputs, 7)[:, 0], [0, 1, 2, 0, 1, 2, 0])
     np.testing.assert_array_equal(tile_batch(inputs, 2)[:, 0], [0, 1])
+
+
+def test_a_subset_is_an_eighth_of_the_data_and_at_least_64_samples() -> None:
+    assert subset_size(127) is None  # too few to judge a part of
+    assert subset_size(128) == 64
+    assert subset_size(450) == 64
+    assert subset_size(8000) == 1000
+
+
+@pytest.mark.parametrize(
+    ("sample_range", "samples", "confidence", "slack"),
+    [
+        (1.0, 64, 0.99, 0.1897),  # sqrt(ln(100) / 128)
+        (2.0, 64, 0.99, 0.3794),  # a cosine per sample: twice the range
+        (1.0, 1000, 0.99, 0.0480),
+        (1.0, 64, 0.9, 0.1341),
+    ],
+)
+def test_hoeffding_slack(
+    sample_range: float, samples: int, confidence: float, slack: float
+) -> None:
+    assert hoeffding_slack(sample_range, samples, confidence) == pytest.approx(slack, abs=1e-4)

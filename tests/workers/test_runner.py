@@ -525,6 +525,31 @@ def test_a_trial_says_where_its_time_went() -> None:
     assert known.times is not None and known.times.accuracy_s == 0.0
 
 
+HEAVILY_PRUNED = {"prune.method": "magnitude", "prune.ratio": 0.95}
+
+
+def test_a_variant_a_subset_shows_below_the_floor_ends_infeasible(fp32_accuracy: float) -> None:
+    """Heavy pruning costs far more than the 0.1 allowed: the first 64 of the 450 digits
+    show it, and nothing more is evaluated or timed."""
+    spec = spec_for(digits_workload(), HEAVILY_PRUNED)
+    floor = fp32_accuracy - 0.1
+    result = run_trial(spec.model_copy(update={"accuracy_floor": floor}), STORE)
+    assert (result.status, result.metrics) == ("infeasible", None)
+    assert result.reason is not None
+    assert "on the first 64 of 450 evaluation samples" in result.reason
+    assert f"below {floor:.4f}" in result.reason
+    assert result.times is not None and result.times.timing_s < 0.05
+
+
+def test_a_variant_near_the_floor_is_evaluated_in_full(fp32_accuracy: float) -> None:
+    """int8 loses little: the subset's interval reaches above the floor, so the whole data
+    judges it."""
+    config = {"runtime.engine": "onnxruntime", "precision.mode": "int8_dynamic"}
+    spec = spec_for(digits_workload(), config)
+    result = run_trial(spec.model_copy(update={"accuracy_floor": fp32_accuracy - 0.01}), STORE)
+    assert result.status == "ok", result.reason
+
+
 def test_known_accuracy_wins_over_the_cached_accuracy(fp32_accuracy: float) -> None:
     config: dict[str, ConfigValue] = {"prune.method": "magnitude", "prune.ratio": 0.1}
     measured = ok(config).metrics.accuracy  # type: ignore[union-attr]
