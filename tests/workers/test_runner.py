@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from tests.workers.conftest import (
 )
 from workers import evaluate_artifact, export_artifact, run_trial
 from workers.energy import EnergyReading
+from workers.runner import scan_batches
 from workers.store import LoadedWorkload, WorkloadStore
 
 STORE = WorkloadStore(capacity=4)  # shared, so each variant is built and evaluated once
@@ -464,20 +466,34 @@ def test_a_trial_whose_calls_are_far_too_slow_ends_as_too_slow() -> None:
     assert result.reason is not None and "measurement.max_call_ms" in result.reason
 
 
-def test_a_batch_scan_reads_call_times_until_one_passes_the_bound() -> None:
-    """Digits calls grow with the batch: a bound between batch 16's call and batch 256's
-    stops the scan at the first batch past it, which is still read."""
+def test_the_baseline_reads_its_call_time_at_each_batch_size_of_its_scan() -> None:
     spec = spec_for(digits_workload(), {"batch.size": 1})
-    scanned = run_trial(spec.model_copy(update={"batch_scan": [1, 16, 256, 1024]}), STORE)
+    scanned = run_trial(spec.model_copy(update={"batch_scan": [1, 16, 1024]}), STORE)
     assert scanned.status == "ok", scanned.reason
     times = scanned.call_ms_by_batch
-    assert list(times) == [1, 16, 256, 1024]
-    assert times[1] < times[256] < times[1024]
-    bound = (times[16] + times[256]) / 2
-    measurement = spec.measurement.model_copy(update={"max_call_ms": bound})
-    bounded = spec.model_copy(update={"batch_scan": [1, 16, 256, 1024], "measurement": measurement})
-    assert list(run_trial(bounded, STORE).call_ms_by_batch) == [1, 16, 256]
+    assert list(times) == [1, 16, 1024]
+    assert times[1] < times[1024]
     assert run_trial(spec, STORE).call_ms_by_batch == {}
+
+
+class SleepingSession:
+    """A session whose call sleeps a millisecond a sample."""
+
+    fixed_batch = None
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        time.sleep(batch.shape[0] / 1000)
+        return batch
+
+
+def test_a_batch_scan_stops_at_the_first_batch_past_the_bound() -> None:
+    """Calls of about 1, 16 and 256 ms: a 100 ms bound reads batch 256, then stops."""
+    loaded = STORE.get(digits_workload())
+    session = SleepingSession()
+    scanned = scan_batches(loaded, session, [1, 16, 256, 1024], 100.0)
+    assert list(scanned) == [1, 16, 256]
+    assert scanned[256] >= 256
+    assert list(scan_batches(loaded, session, [1, 16], None)) == [1, 16]
 
 
 def screen_against(throughput_per_s: float) -> Screen:
@@ -497,7 +513,10 @@ FAST_SCREEN_S = 0.05
 
 def test_a_trial_the_front_is_far_ahead_of_is_screened_after_a_short_window() -> None:
     spec = spec_for(digits_workload(), {"batch.size": 4})
-    short = spec.measurement.model_copy(update={"screen_seconds": FAST_SCREEN_S})
+    # up to half a second for the short window: eight calls however loaded the machine
+    short = spec.measurement.model_copy(
+        update={"screen_seconds": FAST_SCREEN_S, "max_seconds": 2.0}
+    )
     spec = spec.model_copy(update={"measurement": short})
     result = run_trial(spec.model_copy(update={"screen": screen_against(1e12)}), STORE)
     assert (result.status, result.metrics) == ("screened", None)
