@@ -195,7 +195,8 @@ class MeasurementSettings(Strict):
         default=0.3,
         gt=0.0,
         le=MAX_SECONDS,
-        description="each trial is first timed this long (at least 5 calls); one whose figures "
+        description="each trial is first timed this long (or min_seconds where shorter; 8 "
+        "calls at least, a quarter of max_seconds at most); one whose figures "
         "could not reach the feasible front, even screen_margin better than its short interval "
         "says, stops there (status 'screened'); None: every trial is timed in full",
     )

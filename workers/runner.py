@@ -201,8 +201,9 @@ def screen(
     meter: EnergyMeter,
     memory: PeakMemorySampler,
 ) -> Screened | None:
-    """Time a short window (`measurement.screen_seconds` and `SCREEN_CALLS` calls at least,
-    a quarter of `max_seconds` at most) and judge it against the spec's `screen`: its figures
+    """Time a short window (`SCREEN_CALLS` calls and `measurement.screen_seconds` at least, or
+    the measurement's own `min_seconds` where that is shorter; a quarter of `max_seconds` at
+    most) and judge it against the spec's `screen`: its figures
     when a front point dominates even their hopeful reading, else None (the trial is then
     timed in full). A window too short for an interval of its median judges nothing."""
     settings = spec.measurement
@@ -211,7 +212,7 @@ def screen(
     short = settings.model_copy(
         update={
             "min_iters": SCREEN_CALLS,
-            "min_seconds": settings.screen_seconds,
+            "min_seconds": min(settings.screen_seconds, settings.min_seconds),
             "max_seconds": max(settings.screen_seconds, settings.max_seconds / 4),
             "settle_tolerance": None,
         }

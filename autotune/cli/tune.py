@@ -202,6 +202,11 @@ def _ui_command(tracking_uri: str, cwd: Path | None = None) -> str:
     return f"{program} ui --backend-store-uri {shlex.quote(tracking_uri)}"
 
 
+# Wide enough for the longest phase name ("head to head"), kept whole however long the last
+# trial's line is.
+LABEL_WIDTH = 12
+
+
 class _TuneProgress:
     """The tune command's progress on stderr: a bar of the trials; then, for each phase
     after the search (the finalists' head-to-head, the export), its line with an
@@ -215,9 +220,11 @@ class _TuneProgress:
     @contextmanager
     def trials(self, total: int | None) -> Iterator[Callable[[int, Any], None]]:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.table import Column
 
+        label = Column(min_width=LABEL_WIDTH, no_wrap=True)
         columns = [
-            TextColumn("{task.fields[label]}"),
+            TextColumn("{task.fields[label]}", table_column=label),
             BarColumn(bar_width=20),
             TextColumn("{task.fields[count]}"),
             TimeElapsedColumn(),
