@@ -187,6 +187,10 @@ def check_subset_accuracy(loaded: LoadedWorkload, session: Session, floor: float
     )
 
 
+# A short window's calls at least: a few more than the six an interval of the median needs.
+SCREEN_CALLS = 8
+
+
 @dataclass(frozen=True)
 class Screened:
     figures: TrialMetrics
@@ -233,10 +237,6 @@ def screen(
         f"window's interval ({spread:.0%}) in its favour"
     )
     return Screened(figures, reason)
-
-
-# A short window's calls at least: a few more than the six an interval of the median needs.
-SCREEN_CALLS = 8
 
 
 def _figures(names: list[str], values: list[float]) -> str:

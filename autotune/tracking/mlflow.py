@@ -63,11 +63,11 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 NOTE_TAG = "mlflow.note.content"
 ROUND_TAG = "autotune.round"
-# Parent-run figures that describe one round's outcome: a key an earlier round logged and
-# this one does not is logged as NaN, so that no figure outlives its round.
 # A trial's run is FINISHED when it was measured, in full or in a short window; any other
 # status's run is FAILED, though it may carry where its time went (time.*).
 MEASURED = ("ok", "screened")
+# Parent-run figures that describe one round's outcome: a key an earlier round logged and
+# this one does not is logged as NaN, so that no figure outlives its round.
 ROUND_FIGURES = ("baseline.", "tuned.", "headline.")
 
 
