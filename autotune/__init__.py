@@ -22,20 +22,6 @@ def load(tuned_file: str | Path, python_path: Sequence[str] = ()) -> Predictor:
     precision, threads, engine options and batch size (`predictor.predict(inputs)`). A torch
     artifact imports its model's entry point from `python_path` and `sys.path`. Where the
     file lists several kinds of node, the one this machine is (its fingerprint) is loaded."""
-    from autotune.errors import RequestError
-    from autotune.tuned import is_index, read_tuned, tuned_for_kind
-    from workers.predictor import load_predictor
+    from autotune.execution.local import load_tuned
 
-    path = Path(tuned_file)
-    if is_index(path):
-        from workers.probe import probe
-
-        path = tuned_for_kind(path, probe().fingerprint)
-    tuned = read_tuned(path)
-    artifact = Path(tuned.artifact)
-    if not artifact.is_absolute():
-        artifact = path.parent / artifact
-    if artifact.suffix == ".json":
-        rule = "must be a model (a replayed study exports none)"
-        raise RequestError("artifact", rule, str(artifact))
-    return load_predictor(str(artifact.parent), python_path)
+    return load_tuned(tuned_file, python_path)

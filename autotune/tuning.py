@@ -10,22 +10,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.budget import Budget
-from autotune.contract import ModelInfo, NodeKind, Workload
-from autotune.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
-from autotune.errors import RequestError
-from autotune.executors import Executor, InProcessExecutor, RayExecutor, trial_memory_limit_mb
-from autotune.hardware import describe_hardware, describe_kind, one_kind, select_kinds
-from autotune.leases import schema_lock
-from autotune.metrics import OBJECTIVES
-from autotune.outcome import TuneOutcome
-from autotune.pareto import Candidate
-from autotune.ray_cluster import RayCluster, Workers
-from autotune.replay import ReplayExecutor, ReplayTable
-from autotune.request import TuningRequest, load_request
+from autotune.conclusion.conclude import TuneOutcome
+from autotune.conclusion.front import front_of
+from autotune.conclusion.tuned_file import TunedIndex, TunedKind
+from autotune.core.contract import ModelInfo, NodeKind, Workload
+from autotune.core.errors import RequestError
+from autotune.core.metrics import OBJECTIVES
+from autotune.execution.executors import (
+    Executor,
+    InProcessExecutor,
+    RayExecutor,
+    trial_memory_limit_mb,
+)
+from autotune.execution.ray_cluster import RayCluster, Workers
+from autotune.execution.replay import ReplayExecutor, ReplayTable
+from autotune.requests.request import TuningRequest, load_request
+from autotune.requests.sources import check_workload
 from autotune.results import OptunaStore, StudyIdentity, opened_store
-from autotune.sources import check_workload
-from autotune.space import EffectiveSpace, effective_space, load_space, resolve_space_path
+from autotune.results.leases import schema_lock
+from autotune.results.records import Candidate
+from autotune.search.budget import Budget
+from autotune.search.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
+from autotune.search.warm_start import WarmStart
+from autotune.space.hardware import describe_hardware, describe_kind, one_kind, select_kinds
+from autotune.space.search_space import (
+    EffectiveSpace,
+    effective_space,
+    load_space,
+    resolve_space_path,
+)
 from autotune.strategies import (
     DEFAULT_STRATEGY,
     STRATEGIES,
@@ -34,8 +47,6 @@ from autotune.strategies import (
     strategy_names,
 )
 from autotune.tracking import MlflowTracker, NullTracker, Tracker
-from autotune.tuned import TunedIndex, TunedKind
-from autotune.warm_start import WarmStart
 
 ProgressFactory = Callable[[int | None], AbstractContextManager[Callable[[int, Any], None]]]
 
@@ -60,11 +71,11 @@ class TuneOptions:
     out_dir: Path | None = None
     stop: threading.Event | None = None
     stale_after_s: float | None = None
-    # A previous study to start from (`autotune.warm_start.load_warm_start`), and the tuned
+    # A previous study to start from (`autotune.search.warm_start.load_warm_start`), and the tuned
     # config it gave, to compare the new one with in MLflow.
     warm_start: WarmStart | None = None
     previous_tuned: dict[str, Any] | None = None
-    # Trials answered from this recorded table (`autotune.replay`) instead of measured.
+    # Trials answered from this recorded table (`autotune.execution.replay`) instead of measured.
     replay: Path | None = None
     space: str | None = None  # a space file in place of the request's search_space
     sampler: str = DEFAULT_STRATEGY
@@ -422,4 +433,4 @@ def study_front(study_name: str, storage: str, storage_field: str = "storage") -
     """The feasible Pareto front of a stored study, over the objectives it was run with;
     a storage that does not exist is a bad `storage_field` (nothing is created)."""
     with opened_store(study_name, storage, "study", storage_field) as store:
-        return store.front()
+        return front_of(store)

@@ -34,8 +34,7 @@ import sqlalchemy
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autotune.budget import Budget  # noqa: E402
-from autotune.contract import (  # noqa: E402
+from autotune.core.contract import (  # noqa: E402
     ArtifactInfo,
     ModelInfo,
     Provenance,
@@ -43,13 +42,14 @@ from autotune.contract import (  # noqa: E402
     TrialResult,
     TrialSpec,
     Workload,
-    variant_key,
 )
-from autotune.coordinator import Coordinator, Tuning  # noqa: E402
-from autotune.metrics import OBJECTIVES  # noqa: E402
-from autotune.request import TuningRequest, parse_request  # noqa: E402
+from autotune.core.knobs import variant_key  # noqa: E402
+from autotune.core.metrics import OBJECTIVES  # noqa: E402
+from autotune.requests.request import TuningRequest, parse_request  # noqa: E402
 from autotune.results import OptunaStore, StudyIdentity  # noqa: E402
-from autotune.space import (  # noqa: E402
+from autotune.search.budget import Budget  # noqa: E402
+from autotune.search.coordinator import Coordinator, Tuning  # noqa: E402
+from autotune.space.search_space import (  # noqa: E402
     EffectiveSpace,
     effective_space,
     load_space,
@@ -57,7 +57,7 @@ from autotune.space import (  # noqa: E402
 )
 from autotune.strategies import make_strategy  # noqa: E402
 from autotune.tracking import MlflowTracker  # noqa: E402
-from workers.probe import probe  # noqa: E402
+from workers.building.probe import probe  # noqa: E402
 
 INFO = ModelInfo(
     kind="torch", sha256="0" * 64, n_samples=1, input_shape=[1], has_labels=True,

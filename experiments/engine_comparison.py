@@ -22,16 +22,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autotune.contract import Entrant, HeadToHeadSpec, MeasurementSettings  # noqa: E402
-from autotune.request import load_request  # noqa: E402
-from autotune.stats import paired_ratio  # noqa: E402
-from workers.config import default_threads, parse_config  # noqa: E402
+from autotune.core.artifacts import software_versions  # noqa: E402
+from autotune.core.contract import Entrant, HeadToHeadSpec, MeasurementSettings  # noqa: E402
+from autotune.core.knobs import ENGINES, supports  # noqa: E402
+from autotune.core.knobs.config import default_threads, parse_config  # noqa: E402
+from autotune.core.stats import paired_ratio  # noqa: E402
+from autotune.requests.request import load_request  # noqa: E402
+from workers.building.probe import probe  # noqa: E402
+from workers.building.runtimes import machine_target  # noqa: E402
+from workers.cache import WorkloadStore  # noqa: E402
 from workers.head_to_head import run_head_to_head  # noqa: E402
-from workers.knobs import ENGINES, supports  # noqa: E402
-from workers.probe import probe  # noqa: E402
-from workers.runner import software_versions  # noqa: E402
-from workers.runtimes import machine_target  # noqa: E402
-from workers.store import WorkloadStore  # noqa: E402
 
 EXAMPLES = {
     "digits": ("experiments/digits/request.yaml", (1, 32)),

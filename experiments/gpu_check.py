@@ -286,7 +286,7 @@ def encoder_workload(work: Path) -> Any:
     judged by the fidelity of its embeddings on generated sentences."""
     import random
 
-    from autotune.contract import DataRef, MetricRef, ModelRef, Workload
+    from autotune.core.contract import DataRef, MetricRef, ModelRef, Workload
     from tests.workers.hf_models import WORDS, bert_directory
 
     directory = work / "encoder"
@@ -310,9 +310,9 @@ def paths(check: Check, model: str, workload: Any, configs: list[tuple[str, Conf
     a saved H200 profile's capabilities as the space would check it."""
     if check.dry_run:
         return _paths_against_profile(check, model, workload, configs)
-    from autotune.contract import MeasurementSettings, TrialSpec
+    from autotune.core.contract import MeasurementSettings, TrialSpec
     from workers import run_trial
-    from workers.store import WorkloadStore
+    from workers.cache import WorkloadStore
 
     store = WorkloadStore()
     measurement = MeasurementSettings(**FAST_MEASUREMENT)
@@ -347,10 +347,10 @@ def paths(check: Check, model: str, workload: Any, configs: list[tuple[str, Conf
 def _paths_against_profile(
     check: Check, model: str, workload: Any, configs: list[tuple[str, Config]]
 ) -> None:
-    from autotune.hardware import load_profile
-    from workers.config import parse_config
-    from workers.knobs import Target, supports
-    from workers.store import WorkloadStore
+    from autotune.core.knobs import Target, supports
+    from autotune.core.knobs.config import parse_config
+    from autotune.space.hardware import load_profile
+    from workers.cache import WorkloadStore
 
     kind = WorkloadStore().get(workload).model.kind
     target = Target(frozenset(load_profile(H200_PROFILE).capabilities()), kind)
@@ -368,7 +368,7 @@ def study(
     check: Check, model: str, workload: Any, space: str, trials: int, share: float = 1.0
 ) -> None:
     """A short study, given `share` of the time left (less a minute for the report)."""
-    from autotune.request import TuningRequest
+    from autotune.requests.request import TuningRequest
     from autotune.results import opened_store
     from autotune.tuning import TuneOptions, tune_request
 
@@ -417,15 +417,15 @@ def energy(check: Check, workload: Any, windows: int = 3, seconds: float = 4.0) 
     """The trials' meter (`NvmlEnergyMeter`) over a window of the encoder at bf16, batch 32,
     beside NVML's power draw sampled every 10 ms and integrated over the same window."""
     if check.dry_run:
-        from workers.nvml import NvmlEnergyMeter  # noqa: F401  (imports; no device to read)
+        from workers.measuring.nvml import NvmlEnergyMeter  # noqa: F401  (imports; no device to read)
 
         check.add(Row("energy", "NVML counter vs integrated power", "not run", "no CUDA device"))
         return
     import pynvml
     import torch
 
-    from workers.nvml import NvmlEnergyMeter, nvml_index_of_cuda_device
-    from workers.store import WorkloadStore
+    from workers.cache import WorkloadStore
+    from workers.measuring.nvml import NvmlEnergyMeter, nvml_index_of_cuda_device
 
     with check.timed("energy", "load the encoder") as row:
         loaded = WorkloadStore().get(workload)  # its own: the module moves to the GPU in place

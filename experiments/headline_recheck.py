@@ -37,12 +37,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autotune.contract import MeasurementSettings, Workload  # noqa: E402
-from autotune.request import load_request  # noqa: E402
-from autotune.stats import paired_ratio  # noqa: E402
-from workers.contention import ContentionProbe  # noqa: E402
-from workers.runner import software_versions  # noqa: E402
-from workers.store import WorkloadStore  # noqa: E402
+from autotune.core.artifacts import software_versions  # noqa: E402
+from autotune.core.contract import MeasurementSettings, Workload  # noqa: E402
+from autotune.core.stats import paired_ratio  # noqa: E402
+from autotune.requests.request import load_request  # noqa: E402
+from workers.cache import WorkloadStore  # noqa: E402
+from workers.measuring.contention import ContentionProbe  # noqa: E402
 
 EXAMPLES = {
     "digits": "experiments/digits/request.yaml",
@@ -121,7 +121,7 @@ def recheck(
 ) -> tuple[list[float], list[float], float]:
     """Per round: tuned ÷ baseline throughput and p95 per call, timed alternately; and the
     share of the cores other processes used meanwhile."""
-    from workers.evaluate import tile_batch
+    from workers.measuring.evaluate import tile_batch
 
     loaded = WorkloadStore().get(workload(example))
     entrants = []

@@ -26,7 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autotune.contract import (  # noqa: E402
+from autotune.core.artifacts import software_versions  # noqa: E402
+from autotune.core.contract import (  # noqa: E402
     ConfigValue,
     DataRef,
     MeasurementSettings,
@@ -35,9 +36,9 @@ from autotune.contract import (  # noqa: E402
     TrialSpec,
     Workload,
 )
-from workers.runner import run_trial, software_versions  # noqa: E402
-from workers.runtimes import machine_profile  # noqa: E402
-from workers.store import WorkloadStore  # noqa: E402
+from workers.building.runtimes import machine_profile  # noqa: E402
+from workers.cache import WorkloadStore  # noqa: E402
+from workers.runner import run_trial  # noqa: E402
 
 BASE_CONFIGS: dict[str, dict[str, ConfigValue]] = {
     "torch_eager fp32, batch 1": {"runtime.engine": "torch_eager", "precision.mode": "fp32"},

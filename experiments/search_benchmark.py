@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from autotune.metrics import constraint_violations, with_accuracy_drop
-from autotune.pareto import hypervolume
-from autotune.replay import ReplayTable
-from autotune.request import TuningRequest, load_request
+from autotune.conclusion.front import hypervolume
+from autotune.core.metrics import constraint_violations, with_accuracy_drop
+from autotune.execution.replay import ReplayTable
+from autotune.requests.request import TuningRequest, load_request
 from autotune.results import TrialRecord, opened_store
-from autotune.space import load_space
+from autotune.space.search_space import load_space
 from autotune.strategies import DEFAULT_STRATEGY, strategy_names
 from autotune.tuning import TuneOptions, run_tune
 
@@ -334,7 +334,7 @@ def _ratio(median: float, other: float, budget: int) -> str:
 
 
 def _cpu_model() -> str:
-    from workers.probe import probe
+    from workers.building.probe import probe
 
     return probe().cpu_model or platform.machine()
 

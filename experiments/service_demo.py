@@ -244,7 +244,7 @@ def _row(
 
 
 def write_results(record: dict[str, Any]) -> None:
-    from workers.probe import probe
+    from workers.building.probe import probe
 
     profile = probe()
     machine = f"{profile.cpu_model}, {profile.cpu_cores} cores, {profile.memory_mb // 1024} GiB"

@@ -393,7 +393,7 @@ def _git(*args: str) -> str:
 
 
 def machine_line() -> str:
-    from workers.probe import probe
+    from workers.building.probe import probe
 
     profile = probe()
     versions = ", ".join(

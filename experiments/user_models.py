@@ -44,7 +44,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from workers.probe import probe  # noqa: E402
+from workers.building.probe import probe  # noqa: E402
 
 WHEELS = {"magika": "magika==1.0.3", "rapidocr": "rapidocr-onnxruntime==1.4.4"}
 MEASUREMENT = {"warmup_iters": 3, "min_iters": 20, "min_seconds": 0.1, "max_seconds": 1.0}
@@ -241,9 +241,9 @@ def reload_check(tuned_file: Path, request: dict[str, Any], tuned: dict[str, Any
     at the measured batch size, beside the trial's figures (measured at another time, so
     shown side by side, not divided)."""
     import autotune
-    from autotune.contract import DataRef, MetricRef, ModelRef, Workload
-    from workers.evaluate import resolve_metric, tile_batch
-    from workers.store import WorkloadStore
+    from autotune.core.contract import DataRef, MetricRef, ModelRef, Workload
+    from workers.cache import WorkloadStore
+    from workers.measuring.evaluate import resolve_metric, tile_batch
 
     workload = Workload(
         model=ModelRef.model_validate(request["model"]),

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from autotune.tuning import TuneOptions, run_tune  # noqa: E402
-from workers.probe import probe  # noqa: E402
+from workers.building.probe import probe  # noqa: E402
 
 
 def one_run(workers: int, trials: int) -> tuple[float, int]:

@@ -9,7 +9,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from autotune.contract import (
+from autotune.core.contract import (
     ArtifactInfo,
     HardwareProfile,
     HeadToHeadResult,
@@ -19,13 +19,14 @@ from autotune.contract import (
     TrialSpec,
     Workload,
 )
-from autotune.errors import AutotuneError
-from workers.blobs import Blob, localize
+from autotune.core.errors import AutotuneError
+from workers.artifacts import export_artifact
+from workers.building.runtimes import machine_profile
+from workers.cache import WorkloadStore
 from workers.head_to_head import run_head_to_head
 from workers.inspection import inspect_workload
-from workers.runner import export_artifact, run_trial
-from workers.runtimes import machine_profile
-from workers.store import WorkloadStore
+from workers.loading.blobs import Blob, localize
+from workers.runner import run_trial
 
 
 class TrialWorker:
@@ -48,7 +49,7 @@ class TrialWorker:
         self.store = WorkloadStore()
 
     def profile(self) -> HardwareProfile:
-        """The hardware of the node this worker runs on (`workers.probe`)."""
+        """The hardware of the node this worker runs on (`workers.building.probe`)."""
         return self._profile
 
     def inspect(self, workload: Workload, blobs: dict[str, Blob] | None = None) -> ModelInfo:

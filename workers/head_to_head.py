@@ -7,8 +7,8 @@ configuration differ. Each round times every entrant for one block (`round_secon
 from round to round (A B C, B C A, C A B, ...), so neither a slow minute of the machine nor
 the position in a round favours one of them; a short pause and a few untimed calls precede
 each block, so one entrant's spinning thread pools do not slow the next. Each
-round's blocks are watched together for other load (`workers.contention`). The control plane
-turns the per-round figures into paired ratios (`autotune.validation`).
+round's blocks are watched together for other load (`workers.measuring.contention`). The control
+plane turns the per-round figures into paired ratios (`autotune.conclusion.decision`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from functools import partial
 
 import numpy as np
 
-from autotune.contract import (
+from autotune.core.contract import (
     Contention,
     Entrant,
     EntrantOutcome,
@@ -31,10 +31,12 @@ from autotune.contract import (
     MeasurementSettings,
     RoundFigures,
 )
-from workers.config import TrialConfig
-from workers.contention import ContentionProbe, gpu_watch_for
-from workers.energy import EnergyMeter, EnergyReading, cpu_seconds_with, select_meter
-from workers.meters import Measurement, measure, summarize, warm_up
+from autotune.core.knobs.config import TrialConfig
+from workers.building.runtimes import helper_pids, opened
+from workers.cache import LoadedWorkload, WorkloadStore, default_store
+from workers.measuring.contention import ContentionProbe, gpu_watch_for
+from workers.measuring.energy import EnergyMeter, EnergyReading, cpu_seconds_with, select_meter
+from workers.measuring.meters import Measurement, measure, summarize, warm_up
 from workers.runner import (
     check_concurrency,
     classify_failure,
@@ -42,8 +44,6 @@ from workers.runner import (
     timing_batch,
     trial_metrics,
 )
-from workers.runtimes import helper_pids, opened
-from workers.store import LoadedWorkload, WorkloadStore, default_store
 
 MIN_BLOCK_CALLS = 5
 # Before each block: a pause in which the previous entrant's thread pools stop spinning, and

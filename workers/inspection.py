@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from autotune.contract import ModelInfo, Workload
-from autotune.errors import RequestError
-from workers.evaluate import run_all
-from workers.footprint import activation_bytes_per_sample, parameter_bytes
-from workers.runtimes import Session
-from workers.store import LoadedWorkload, WorkloadStore, default_store
+from autotune.core.contract import ModelInfo, Workload
+from autotune.core.errors import RequestError
+from workers.building.runtimes import Session
+from workers.cache import LoadedWorkload, WorkloadStore, default_store
+from workers.measuring.evaluate import run_all
+from workers.measuring.footprint import activation_bytes_per_sample, parameter_bytes
 
 # Samples the unmodified model is run on to prove it fits the data.
 PROBE_SAMPLES = 4

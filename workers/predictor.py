@@ -8,11 +8,11 @@ from types import TracebackType
 
 import numpy as np
 
-from workers.config import TrialConfig
-from workers.evaluate import run_all
-from workers.feeds import pack
-from workers.runner import load_artifact
-from workers.runtimes import Session, close_session
+from autotune.core.knobs.config import TrialConfig
+from workers.artifacts import load_artifact
+from workers.building.runtimes import Session, close_session
+from workers.loading.feeds import pack
+from workers.measuring.evaluate import run_all
 
 
 class Predictor:

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
-import json
 import math
 import os
-import platform
 import socket
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from autotune.contract import (
-    ArtifactInfo,
+from autotune.core.artifacts import software_versions
+from autotune.core.contract import (
     Contention,
     HeadToHeadSpec,
     Provenance,
@@ -29,35 +23,22 @@ from autotune.contract import (
     TrialSpec,
     TrialStatus,
     TrialTimes,
-    Workload,
 )
-from autotune.errors import (
+from autotune.core.errors import (
     AccuracyBelowFloor,
     CallTooSlow,
     MeasurementContended,
-    RequestError,
     Unsupported,
 )
-from autotune.stats import median_ci_relative_half_width
-from workers.config import TrialConfig
-from workers.contention import check_contention, probe_for, waited_for_quiet
-from workers.energy import EnergyMeter, cpu_seconds_with, select_meter
-from workers.evaluate import SUBSET_CONFIDENCE, tile_batch
-from workers.knobs import ENGINES
-from workers.loading import TorchModel, load_onnx, load_torch
-from workers.meters import Measurement, PeakMemorySampler, measure, slow_call_ns, warm_up
-from workers.pruning import pruned_skeleton
-from workers.runtimes import Session, build_session, helper_pids, machine_profile, opened
-from workers.store import LoadedWorkload, WorkloadStore, default_store
-from workers.transforms import TRANSFORMS
-from workers.variants import BuildContext, OnnxVariant, TorchVariant, Variant
-
-ONNX_ARTIFACT = "model.onnx"
-WEIGHTS_ARTIFACT = "model.safetensors"
-VARIANT_FILE = "variant.json"
-# A few evaluation inputs beside an ONNX artifact, for the MLflow model's input example.
-INPUT_EXAMPLE_FILE = "input_example.npy"
-INPUT_EXAMPLE_SAMPLES = 2
+from autotune.core.knobs import ENGINES
+from autotune.core.knobs.config import TrialConfig
+from autotune.core.stats import median_ci_relative_half_width
+from workers.building.runtimes import Session, helper_pids, machine_profile, opened
+from workers.cache import LoadedWorkload, WorkloadStore, default_store
+from workers.measuring.contention import check_contention, probe_for, waited_for_quiet
+from workers.measuring.energy import EnergyMeter, cpu_seconds_with, select_meter
+from workers.measuring.evaluate import SUBSET_CONFIDENCE, tile_batch
+from workers.measuring.meters import Measurement, PeakMemorySampler, measure, slow_call_ns, warm_up
 
 
 def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResult:
@@ -378,146 +359,3 @@ def provenance_for(
         measurement=spec.measurement,
         contention=contention,
     )
-
-
-def software_versions() -> dict[str, str]:
-    """The versions of Python, numpy and every registered engine's software installed here."""
-    versions = {"python": platform.python_version()}
-    names = ["numpy", *(name for engine in ENGINES.values() for name in engine.software)]
-    for name in dict.fromkeys(names):
-        installed = installed_distribution(name)
-        if installed is not None:
-            versions[name] = installed[1]
-    return versions
-
-
-# Where a package is published under several names, the names to look for.
-_DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu")}
-
-
-def installed_distribution(package: str) -> tuple[str, str] | None:
-    """The installed distribution that provides `package` and its version (onnxruntime-gpu
-    provides onnxruntime), or None."""
-    for distribution in _DISTRIBUTIONS.get(package, (package,)):
-        try:
-            return distribution, importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def export_artifact(
-    spec: TrialSpec, out_dir: str, store: WorkloadStore | None = None
-) -> ArtifactInfo:
-    """Write the configuration's optimized model into `out_dir`.
-
-    An engine that runs ONNX: `model.onnx`, the exact ONNX model the trial ran. A torch
-    engine: `model.safetensors` with the variant's pruned fp32 weights; loading re-applies the
-    precision deterministically. Beside either, `variant.json`: the configuration (and for
-    torch the model's entry point), so `load_artifact` runs it as the trial did; beside an
-    ONNX model, `input_example.npy`: its first evaluation inputs.
-    """
-    loaded = (store or default_store()).get(spec.workload)
-    config = loaded.parse(spec.config)
-    directory = Path(out_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    if ENGINES[config.engine].model_format == "onnx":
-        variant = loaded.variant_for(config)
-        assert isinstance(variant, OnnxVariant)  # an ONNX engine's pipeline ends in ONNX
-        path = directory / ONNX_ARTIFACT
-        path.write_bytes(variant.model_bytes)
-        _describe(directory, {"config": spec.config})
-        example = loaded.data.inputs[:INPUT_EXAMPLE_SAMPLES]
-        np.save(directory / INPUT_EXAMPLE_FILE, np.ascontiguousarray(example), allow_pickle=False)
-        return ArtifactInfo(path=str(path), format="onnx", sha256=_file_sha256(path))
-    return _export_torch(loaded, spec, config, directory)
-
-
-def _export_torch(
-    loaded: LoadedWorkload, spec: TrialSpec, config: TrialConfig, directory: Path
-) -> ArtifactInfo:
-    from safetensors.torch import save_file
-
-    assert isinstance(loaded.model, TorchModel)  # parse_config refuses torch_eager for ONNX
-    pruned = TRANSFORMS["prune"](loaded.original_variant(), config, _no_context(loaded))
-    assert isinstance(pruned, TorchVariant)
-    weights = {name: t.detach().contiguous() for name, t in pruned.module.state_dict().items()}
-    path = directory / WEIGHTS_ARTIFACT
-    save_file(weights, str(path))
-    _describe(directory, {"config": spec.config, "model_entry_point": loaded.model.entry_point})
-    return ArtifactInfo(path=str(path), format="safetensors", sha256=_file_sha256(path))
-
-
-def _describe(directory: Path, description: dict[str, Any]) -> None:
-    (directory / VARIANT_FILE).write_text(json.dumps(description, indent=2, sort_keys=True))
-
-
-def _no_context(loaded: LoadedWorkload) -> BuildContext:
-    return BuildContext(sample_inputs=loaded.data.inputs[:1])
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def evaluate_artifact(path: str, workload: Workload, store: WorkloadStore | None = None) -> float:
-    """Reload an exported artifact (its file or its directory) and return its quality on the
-    workload's data with the workload's metric, batched as trials are."""
-    loaded = (store or default_store()).get(workload)
-    session, _ = load_artifact(path, workload.python_path)
-    with opened(session):
-        return loaded.score(session)
-
-
-def load_artifact(path: str, python_path: list[str]) -> tuple[Session, TrialConfig]:
-    """A session for an artifact written by `export_artifact`, run as its trial ran it: the
-    engine, precision, threads and engine options of the configuration beside it
-    (`variant.json`; an ONNX file without one runs on ONNX Runtime's defaults), and that
-    configuration. Close the session after use (`workers.runtimes.opened`)."""
-    from workers.config import parse_config
-
-    file = _artifact_file(Path(path))
-    description = _description(file)
-    if file.suffix == ".onnx":
-        config = parse_config(description.get("config", {}), "onnx")
-        variant: Variant = OnnxVariant(load_onnx(str(file), "artifact").model_bytes)
-    else:
-        config = parse_config(description["config"], "torch")
-        entry_point = description["model_entry_point"]
-        variant = _rebuild_torch_variant(file, entry_point, config, python_path)
-    return build_session(variant, config), config
-
-
-def _description(file: Path) -> dict[str, Any]:
-    description_file = file.parent / VARIANT_FILE
-    if description_file.is_file():
-        description: dict[str, Any] = json.loads(description_file.read_text())
-        return description
-    if file.suffix == ".onnx":
-        return {}
-    raise RequestError("artifact", f"must have {VARIANT_FILE} beside it", str(file))
-
-
-def _artifact_file(path: Path) -> Path:
-    candidates = [path] if path.is_file() else [path / ONNX_ARTIFACT, path / WEIGHTS_ARTIFACT]
-    for candidate in candidates:
-        if candidate.is_file() and candidate.suffix in (".onnx", ".safetensors"):
-            return candidate
-    raise RequestError("artifact", f"must be a {ONNX_ARTIFACT} or {WEIGHTS_ARTIFACT}", str(path))
-
-
-def _rebuild_torch_variant(
-    weights_file: Path, entry_point: str, config: TrialConfig, python_path: list[str]
-) -> TorchVariant:
-    from safetensors.torch import load_file
-
-    module = load_torch(entry_point, python_path).module
-    module = pruned_skeleton(module, config)
-    module.load_state_dict(load_file(str(weights_file)), strict=True)
-    variant = TRANSFORMS["precision"](TorchVariant(module), config, BuildContext(np.empty(0)))
-    assert isinstance(variant, TorchVariant)
-    return variant

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from autotune.cli.shared import EXIT_INFEASIBLE, AsJson, _exit_codes, err, out
 from autotune.cli.tables import _print_comparison, _shown
-from autotune.errors import Interrupted
+from autotune.core.errors import Interrupted
 
 Server = Annotated[
     str,

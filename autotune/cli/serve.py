@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from autotune.cli.shared import ServiceDb, _exit_codes
-from autotune.errors import RequestError
+from autotune.core.errors import RequestError
 
 
 def serve_command(
@@ -86,7 +86,7 @@ def serve_command(
     ] = False,
 ) -> None:
     """Run the service: REST API, job runners and watch scheduler (each can be left out)."""
-    from autotune.ray_cluster import parse_workers
+    from autotune.execution.ray_cluster import parse_workers
     from autotune.service.server import serve
     from autotune.service.settings import ServiceSettings
 

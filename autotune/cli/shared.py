@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from autotune.errors import (
+from autotune.core.errors import (
     AutotuneError,
     Interrupted,
     NoFeasibleConfiguration,

@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from autotune.cli.shared import out
-from autotune.metrics import LATENCY_PER_SAMPLE, OBJECTIVES, Metric, with_derived
+from autotune.core.metrics import LATENCY_PER_SAMPLE, OBJECTIVES, Metric, with_derived
 
 
 def _front_metrics(compact: bool) -> list[Metric]:

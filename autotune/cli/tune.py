@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from autotune.cli.shared import _exit_codes, err, out
 from autotune.cli.tables import _print_comparison, _print_front, _shown
-from autotune.hardware import describe_kind
+from autotune.space.hardware import describe_kind
 from autotune.strategies import DEFAULT_STRATEGY, strategy_names
 
 
@@ -72,7 +72,7 @@ def tune(
     """Tune a model: search, measure, and write the tuned configuration. With --replay,
     the same search runs against a recorded table, each slot of --workers on a simulated
     clock."""
-    from autotune.ray_cluster import parse_workers
+    from autotune.execution.ray_cluster import parse_workers
     from autotune.tuning import TuneOptions, run_tune_kinds
 
     display = _TuneProgress()
@@ -117,7 +117,7 @@ def tune(
 
 
 def _print_tuned(outcome: Any, written: Path, registered: str | None) -> None:
-    from autotune.pareto import Candidate
+    from autotune.results.records import Candidate
 
     front: list[Candidate] = outcome.front
     _print_front(front, outcome.tuned.study["trial_number"] if outcome.tuned else None)
@@ -156,8 +156,8 @@ def _register(tuned: Any, per_kind: bool = False) -> str | None:
     registry or the name is not one MLflow takes. A replayed study exports no model (None)."""
     from mlflow.exceptions import MlflowException
 
-    from autotune.errors import RequestError
-    from autotune.sources import register_tuned
+    from autotune.core.errors import RequestError
+    from autotune.requests.sources import register_tuned
 
     artifact = Path(tuned.artifact)
     if artifact.suffix == ".json":

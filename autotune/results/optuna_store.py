@@ -18,12 +18,11 @@ from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune import optuna_api
-from autotune.contract import ConfigValue
-from autotune.errors import RequestError
-from autotune.knob_rules import parameter_key
-from autotune.leases import Owner, lock_engine, owner_is_dead, schema_lock, study_lock
-from autotune.metrics import OBJECTIVES
-from autotune.pareto import Candidate, pareto_front
+from autotune.core.contract import ConfigValue
+from autotune.core.errors import RequestError
+from autotune.core.metrics import OBJECTIVES
+from autotune.results.databases import require_existing
+from autotune.results.leases import Owner, lock_engine, owner_is_dead, schema_lock, study_lock
 from autotune.results.records import (
     RECORD_KEY,
     Census,
@@ -34,12 +33,12 @@ from autotune.results.records import (
     TrialRecord,
     TrialState,
 )
-from autotune.stores import require_existing
+from autotune.space.knob_rules import parameter_key
 
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.space import EffectiveSpace
+    from autotune.space.search_space import EffectiveSpace
 
 # How long storage calls keep retrying while the database is unreachable.
 DATABASE_PATIENCE_S = 120.0
@@ -233,11 +232,6 @@ class OptunaStore:
 
     def objective_names(self) -> list[str]:
         return list(retrying(lambda: self.study.user_attrs).get("objectives", []))
-
-    def front(self) -> list[Candidate]:
-        """The feasible Pareto front, over the objectives the study was run with."""
-        objectives = [OBJECTIVES[o] for o in self.objective_names()]
-        return pareto_front([r.candidate() for r in self.completed() if r.feasible], objectives)
 
     def revalidation(self) -> StoredRevalidation | None:
         attrs = retrying(lambda: self.study.user_attrs)

@@ -3,18 +3,27 @@ stored head-to-head. These are the only shapes a `ResultStore` reads or writes."
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.contract import ConfigValue, Provenance, TrialMetrics, TrialStatus
-from autotune.pareto import Candidate
+from autotune.core.contract import ConfigValue, Provenance, TrialMetrics, TrialStatus
 
 # Where a trial stands in the study: waiting to be asked, being measured, ended.
 TrialState = Literal["waiting", "running", "complete", "pruned", "failed"]
 # The fields of a trial's record: one stored value, written when the trial ends.
 RECORD_KEY = "record"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    trial_number: int
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    feasible: bool
+    violations: dict[str, float] = field(default_factory=dict)
 
 
 class Strict(BaseModel):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
-from autotune.contract import ConfigValue
+from autotune.core.contract import ConfigValue
 from autotune.results.records import (
     Census,
     Outcome,
@@ -18,9 +18,8 @@ from autotune.results.records import (
 )
 
 if TYPE_CHECKING:
-    from autotune.leases import Owner
-    from autotune.pareto import Candidate
-    from autotune.space import EffectiveSpace
+    from autotune.results.leases import Owner
+    from autotune.space.search_space import EffectiveSpace
 
 
 class ResultStore(Protocol):
@@ -38,7 +37,9 @@ class ResultStore(Protocol):
 
     def completed(self) -> list[TrialRecord]: ...
 
-    def front(self) -> list[Candidate]: ...
+    def objective_names(self) -> list[str]:
+        """The objectives the study was run with, by metric name."""
+        ...
 
     def waiting(self) -> list[TrialRecord]: ...
 

@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import yaml
 
-from autotune.errors import AutotuneError, Conflict, NotFound, RequestError, Unauthorized
-from autotune.request import read_request_file
-from autotune.sources import UploadTooLarge
+from autotune.core.errors import AutotuneError, Conflict, NotFound, RequestError, Unauthorized
+from autotune.requests.request import read_request_file
+from autotune.requests.sources import UploadTooLarge
 
 FINAL_STATES = ("succeeded", "infeasible", "failed", "cancelled")
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Engine, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from autotune.leases import study_lock
+from autotune.results.leases import study_lock
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "autotune_service_version"
@@ -97,7 +97,7 @@ class Database:
         import sqlalchemy
 
         if read_only:
-            from autotune.stores import require_existing
+            from autotune.results.databases import require_existing
 
             require_existing(url, field, frozenset({VERSION_TABLE}), "the service's tables")
 

@@ -19,7 +19,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from autotune.errors import Conflict
+from autotune.core.errors import Conflict
 from autotune.service.db import Database, Job, Token, now
 from autotune.service.tokens import Principal, namespace
 

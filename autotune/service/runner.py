@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import AutotuneError, Interrupted, NoFeasibleConfiguration
+from autotune.core.errors import AutotuneError, Interrupted, NoFeasibleConfiguration
 from autotune.service.db import Database, Job
 from autotune.service.jobs import JobState, JobStore
 from autotune.service.settings import ServiceSettings
@@ -137,7 +137,7 @@ class JobRunner:
             return "failed", {"error": job_error(error)}
 
     def _tune(self, job: Job, stop: threading.Event) -> dict[str, Any]:
-        from autotune.request import parse_request
+        from autotune.requests.request import parse_request
         from autotune.tuning import TuneOptions, tune_request
 
         request = parse_request(job.request)
@@ -165,7 +165,7 @@ class JobRunner:
         """A re-tune starts from the front and the measurements of the previous job."""
         if job.warm_start_from is None:
             return
-        from autotune.warm_start import load_warm_start
+        from autotune.search.warm_start import load_warm_start
 
         previous = self.store.get_any(job.warm_start_from)
         if previous is None or previous.state != "succeeded":
@@ -177,7 +177,7 @@ class JobRunner:
         """The tuned artifact becomes a version of the registered model, under the alias, in
         the job's team's namespace: `uri` is what the team names it by in requests,
         `mlflow_name` its name in MLflow."""
-        from autotune.sources import register_tuned, registered_name
+        from autotune.requests.sources import register_tuned, registered_name
 
         alias = self.settings.registered_alias
         namespace = self.store.namespace(job)
@@ -200,7 +200,7 @@ class JobRunner:
 
     def _progress(self, job: Job, request: Any) -> Callable[[int | None], Any]:
         """Progress for the job's status: trials done, and the best feasible so far."""
-        from autotune.pareto import select
+        from autotune.conclusion.front import select
         from autotune.tuning import study_front
 
         store, owner, storage = self.store, self.owner, self.settings.storage

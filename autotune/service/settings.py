@@ -10,10 +10,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.ray_cluster import Workers
+from autotune.execution.ray_cluster import Workers
 
 if TYPE_CHECKING:
-    from autotune.contract import NodeKind
+    from autotune.core.contract import NodeKind
 
 
 @dataclass
@@ -60,7 +60,7 @@ class ServiceSettings:
     @cached_property
     def hardware(self) -> HardwareSurvey:
         """The hardware of the nodes that run this service's trials (the workers' probes)."""
-        from autotune.executors import survey_kinds
+        from autotune.execution.executors import survey_kinds
 
         ray_address = self.ray_address if self.executor == "ray" else None
         return HardwareSurvey(lambda: survey_kinds(ray_address, self.workers), self.hardware_ttl_s)
@@ -69,7 +69,7 @@ class ServiceSettings:
         """The fingerprint of the kind of node a job with this `target` runs on: identical
         submissions are deduplicated per hardware, and a watch re-tunes when it changes.
         Where the nodes are of several kinds, a job must name one (a `RequestError`)."""
-        from autotune.hardware import one_kind
+        from autotune.space.hardware import one_kind
 
         return one_kind(self.hardware.kinds(), target).fingerprint
 

@@ -6,12 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import RequestError
-from autotune.request import parse_request
-from autotune.service.jobs import JobDraft
-from autotune.service.settings import ServiceSettings
-from autotune.service.tokens import Principal
-from autotune.sources import (
+from autotune.core.errors import RequestError
+from autotune.requests.request import parse_request
+from autotune.requests.sources import (
     ModelStore,
     StoredModel,
     directory_sha256,
@@ -20,6 +17,9 @@ from autotune.sources import (
     resolve_registered,
     resolve_under_root,
 )
+from autotune.service.jobs import JobDraft
+from autotune.service.settings import ServiceSettings
+from autotune.service.tokens import Principal
 
 # Where the service keeps studies and runs is its own business, not the client's.
 SERVICE_FIELDS = ("storage", "tracking")

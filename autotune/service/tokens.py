@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import or_, select
 
-from autotune.errors import NotFound, RequestError, Unauthorized
+from autotune.core.errors import NotFound, RequestError, Unauthorized
 from autotune.service.db import Database, Job, Token, Watch, now
 
 Owned = TypeVar("Owned", Job, Watch)

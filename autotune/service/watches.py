@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotune.contract import ModelRef
-from autotune.errors import AutotuneError, RequestError
+from autotune.core.contract import ModelRef
+from autotune.core.errors import AutotuneError, RequestError
 from autotune.service.db import Database, Job, Token, Watch, now
 from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
@@ -251,7 +251,7 @@ class Scheduler:
 
     def _model_fingerprint(self, watch: Watch, namespace: str) -> str:
         """A registered model is looked up among the watch's team's (`namespace`)."""
-        from autotune.sources import source_fingerprint
+        from autotune.requests.sources import source_fingerprint
 
         model = dict(watch.request.get("model", {}))
         return source_fingerprint(

@@ -47,21 +47,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from autotune.contract import (
+from autotune.core.contract import (
     ConfigValue,
     Provenance,
     TrialMetrics,
     TrialResult,
     TrialSpec,
-    variant_key,
 )
+from autotune.core.knobs import variant_key
 from autotune.results.optuna_store import producible
 from autotune.strategies.base import Answer, Proposal, Strategy, register_strategy
 
 if TYPE_CHECKING:
-    from autotune.request import Selection, TuningRequest
+    from autotune.requests.request import Selection, TuningRequest
     from autotune.results.records import TrialRecord
-    from autotune.space import EffectiveSpace
+    from autotune.space.search_space import EffectiveSpace
 
 NAME = "autotune"
 # The designed set is the sampler's startup; TPE models from this many trials on.
@@ -383,7 +383,7 @@ def _neighbour_class(name: str) -> int:
     size against the lean, see `Ledger._neighbours`)."""
     if name in THROUGHPUT_DIMENSIONS:
         return 0
-    from workers.knobs import defines_variant
+    from autotune.core.knobs import defines_variant
 
     return 3 if defines_variant(name) else 1
 

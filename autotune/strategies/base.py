@@ -12,13 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from autotune.contract import ConfigValue, TrialResult, TrialSpec
-from autotune.errors import RequestError
+from autotune.core.contract import ConfigValue, TrialResult, TrialSpec
+from autotune.core.errors import RequestError
 
 if TYPE_CHECKING:
-    from autotune.request import TuningRequest
+    from autotune.requests.request import TuningRequest
     from autotune.results.records import TrialRecord
-    from autotune.space import EffectiveSpace
+    from autotune.space.search_space import EffectiveSpace
 
 
 @dataclass(frozen=True)

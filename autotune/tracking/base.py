@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from autotune.errors import AutotuneError
-from autotune.metrics import Metric
-from autotune.pareto import Candidate
+from autotune.core.errors import AutotuneError
+from autotune.core.metrics import Metric
+from autotune.results.records import Candidate
 
 
 class TrackerClosed(AutotuneError):

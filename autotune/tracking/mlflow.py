@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.metrics import Metric
-from autotune.pareto import Candidate
+from autotune.core.metrics import Metric
+from autotune.results.records import Candidate
 from autotune.tracking.base import TrackerClosed
 from autotune.tracking.report import compare_tuned, is_number, pareto_csv
 from autotune.tracking.review import (

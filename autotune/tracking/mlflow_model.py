@@ -1,81 +1,121 @@
-"""The tuned artifact as an MLflow model.
+"""The tuned artifact as an MLflow model, served as its engine declares (`Engine.served_as`).
 
-An ONNX artifact becomes MLflow's `onnx` flavour: `mlflow.pyfunc.load_model("models:/NAME@tuned")`
-runs it with the measured threads, graph optimization level and provider, with an input
-example and the signature MLflow infers from it; the measured configuration is in its
-metadata and `variant.json` beside it; `model.onnx` is the measured file, byte for byte. A
-torch artifact (pruned safetensors weights and the recipe that rebuilds the variant) stays as
-its files: MLflow's pytorch flavour would pickle the module, and `autotune.load` rebuilds it.
+- "onnx" (ONNX Runtime): MLflow's `onnx` flavour, run with the measured threads, graph
+  optimization level and provider.
+- "autotune" (OpenVINO): a pyfunc whose loader (`workers.serving`) runs the artifact on the
+  engine it was measured on, with the measured settings; autotune's own packages travel in
+  the model's code.
+- "files" (torch): the files as they are (pruned safetensors weights and the recipe that
+  rebuilds the variant): MLflow's pytorch flavour would pickle the module, and
+  `autotune.load` rebuilds it.
+
+Either MLflow model carries the input example and the outputs the export wrote (its
+signature), the measured configuration in its metadata and `variant.json` beside it, and
+`model.onnx` is the measured file, byte for byte. Nothing here runs the model.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+from autotune.core.artifacts import (
+    INPUT_EXAMPLE_FILE,
+    ONNX_ARTIFACT,
+    OUTPUT_EXAMPLE_FILE,
+    VARIANT_FILE,
+    installed_distribution,
+)
+from autotune.core.knobs import ENGINE_KEY, ENGINES
+from autotune.core.knobs.engines import ORT_GRAPH_LEVELS, ORT_PROVIDERS
+
+SERVING_LOADER = "workers.serving"
+
 
 def model_directory(artifact_dir: Path, into: Path) -> Path:
-    """The directory to log and register for `artifact_dir`: an MLflow onnx model written
-    into `into`, or `artifact_dir` itself where the artifact is not ONNX."""
-    import mlflow.onnx
-    import onnx
-
-    from workers.runner import ONNX_ARTIFACT, VARIANT_FILE
-
+    """The directory to log and register for `artifact_dir`: an MLflow model written into
+    `into`, or `artifact_dir` itself where its engine serves the files as they are."""
     onnx_file = artifact_dir / ONNX_ARTIFACT
-    if not onnx_file.is_file():
-        return artifact_dir
-
     config = _config(artifact_dir)
-    example, signature = _example_and_signature(artifact_dir, onnx_file)
-    mlflow.onnx.save_model(
-        onnx.load_model(str(onnx_file)),
-        str(into),
-        input_example=example,
-        signature=signature,
-        onnx_execution_providers=_providers(config),
-        onnx_session_options=_session_options(config),
-        metadata={"autotune_config": config},
-        save_as_external_data=False,
-        pip_requirements=_pip_requirements(),
-    )
+    engine = ENGINES.get(str(config.get(ENGINE_KEY, "onnxruntime")))
+    if not onnx_file.is_file() or engine is None or engine.served_as == "files":
+        return artifact_dir
+    example, signature = _example_and_signature(artifact_dir)
+    common: dict[str, Any] = {
+        "input_example": example,
+        "signature": signature,
+        "metadata": {"autotune_config": config},
+        "pip_requirements": _pip_requirements(("numpy", *engine.software)),
+    }
+    if engine.served_as == "onnx":
+        _save_onnx(onnx_file, into, config, common)
+    else:
+        _save_served(artifact_dir, into, common)
     shutil.copyfile(onnx_file, into / ONNX_ARTIFACT)  # the file that was measured
     if (artifact_dir / VARIANT_FILE).is_file():
         shutil.copyfile(artifact_dir / VARIANT_FILE, into / VARIANT_FILE)
     return into
 
 
-def _config(artifact_dir: Path) -> dict[str, Any]:
-    from workers.runner import VARIANT_FILE
+def _save_onnx(onnx_file: Path, into: Path, config: dict[str, Any], common: dict[str, Any]) -> None:
+    import mlflow.onnx
+    import onnx
 
+    mlflow.onnx.save_model(
+        onnx.load_model(str(onnx_file)),
+        str(into),
+        onnx_execution_providers=list(ORT_PROVIDERS[str(config.get("runtime.provider", "cpu"))]),
+        onnx_session_options=_session_options(config),
+        save_as_external_data=False,
+        **common,
+    )
+
+
+def _save_served(artifact_dir: Path, into: Path, common: dict[str, Any]) -> None:
+    """A pyfunc model whose loader runs the artifact directory (its `data`) as measured."""
+    import mlflow.pyfunc
+
+    with_artifact = [artifact_dir / n for n in (ONNX_ARTIFACT, VARIANT_FILE, OUTPUT_EXAMPLE_FILE)]
+    staged = into.parent / "served-artifact"
+    staged.mkdir(parents=True, exist_ok=True)
+    for file in with_artifact:
+        if file.is_file():
+            shutil.copyfile(file, staged / file.name)
+    mlflow.pyfunc.save_model(
+        str(into),
+        loader_module=SERVING_LOADER,
+        data_path=str(staged),
+        code_paths=[_package_directory("autotune"), _package_directory("workers")],
+        **common,
+    )
+
+
+def _package_directory(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.submodule_search_locations
+    return str(next(iter(spec.submodule_search_locations)))
+
+
+def _config(artifact_dir: Path) -> dict[str, Any]:
     variant = artifact_dir / VARIANT_FILE
     config: dict[str, Any] = json.loads(variant.read_text())["config"] if variant.is_file() else {}
     return config
 
 
-def _pip_requirements() -> list[str]:
-    """What the pyfunc needs, pinned to the versions installed here. Given, so that MLflow
+def _pip_requirements(packages: tuple[str, ...]) -> list[str]:
+    """What the model needs, pinned to the versions installed here. Given, so that MLflow
     does not infer them by loading the model in a subprocess (seconds per registration)."""
-    from workers.runner import installed_distribution
-
-    found = (installed_distribution(name) for name in ("onnx", "onnxruntime", "numpy"))
+    found = (installed_distribution(name) for name in dict.fromkeys(packages))
     return [f"{distribution}=={version}" for distribution, version in filter(None, found)]
 
 
-def _providers(config: dict[str, Any]) -> list[str]:
-    from workers.ort_session import ORT_PROVIDERS
-
-    return list(ORT_PROVIDERS[str(config.get("runtime.provider", "cpu"))])
-
-
 def _session_options(config: dict[str, Any]) -> dict[str, Any]:
-    """What the pyfunc sets on its onnxruntime session: the trial's threads and graph level
-    (OpenVINO's trials are run by onnxruntime here, at the same thread count)."""
+    """What the onnx flavour sets on its onnxruntime session: the trial's threads and graph
+    level."""
     import onnxruntime
-
-    from workers.ort_session import ORT_GRAPH_LEVELS
 
     level = ORT_GRAPH_LEVELS[str(config.get("runtime.graph_opt", "all"))]
     options: dict[str, Any] = {
@@ -87,25 +127,15 @@ def _session_options(config: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _example_and_signature(artifact_dir: Path, onnx_file: Path) -> tuple[Any, Any]:
-    """The export's evaluation inputs as the model's feed (each input by name, in its type),
-    and the signature MLflow infers from one run of the model on them; (None, None) where the
-    export wrote no example."""
+def _example_and_signature(artifact_dir: Path) -> tuple[Any, Any]:
+    """The export's input example (each input by name) and the signature MLflow infers from it
+    and the outputs the export recorded; (None, None) where the export wrote no example."""
     import numpy as np
     from mlflow.models import infer_signature
 
-    from workers.feeds import feed
-    from workers.ort_session import OnnxRuntimeSession
-    from workers.runner import INPUT_EXAMPLE_FILE
-
-    path = artifact_dir / INPUT_EXAMPLE_FILE
-    if not path.is_file():
+    inputs, outputs = artifact_dir / INPUT_EXAMPLE_FILE, artifact_dir / OUTPUT_EXAMPLE_FILE
+    if not (inputs.is_file() and outputs.is_file()):
         return None, None
-    inputs = np.load(path, allow_pickle=False)
-    session = OnnxRuntimeSession(onnx_file.read_bytes(), threads=1)
-    fed = feed(inputs, session.inputs)
-    outputs = session.run(inputs)
-    names = outputs.dtype.names
-    if names is None:
-        return fed, infer_signature(fed, {session.output_names[0]: outputs})
-    return fed, infer_signature(fed, {name: outputs[name] for name in names})
+    with np.load(inputs, allow_pickle=False) as fed, np.load(outputs, allow_pickle=False) as out:
+        example = {name: fed[name] for name in fed.files}
+        return example, infer_signature(example, {name: out[name] for name in out.files})

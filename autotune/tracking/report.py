@@ -9,12 +9,11 @@ import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from autotune.contract import Contention
-from autotune.pareto import Candidate
-from autotune.validation import Headline
+from autotune.core.contract import Contention
+from autotune.results.records import Candidate
 
 if TYPE_CHECKING:
-    from autotune.contract import TrialResult
+    from autotune.core.contract import TrialResult
     from autotune.results.records import TrialRecord
 
 
@@ -70,16 +69,6 @@ def pareto_csv(candidates: Sequence[Candidate]) -> str:
 
 def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def headline_metrics(summary: Headline) -> dict[str, float]:
-    """The headline's paired ratios as MLflow metrics: headline.<metric>.{ratio,ci_low,ci_high}."""
-    figures = {"headline.rounds": float(summary.rounds)}
-    figures["headline.contended_rounds"] = float(summary.contended_rounds)
-    for metric, value in summary.ratios.items():
-        for part, number in value.model_dump().items():
-            figures[f"headline.{metric}.{part}"] = float(number)
-    return figures
 
 
 def contention_tags(contention: Contention) -> dict[str, str]:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.metrics import Metric
-from autotune.pareto import Candidate
+from autotune.core.metrics import Metric
+from autotune.results.records import Candidate
 
 # kind -> (legend label, colour)
 KINDS = {
@@ -67,7 +67,7 @@ def points(
 
 def shown_metrics(objectives: Sequence[Metric], selection: str | None) -> list[Metric]:
     """The study's objectives, and throughput where the selection asks for it."""
-    from autotune.metrics import OBJECTIVES
+    from autotune.core.metrics import OBJECTIVES
 
     shown = list(objectives)
     if selection == "highest_throughput" and OBJECTIVES["throughput"] not in shown:

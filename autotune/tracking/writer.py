@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
 from autotune.tracking.runs import BulkRuns, StudyRuns, TrialRun, sql_store, write_trial
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from autotune.contract import (
+from autotune.core.contract import (
     ConfigValue,
     DataRef,
     HardwareProfile,
@@ -41,10 +41,15 @@ from autotune.contract import (
     TrialResult,
     TrialSpec,
     Workload,
-    variant_key,
 )
-from autotune.executors import InProcessExecutor
-from autotune.space import EffectiveDimension, EffectiveSpace, effective_space, load_space
+from autotune.core.knobs import variant_key
+from autotune.execution.executors import InProcessExecutor
+from autotune.space.search_space import (
+    EffectiveDimension,
+    EffectiveSpace,
+    effective_space,
+    load_space,
+)
 
 TABLES_DIR = Path(__file__).resolve().parent
 REPO = TABLES_DIR.parents[1]

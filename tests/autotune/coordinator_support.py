@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.budget import Budget
-from autotune.contract import (
+from autotune.core.contract import (
     ArtifactInfo,
     ConfigValue,
     DataRef,
@@ -35,13 +34,14 @@ from autotune.contract import (
     TrialTimes,
     Workload,
 )
-from autotune.coordinator import Coordinator, Events, Tuning
-from autotune.errors import AutotuneError
-from autotune.executors import require_idle_slot
-from autotune.metrics import OBJECTIVES
-from autotune.request import TuningRequest, parse_request
+from autotune.core.errors import AutotuneError
+from autotune.core.metrics import OBJECTIVES
+from autotune.execution.executors import require_idle_slot
+from autotune.requests.request import TuningRequest, parse_request
 from autotune.results import OptunaStore, StudyIdentity, TrialMarks, TrialRecord
-from autotune.space import EffectiveDimension, EffectiveSpace
+from autotune.search.budget import Budget
+from autotune.search.coordinator import Coordinator, Events, Tuning
+from autotune.space.search_space import EffectiveDimension, EffectiveSpace
 from autotune.strategies import Strategy, make_strategy
 from autotune.tracking import NullTracker
 

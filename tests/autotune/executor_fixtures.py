@@ -1,5 +1,5 @@
 """Every `Executor` implementation, set up to run the digits example, for the conformance
-suite (tests/autotune/test_executor_conformance.py).
+suite (tests/autotune/execution/test_executor_conformance.py).
 
 An `ExecutorCase` says how to make one executor and what it is given: a workload, a
 configuration that runs and one that cannot be built. Where an implementation legitimately
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from autotune.contract import ConfigValue, TrialResult, Workload
-from autotune.executors import Executor, InProcessExecutor, RayExecutor
-from autotune.replay import ReplayExecutor, ReplayTable
+from autotune.core.contract import ConfigValue, TrialResult, Workload
+from autotune.execution.executors import Executor, InProcessExecutor, RayExecutor
+from autotune.execution.replay import ReplayExecutor, ReplayTable
 from tests.workers.conftest import REPO, digits_workload
 
 DIGITS_TABLE = REPO / "experiments" / "tables" / "digits.csv"

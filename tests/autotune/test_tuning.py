@@ -13,14 +13,14 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from autotune.contract import HeadToHeadResult, HeadToHeadSpec
-from autotune.errors import NoFeasibleConfiguration, RequestError
-from autotune.executors import InProcessExecutor
-from autotune.request import load_request
+from autotune.core.contract import HeadToHeadResult, HeadToHeadSpec
+from autotune.core.errors import NoFeasibleConfiguration, RequestError
+from autotune.execution.executors import InProcessExecutor
+from autotune.requests.request import load_request
 from autotune.results import opened_store
+from autotune.search.warm_start import load_warm_start
 from autotune.tracking import PARENT_TAG, ROUND_TAG, STUDY_TAG, TRIAL_TAG, is_number
 from autotune.tuning import TuneOptions, run_tune, study_front
-from autotune.warm_start import load_warm_start
 from tests.conftest import ADMIN_URL, FAST_VALIDATION, postgres_databases, stored_trials
 
 INPROCESS = TuneOptions(executor="inprocess", seed=0)

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.hardware import load_profile
-from autotune.space import effective_space, load_space
+from autotune.space.hardware import load_profile
+from autotune.space.search_space import effective_space, load_space
 from experiments.tables import record
 from tests.conftest import REPO
-from workers.probe import probe
+from workers.building.probe import probe
 
 HEADER_TAIL = [
     "status",

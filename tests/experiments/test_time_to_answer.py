@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from autotune.contract import Contention, Provenance, TrialStatus
-from autotune.request import TuningRequest
+from autotune.core.contract import Contention, Provenance, TrialStatus
+from autotune.requests.request import TuningRequest
 from autotune.results.records import TrialMarks, TrialRecord, TrialState
 from experiments import detector as det
 from experiments import time_to_answer as tta

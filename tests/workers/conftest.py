@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotune.contract import (
+from autotune.core.contract import (
     ConfigValue,
     DataRef,
     MeasurementSettings,
@@ -70,9 +70,9 @@ def spec_for(
 def skip_unless_runnable_here(config: dict[str, ConfigValue], model_kind: str = "torch") -> None:
     """Skips the calling test where this machine cannot run `config` (bf16 on a CPU without
     bf16 instructions, say), naming the reason the knobs give."""
-    from autotune.errors import Unsupported
-    from workers.config import parse_config
-    from workers.runtimes import check_runtime
+    from autotune.core.errors import Unsupported
+    from autotune.core.knobs.config import parse_config
+    from workers.building.runtimes import check_runtime
 
     try:
         check_runtime(parse_config(config, model_kind), model_kind)
@@ -98,7 +98,7 @@ def export_digits_onnx(module, path: Path, batch: int | None = None) -> Path:  #
     """Export the digits CNN; with `batch`, the batch axis is fixed to that size."""
     import torch
 
-    from workers.transforms import torch_to_onnx
+    from workers.building.transforms import torch_to_onnx
 
     if batch is None:
         path.write_bytes(torch_to_onnx(module, np.zeros((2, 1, 8, 8), np.float32)))

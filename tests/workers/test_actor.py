@@ -5,7 +5,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from autotune.contract import ModelRef, Workload
+from autotune.core.contract import ModelRef, Workload
 from tests.workers.conftest import digits_workload, spec_for
 from workers.actor import TrialWorker
 

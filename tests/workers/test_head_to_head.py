@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.contract import Entrant, HeadToHeadSpec
-from autotune.validation import ratio
+from autotune.conclusion.decision import ratio
+from autotune.core.contract import Entrant, HeadToHeadSpec
 from tests.workers.conftest import FAST, digits_workload
 from workers.head_to_head import block_settings, run_head_to_head
 

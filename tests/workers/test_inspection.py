@@ -10,11 +10,11 @@ import numpy as np
 import onnx
 import pytest
 
-from autotune.contract import DataRef, MetricRef, ModelRef, Workload
-from autotune.errors import RequestError
+from autotune.core.contract import DataRef, MetricRef, ModelRef, Workload
+from autotune.core.errors import RequestError
 from tests.workers.conftest import digits_workload
 from workers import inspect_workload
-from workers.store import WorkloadStore
+from workers.cache import WorkloadStore
 
 
 def inspect(workload: Workload):  # type: ignore[no-untyped-def]

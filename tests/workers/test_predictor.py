@@ -9,15 +9,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autotune.contract import ConfigValue
+from autotune.core.contract import ConfigValue
 from tests.workers.conftest import digits_workload, skip_unless_runnable_here, spec_for
 from workers import export_artifact
-from workers.knobs.openvino import OpenVinoSession
-from workers.ort_session import OnnxRuntimeSession
+from workers.building.knobs.openvino import OpenVinoSession
+from workers.building.ort_session import OnnxRuntimeSession
+from workers.building.runtimes import opened
+from workers.building.torch_sessions import TorchCompileSession, TorchEagerSession
+from workers.cache import WorkloadStore
 from workers.predictor import load_predictor
-from workers.runtimes import opened
-from workers.store import WorkloadStore
-from workers.torch_sessions import TorchCompileSession, TorchEagerSession
 
 STORE = WorkloadStore()
 
@@ -47,7 +47,7 @@ CASES: list[Any] = [
 
 def trial_outputs(config: dict[str, ConfigValue]) -> np.ndarray:
     """What the trial's own session gives on the evaluation inputs, batched as measured."""
-    from workers.evaluate import run_all
+    from workers.measuring.evaluate import run_all
 
     loaded = STORE.get(digits_workload())
     parsed = loaded.parse(config)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from autotune.contract import (
+from autotune.core.contract import (
     ConfigValue,
     DataRef,
     MetricRef,
@@ -20,9 +20,9 @@ from autotune.contract import (
     ScreenObjective,
     TrialResult,
     Workload,
-    variant_key,
 )
-from autotune.errors import RequestError
+from autotune.core.errors import RequestError
+from autotune.core.knobs import variant_key
 from tests.workers.conftest import (
     FAST,
     digits_workload,
@@ -31,9 +31,9 @@ from tests.workers.conftest import (
     spec_for,
 )
 from workers import evaluate_artifact, export_artifact, run_trial
-from workers.energy import EnergyReading
+from workers.cache import LoadedWorkload, WorkloadStore
+from workers.measuring.energy import EnergyReading
 from workers.runner import scan_batches
-from workers.store import LoadedWorkload, WorkloadStore
 
 STORE = WorkloadStore(capacity=4)  # shared, so each variant is built and evaluated once
 
@@ -392,8 +392,8 @@ def test_concurrent_load_counts_every_thread_s_requests(
 ) -> None:
     import threading
 
-    from workers.ort_session import OnnxRuntimeSession
-    from workers.torch_sessions import TorchEagerSession
+    from workers.building.ort_session import OnnxRuntimeSession
+    from workers.building.torch_sessions import TorchEagerSession
 
     session_class = OnnxRuntimeSession if engine == "onnxruntime" else TorchEagerSession
     callers: list[int] = []
@@ -437,11 +437,11 @@ def test_concurrency_that_a_session_cannot_take_is_unsupported(
 def test_the_hardware_fingerprint_is_probed_once_per_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import workers.probe
-    from autotune.contract import HardwareProfile
-    from workers import runtimes
+    import workers.building.probe
+    from autotune.core.contract import HardwareProfile
+    from workers.building import runtimes
 
-    real_probe = workers.probe.probe
+    real_probe = workers.building.probe.probe
     probes: list[str] = []
 
     def counting_probe() -> HardwareProfile:
@@ -450,7 +450,7 @@ def test_the_hardware_fingerprint_is_probed_once_per_process(
         return profile
 
     runtimes.machine_profile.cache_clear()
-    monkeypatch.setattr(workers.probe, "probe", counting_probe)
+    monkeypatch.setattr(workers.building.probe, "probe", counting_probe)
     first, second = ok({"batch.size": 2}), ok({"batch.size": 5})
     assert probes and len(probes) == 1
     assert first.provenance and second.provenance

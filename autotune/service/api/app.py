@@ -8,7 +8,8 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
-from autotune.request import TuningRequest
+from autotune.requests.request import TuningRequest
+from autotune.requests.sources import ModelStore
 from autotune.service.api import health, jobs, watches
 from autotune.service.api.bodies import BodyLimit
 from autotune.service.api.dependencies import Service
@@ -21,7 +22,6 @@ from autotune.service.settings import ServiceSettings
 from autotune.service.submission import SERVICE_FIELDS
 from autotune.service.supervisor import RunnerCounts
 from autotune.service.watches import WatchStore
-from autotune.sources import ModelStore
 
 
 class ServiceApp(FastAPI):

@@ -15,9 +15,9 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from autotune.errors import RequestError
+from autotune.core.errors import RequestError
+from autotune.requests.sources import UploadTooLarge
 from autotune.service.api.errors import json_safe, problem
-from autotune.sources import UploadTooLarge
 
 # The request document itself (not a model upload) is small; anything bigger is refused.
 MAX_DOCUMENT_BYTES = 1 << 20

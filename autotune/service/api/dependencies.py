@@ -9,13 +9,13 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from autotune.requests.sources import ModelStore
 from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
 from autotune.service.supervisor import RunnerCounts
 from autotune.service.tokens import Principal, authenticate
 from autotune.service.watches import WatchStore
-from autotune.sources import ModelStore
 
 
 @dataclass(frozen=True)

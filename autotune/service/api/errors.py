@@ -16,8 +16,8 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from autotune.errors import Conflict, NotFound, RequestError, Unauthorized
-from autotune.sources import UploadTooLarge
+from autotune.core.errors import Conflict, NotFound, RequestError, Unauthorized
+from autotune.requests.sources import UploadTooLarge
 
 DATABASE_DOWN = "the service's job database is unavailable; try again later"
 # What the job database raises when it cannot be reached (refused, gone, timed out): the

@@ -8,7 +8,8 @@ from typing import Any, BinaryIO, cast
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 
-from autotune.errors import Conflict, RequestError
+from autotune.conclusion.tuned_file import TunedConfig
+from autotune.core.errors import Conflict, RequestError
 from autotune.service.api.bodies import (
     JSON_TYPE,
     MULTIPART_TYPE,
@@ -40,7 +41,6 @@ from autotune.service.db import Job
 from autotune.service.jobs import JobState
 from autotune.service.submission import prepare_job
 from autotune.service.tokens import Principal
-from autotune.tuned import TunedConfig
 
 _DOCUMENT_SCHEMA = {"$ref": REQUEST_REF}
 SUBMIT_BODY = {

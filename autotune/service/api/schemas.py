@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from autotune.request import MAX_TRIALS
+from autotune.requests.request import MAX_TRIALS
 from autotune.service.jobs import JobState
 
 REQUEST_REF = "#/components/schemas/TuningRequest"

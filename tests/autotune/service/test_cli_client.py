@@ -21,7 +21,7 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from autotune.cli import app
-from autotune.errors import Conflict, RequestError
+from autotune.core.errors import Conflict, RequestError
 from autotune.service import Database, JobRunner, JobStore, ServiceSettings, create_app
 from autotune.service.client import ServiceClient
 from autotune.service.tokens import create_token

@@ -14,14 +14,15 @@ import onnx
 import pytest
 from mlflow.tracking import MlflowClient
 
-from autotune.contract import ModelRef
-from autotune.errors import RequestError
+from autotune.core.contract import ModelRef
+from autotune.core.errors import RequestError
+from autotune.requests.sources import source_fingerprint
 from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
 from autotune.service.submission import prepare_job
 from autotune.service.tokens import Principal
-from autotune.sources import source_fingerprint
+from tests.autotune.requests.test_sources import tiny_onnx
 from tests.autotune.service.support import (
     job_states,
     principal,
@@ -31,7 +32,6 @@ from tests.autotune.service.support import (
     sqlite_settings,
     wait_for,
 )
-from tests.autotune.test_sources import tiny_onnx
 from tests.conftest import postgres_databases, stored_trials
 
 

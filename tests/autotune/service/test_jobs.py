@@ -11,7 +11,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from autotune.errors import Conflict, NotFound
+from autotune.core.errors import Conflict, NotFound
 from autotune.service.db import VERSION_TABLE, Base, Database
 from autotune.service.jobs import JobDraft, JobStore
 from autotune.service.tokens import Principal

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from autotune.contract import NodeInfo, NodeKind
-from autotune.errors import RequestError
-from autotune.hardware import load_profile
+from autotune.core.contract import NodeInfo, NodeKind
+from autotune.core.errors import RequestError
 from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
@@ -21,8 +20,10 @@ from autotune.service.settings import HardwareSurvey, ServiceSettings
 from autotune.service.submission import prepare_job
 from autotune.service.tokens import Principal
 from autotune.service.watches import Scheduler, WatchStore, next_run, parse_every
-from autotune.space import SPACES_DIR
+from autotune.space.hardware import load_profile
+from autotune.space.search_space import SPACES_DIR
 from experiments.digits.model import export_weights
+from tests.autotune.requests.test_sources import tiny_onnx
 from tests.autotune.service.support import (
     principal,
     service_request,
@@ -30,7 +31,6 @@ from tests.autotune.service.support import (
     sqlite_settings,
     wait_for,
 )
-from tests.autotune.test_sources import tiny_onnx
 from tests.conftest import postgres_databases, stored_trials
 
 PROFILES = SPACES_DIR / "profiles"

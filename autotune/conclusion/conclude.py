@@ -1,0 +1,174 @@
+"""After the search: the feasible Pareto front, the finalists head to head, the export of
+the chosen configuration's optimized model, the tuned file, and all of it in the tracker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.conclusion.decision import headline_metrics
+from autotune.conclusion.front import pareto_front
+from autotune.conclusion.head_to_head import Revalidation, Revalidator
+from autotune.conclusion.tuned_file import ConstraintOutcome, TunedConfig, reported
+from autotune.core.contract import ArtifactInfo, HardwareProfile, ModelInfo, TrialSpec, Workload
+from autotune.core.errors import NoFeasibleConfiguration
+from autotune.core.metrics import BOUNDS, OBJECTIVES
+from autotune.requests.request import TuningRequest
+from autotune.results.records import Candidate
+from autotune.tracking import is_number
+
+if TYPE_CHECKING:
+    from autotune.execution.executors import Executor
+    from autotune.results.store import ResultStore
+    from autotune.tracking import Tracker
+
+
+@dataclass
+class TuneOutcome:
+    study_name: str
+    baseline: Candidate
+    candidates: list[Candidate]
+    front: list[Candidate]
+    tuned: TunedConfig | None
+    n_trials: int
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Conclusion:
+    """Turns a searched study into its outcome."""
+
+    request: TuningRequest
+    workload: Workload
+    model_info: ModelInfo
+    profile: HardwareProfile
+    executor: Executor
+    store: ResultStore
+    tracker: Tracker
+    artifact_dir: Path
+    on_phase: Callable[[str], None]
+    previous_tuned: dict[str, Any] | None = None
+
+    def conclude(self, baseline: Candidate) -> TuneOutcome:
+        objectives = [OBJECTIVES[o] for o in self.request.objectives]
+        candidates = [r.candidate() for r in self.store.completed()]
+        feasible = [c for c in candidates if c.feasible]
+        front = pareto_front(feasible, objectives)
+        energy_sources = sorted({str(c.metrics["energy_source"]) for c in candidates})
+        outcome = TuneOutcome(
+            self.store.name, baseline, candidates, front, None, self.store.counted()
+        )
+        tags = {
+            "energy_source": ",".join(energy_sources),
+            "n_feasible": str(len(feasible)),
+            "baseline_trial": str(baseline.trial_number),
+        }
+        if "estimate" in energy_sources:
+            outcome.notes.append(
+                "energy figures are estimates from CPU time and a power model, not measurements"
+            )
+        if not front:
+            summary = prefixed("baseline", baseline.metrics)
+            self.tracker.log_results(candidates, front, objectives, summary, {}, None, tags)
+            self.tracker.finish("FINISHED")
+            raise NoFeasibleConfiguration(
+                f"none of {len(candidates)} measured configurations meets the constraints"
+            )
+        revalidation = Revalidator(
+            self.request,
+            self.workload,
+            self.store.name,
+            self.executor,
+            self.store,
+            self.on_phase,
+        ).revalidate(front, baseline)
+        if revalidation.reused:
+            outcome.notes.append(
+                "nothing new was measured since the last head-to-head: its figures are reused "
+                "(validation.remeasure_on_resume: true measures the finalists again)"
+            )
+        self.tracker.log_revalidation(revalidation.report)
+        chosen = revalidation.chosen
+        outcome.baseline = revalidation.baseline
+        artifact = self._export(chosen)
+        outcome.tuned = self._tuned_config(revalidation, artifact.path)
+        tags.update(
+            {
+                "chosen_trial": str(chosen.trial_number),
+                "artifact_sha256": artifact.sha256,
+                "autotune.headline": revalidation.headline.text,
+                "autotune.conditions": revalidation.headline.conditions,
+            }
+        )
+        figures = {
+            **prefixed("baseline", revalidation.baseline.metrics),
+            **prefixed("tuned", chosen.metrics),
+            **headline_metrics(revalidation.headline),
+        }
+        documents = {"tuned.yaml": outcome.tuned.model_dump(mode="json")}
+        artifact_dir = str(Path(artifact.path).parent)
+        self.tracker.log_results(
+            candidates, front, objectives, figures, documents, artifact_dir, tags
+        )
+        if self.previous_tuned is not None:
+            self.tracker.log_comparison(self.previous_tuned, outcome.tuned.model_dump(mode="json"))
+        self.tracker.finish("FINISHED")
+        return outcome
+
+    def _export(self, chosen: Candidate) -> ArtifactInfo:
+        spec = TrialSpec(
+            study=self.store.name,
+            trial_number=chosen.trial_number,
+            purpose="export",
+            workload=self.workload,
+            config=chosen.config,
+            measurement=self.request.measurement,
+        )
+        self.artifact_dir.mkdir(parents=True, exist_ok=True)
+        self.on_phase("export: the optimized model")
+        return self.executor.export(spec, str(self.artifact_dir.resolve()))
+
+    def _tuned_config(self, revalidation: Revalidation, artifact_path: str) -> TunedConfig:
+        request = self.request
+        chosen = revalidation.chosen
+        constraints = {
+            name: ConstraintOutcome(
+                bound=bound,
+                value=float(chosen.metrics[BOUNDS[name].metric.name]),
+                met=chosen.violations[name] <= 0,
+            )
+            for name, bound in request.constraints.model_dump(exclude_none=True).items()
+        }
+        record = next(r for r in self.store.completed() if r.number == chosen.trial_number)
+        software = record.provenance.software if record.provenance is not None else {}
+        model = request.model or self.workload.model  # a replay's request may have none
+        info = self.model_info
+        return TunedConfig(
+            config=chosen.config,
+            metrics=reported(chosen.metrics, request.cost),
+            baseline=reported(revalidation.baseline.metrics, request.cost),
+            constraints=constraints,
+            model={"source": model.onnx or model.entry_point or "", "sha256": info.sha256},
+            hardware={"fingerprint": self.profile.fingerprint, **self.profile.model_dump()},
+            software=software,
+            study={
+                "name": self.store.name,
+                "storage": self.store.location,
+                "n_trials": self.store.counted(),
+                "trial_number": chosen.trial_number,
+            },
+            mlflow={
+                "tracking_uri": request.tracking.uri,
+                "experiment_id": self.tracker.experiment_id,
+                "run_id": self.tracker.parent_run_id,
+            },
+            artifact=artifact_path,
+            headline=revalidation.headline,
+            revalidation=revalidation.report,
+        )
+
+
+def prefixed(prefix: str, metrics: dict[str, Any]) -> dict[str, float]:
+    return {f"{prefix}.{k}": float(v) for k, v in metrics.items() if is_number(v)}

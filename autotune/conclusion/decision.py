@@ -1,0 +1,255 @@
+"""Re-validation: before a configuration is returned, the finalists (the provisional choice
+and its nearest Pareto neighbours) and the baseline are measured head to head, in
+interleaved rounds (`workers.head_to_head`), and the re-measured figures decide.
+
+- Every comparison is a paired ratio: per round, one configuration's figure divided by the
+  other's from the same round, summarised by the median of those ratios and its
+  distribution-free 95% interval (`autotune.core.stats.paired_ratio`).
+- The leader is the selection's pick on the re-measured figures. A finalist whose paired
+  ratio to the leader on the selection's metric has an interval containing 1 is tied with
+  it: the difference is inside the measured noise. Among the leader and its ties, the
+  configuration with the fewest changes from the baseline wins (it is the simplest to
+  deploy); the leader wins a tie on that too.
+- The headline is the chosen configuration against the baseline as paired ratios, with the
+  number of rounds and whether other load was seen in them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from pydantic import Field
+
+from autotune.conclusion.front import select, selection_metric
+from autotune.core.contract import Contention, EntrantOutcome, RoundFigures, Strict
+from autotune.core.metrics import (
+    ENERGY,
+    LATENCY_P50,
+    LATENCY_P95,
+    LATENCY_PER_SAMPLE,
+    THROUGHPUT,
+    Direction,
+    Metric,
+    get_metric,
+    latency_per_sample_ms,
+)
+from autotune.core.stats import PairedRatio, paired_ratio
+from autotune.requests.request import Selection
+from autotune.results.records import Candidate
+
+
+def nearest_neighbours(
+    chosen: Candidate, front: Sequence[Candidate], metrics: Sequence[Metric], count: int
+) -> list[Candidate]:
+    """The `count` front members closest to `chosen` in min-max normalized objective space."""
+    others = [c for c in front if c.trial_number != chosen.trial_number]
+    spans = {}
+    for metric in metrics:
+        values = [float(c.metrics[metric.name]) for c in front]
+        spans[metric.name] = (min(values), (max(values) - min(values)) or 1.0)
+
+    def distance(candidate: Candidate) -> float:
+        total = 0.0
+        for metric in metrics:
+            low, span = spans[metric.name]
+            a = (float(candidate.metrics[metric.name]) - low) / span
+            b = (float(chosen.metrics[metric.name]) - low) / span
+            total += (a - b) ** 2
+        return total
+
+    return sorted(others, key=lambda c: (distance(c), c.trial_number))[:count]
+
+
+def with_metrics(
+    candidate: Candidate, metrics: dict[str, Any], violations: dict[str, float]
+) -> Candidate:
+    return replace(
+        candidate,
+        metrics=metrics,
+        violations=violations,
+        feasible=all(v <= 0 for v in violations.values()),
+    )
+
+
+# The metrics a round measures, read from one entrant's block in one round.
+ROUND_FIGURES: dict[str, Callable[[RoundFigures], float]] = {
+    LATENCY_P50.name: lambda f: f.latency_p50_ms,
+    LATENCY_P95.name: lambda f: f.latency_p95_ms,
+    LATENCY_PER_SAMPLE.name: lambda f: latency_per_sample_ms(f.throughput_per_s),
+    THROUGHPUT.name: lambda f: f.throughput_per_s,
+    ENERGY.name: lambda f: f.energy_per_sample_j,
+}
+
+
+def ratio(a: EntrantOutcome, b: EntrantOutcome, metric: str) -> PairedRatio:
+    """a's figure over b's, paired round by round."""
+    read = ROUND_FIGURES[metric]
+    return paired_ratio([read(f) for f in a.rounds], [read(f) for f in b.rounds])
+
+
+def changes_from(config: dict[str, Any], baseline: dict[str, Any]) -> int:
+    """How many settings differ from the baseline's (a setting on one side only counts)."""
+    return sum(config.get(k) != baseline.get(k) for k in set(config) | set(baseline))
+
+
+@dataclass(frozen=True)
+class Decision:
+    leader: Candidate
+    chosen: Candidate
+    tied_with: list[int]
+    because: str
+
+
+def decide(
+    kept: Sequence[Candidate],
+    outcomes: dict[int, EntrantOutcome],
+    selection: Selection,
+    baseline_config: dict[str, Any],
+) -> Decision:
+    """The leader on the re-measured figures, and the simplest configuration tied with it
+    (see the module docstring)."""
+    leader = select(kept, selection)
+    metric = selection_metric(selection).name
+    tied = []
+    if metric in ROUND_FIGURES:
+        mine = outcomes[leader.trial_number]
+        tied = [
+            c
+            for c in kept
+            if c.trial_number != leader.trial_number
+            and ratio(outcomes[c.trial_number], mine, metric).contains(1.0)
+        ]
+    chosen = min(
+        [leader, *tied],
+        key=lambda c: (changes_from(c.config, baseline_config), c is not leader, c.trial_number),
+    )
+    if chosen is leader:
+        because = f"the best {metric} of the finalists"
+        if tied:
+            because += f"; tied within the noise with {_numbers(tied)}, none of them simpler"
+    else:
+        because = (
+            f"tied within the noise with #{leader.trial_number} on {metric}, with fewer changes "
+            f"from the baseline ({changes_from(chosen.config, baseline_config)} vs "
+            f"{changes_from(leader.config, baseline_config)})"
+        )
+    return Decision(leader, chosen, [c.trial_number for c in tied], because)
+
+
+def _numbers(candidates: Sequence[Candidate]) -> str:
+    return ", ".join(f"#{c.trial_number}" for c in candidates)
+
+
+class Ratio(Strict):
+    ratio: float = Field(description="median over the rounds of tuned / baseline")
+    ci_low: float = Field(description="the 95% interval of that median")
+    ci_high: float
+
+
+Conditions = Literal["quiet", "contended", "replayed"]
+
+
+class Headline(Strict):
+    """The chosen configuration against the baseline, as measured side by side."""
+
+    text: str
+    ratios: dict[str, Ratio] = Field(description="metric -> tuned / baseline, paired per round")
+    rounds: int
+    contended_rounds: int
+    conditions: Conditions
+    same_as_baseline: bool
+
+
+def headline_metrics(summary: Headline) -> dict[str, float]:
+    """The headline's paired ratios as MLflow metrics: headline.<metric>.{ratio,ci_low,ci_high}."""
+    figures = {"headline.rounds": float(summary.rounds)}
+    figures["headline.contended_rounds"] = float(summary.contended_rounds)
+    for metric, value in summary.ratios.items():
+        for part, number in value.model_dump().items():
+            figures[f"headline.{metric}.{part}"] = float(number)
+    return figures
+
+
+def _lead(selection: Selection) -> str:
+    """The figure a headline leads with: the selection's, throughput where a round does not
+    measure that (accuracy)."""
+    metric = selection_metric(selection).name
+    return metric if metric in ROUND_FIGURES else THROUGHPUT.name
+
+
+def ratios_to(entrant: EntrantOutcome, baseline: EntrantOutcome) -> dict[str, Ratio]:
+    """Every round figure of `entrant` over the baseline's, paired per round; a figure that
+    was not measured (zero, as in a replayed table without energy, or the time per sample
+    derived from a zero throughput) is left out."""
+    ratios = {}
+    for metric, read in ROUND_FIGURES.items():
+        if not all(0 < read(f) < math.inf for f in [*entrant.rounds, *baseline.rounds]):
+            continue
+        paired = ratio(entrant, baseline, metric)
+        ratios[metric] = Ratio(ratio=paired.median, ci_low=paired.low, ci_high=paired.high)
+    return ratios
+
+
+def headline(
+    chosen: EntrantOutcome,
+    baseline: EntrantOutcome,
+    contention: Sequence[Contention],
+    selection: Selection,
+    energy_estimated: bool,
+) -> Headline:
+    """The paired ratios of every round figure, and one sentence that leads with the
+    selection's figure, adds throughput and energy, and states the rounds and conditions."""
+    ratios = ratios_to(chosen, baseline)
+    rounds = len(chosen.rounds)
+    contended = sum(c.contended for c in contention)
+    conditions: Conditions = "replayed" if not contention else "contended" if contended else "quiet"
+    same = chosen.trial_number == baseline.trial_number
+    if same:
+        text = "the unmodified model is the best choice: no finalist beat it beyond the noise"
+    else:
+        order = (_lead(selection), THROUGHPUT.name, LATENCY_P95.name, ENERGY.name)
+        shown = [m for m in dict.fromkeys(order) if m in ratios]
+        parts = [
+            _phrase(m, ratios[m])
+            + (" (estimated)" if m == ENERGY.name and energy_estimated else "")
+            for m in shown
+        ]
+        text = "; ".join(parts)
+    text += f"; {rounds} paired rounds, {_conditions(conditions, contended, rounds)}"
+    return Headline(
+        text=text,
+        ratios=ratios,
+        rounds=rounds,
+        contended_rounds=contended,
+        conditions=conditions,
+        same_as_baseline=same,
+    )
+
+
+def _phrase(name: str, value: Ratio) -> str:
+    """A higher-is-better figure (throughput) as its ratio; a lower-is-better one as how many
+    times lower (or higher) it is than the baseline's, its interval turned the same way."""
+    metric = get_metric(name)
+    interval = _interval(value.ci_low, value.ci_high)
+    if metric.direction is Direction.MAXIMIZE:
+        return f"{value.ratio:.3g}× {metric.label} {interval}"
+    if value.ratio <= 1.0:
+        low, high = 1 / value.ci_high, 1 / value.ci_low
+        return f"{1 / value.ratio:.3g}× lower {metric.label} {_interval(low, high)}"
+    return f"{value.ratio:.3g}× higher {metric.label} {interval}"
+
+
+def _interval(low: float, high: float) -> str:
+    return f"(95% CI {low:.3g}–{high:.3g}×)"
+
+
+def _conditions(conditions: Conditions, contended: int, rounds: int) -> str:
+    if conditions != "contended":
+        return conditions
+    return (
+        f"contended: {contended / rounds:.0%} of the rounds saw other load; re-run on an idle "
+        "machine for a firm figure"
+    )

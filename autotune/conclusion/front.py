@@ -1,0 +1,130 @@
+"""Pareto fronts over typed metrics, and the choice of one configuration from a front."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from autotune.core.metrics import ACCURACY, OBJECTIVES, Direction, Metric, with_derived
+from autotune.requests.request import Selection
+from autotune.results.records import Candidate
+
+if TYPE_CHECKING:
+    from autotune.results.store import ResultStore
+
+
+def _oriented(candidate: Candidate, metrics: Sequence[Metric]) -> tuple[float, ...]:
+    """Values turned so that smaller is better for every metric."""
+    return tuple(
+        -_value(candidate, m) if m.direction is Direction.MAXIMIZE else _value(candidate, m)
+        for m in metrics
+    )
+
+
+def _value(candidate: Candidate, metric: Metric) -> Any:
+    """A trial recorded before a derived metric existed has it derived (`with_derived`)."""
+    if metric.name in candidate.metrics:
+        return candidate.metrics[metric.name]
+    return with_derived(candidate.metrics)[metric.name]
+
+
+def dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True)) and any(
+        x < y for x, y in zip(a, b, strict=True)
+    )
+
+
+def pareto_front(candidates: Sequence[Candidate], metrics: Sequence[Metric]) -> list[Candidate]:
+    """The non-dominated candidates, in the order given. Equal points all stay."""
+    points = [_oriented(c, metrics) for c in candidates]
+    return [
+        c
+        for i, c in enumerate(candidates)
+        if not any(dominates(points[j], points[i]) for j in range(len(points)) if j != i)
+    ]
+
+
+def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -> float:
+    """The hypervolume that smaller-is-better `points` dominate up to `reference`; points not
+    strictly better than it in every objective add nothing."""
+    import numpy as np
+
+    from autotune.optuna_api import compute_hypervolume
+
+    inside = [p for p in points if all(x < r for x, r in zip(p, reference, strict=True))]
+    if not inside:
+        return 0.0
+    return float(compute_hypervolume(np.array(inside, dtype=float), np.array(reference, float)))
+
+
+def by_contribution(front: Sequence[Candidate], metrics: Sequence[Metric]) -> list[Candidate]:
+    """The front, the point whose loss would cost the most hypervolume first. The reference
+    point lies a tenth of the front's extent beyond its worst value of each metric."""
+    points = [_oriented(c, metrics) for c in front]
+    if len(points) < 2:
+        return list(front)
+    worst = [max(column) for column in zip(*points, strict=True)]
+    best = [min(column) for column in zip(*points, strict=True)]
+    reference = [w + max(0.1 * (w - b), 1e-12) for w, b in zip(worst, best, strict=True)]
+    total = hypervolume(points, reference)
+    losses = [
+        total - hypervolume(points[:i] + points[i + 1 :], reference) for i in range(len(points))
+    ]
+    order = sorted(range(len(front)), key=lambda i: -losses[i])
+    return [front[i] for i in order]
+
+
+def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
+    """Pick the one configuration to return from a non-empty feasible front."""
+    if not front:
+        raise ValueError("cannot select from an empty front")
+    strategy = selection.strategy
+    if strategy == "weighted":
+        weights = {str(name): w for name, w in (selection.weights or {}).items()}
+        return min(front, key=lambda c: _weighted_score(c, front, weights))
+    metric = selection_metric(selection)
+    # Ties on the chosen metric go to higher accuracy, then to the lower trial number.
+    return min(
+        front,
+        key=lambda c: (
+            _oriented(c, [metric])[0],
+            _oriented(c, [ACCURACY])[0],
+            c.trial_number,
+        ),
+    )
+
+
+# The objective each selection strategy ranks the front by (a weighted choice breaks ties on
+# latency per call).
+SELECTION_OBJECTIVES = {
+    "lowest_latency": "latency",
+    "highest_throughput": "throughput",
+    "lowest_energy": "energy",
+    "highest_accuracy": "accuracy",
+    "weighted": "latency",
+}
+
+
+def selection_metric(selection: Selection) -> Metric:
+    """The metric a selection ranks by (latency per call for a weighted choice)."""
+    return OBJECTIVES[SELECTION_OBJECTIVES[selection.strategy]]
+
+
+def _weighted_score(
+    candidate: Candidate, front: Sequence[Candidate], weights: Mapping[str, float]
+) -> float:
+    score = 0.0
+    for objective, weight in weights.items():
+        metric = OBJECTIVES[objective]
+        values = [_oriented(c, [metric])[0] for c in front]
+        low, high = min(values), max(values)
+        span = high - low
+        mine = _oriented(candidate, [metric])[0]
+        score += weight * ((mine - low) / span if span > 0 else 0.0)
+    return score
+
+
+def front_of(store: ResultStore) -> list[Candidate]:
+    """A study's feasible Pareto front, over the objectives the study was run with."""
+    objectives = [OBJECTIVES[o] for o in store.objective_names()]
+    return pareto_front([r.candidate() for r in store.completed() if r.feasible], objectives)

@@ -1,0 +1,288 @@
+"""The finalists head to head: after the search, the provisional choice, its nearest front
+neighbours and the baseline are re-measured in interleaved rounds on one slot, and the
+choice is made on those paired figures (`autotune.conclusion.decision`). When none of the finalists
+is feasible on the re-measured figures, the next ones are tried. The baseline, where it
+meets the constraints re-measured, is in the decision too: the unmodified model stays unless
+a finalist beats it beyond the noise. On a resume that measured
+nothing new the stored comparison is reused, unless the request asks for
+`validation.remeasure_on_resume`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune.conclusion.decision import (
+    Headline,
+    changes_from,
+    decide,
+    headline,
+    nearest_neighbours,
+    ratios_to,
+    with_metrics,
+)
+from autotune.conclusion.front import select
+from autotune.conclusion.tuned_file import reported
+from autotune.core.contract import (
+    Contention,
+    Entrant,
+    EntrantOutcome,
+    HeadToHeadResult,
+    HeadToHeadSpec,
+    Workload,
+)
+from autotune.core.errors import AutotuneError, MeasurementContended, NoFeasibleConfiguration
+from autotune.core.metrics import OBJECTIVES, constraint_violations, with_accuracy_drop
+from autotune.requests.request import TuningRequest
+from autotune.results.records import Candidate, StoredRevalidation
+
+if TYPE_CHECKING:
+    from autotune.execution.executors import Executor
+    from autotune.results.store import ResultStore
+
+
+@dataclass
+class Revalidation:
+    chosen: Candidate
+    baseline: Candidate
+    report: dict[str, Any]
+    headline: Headline
+    reused: bool = False  # the stored head-to-head of an earlier round, not measured now
+
+
+@dataclass
+class Revalidator:
+    request: TuningRequest
+    workload: Workload
+    study: str
+    executor: Executor
+    store: ResultStore
+    on_phase: Callable[[str], None]
+
+    def revalidate(self, front: list[Candidate], baseline: Candidate) -> Revalidation:
+        basis = self._basis(front)
+        stored = self._stored(front, baseline, basis)
+        if stored is not None:
+            return stored
+        objectives = [OBJECTIVES[o] for o in self.request.objectives]
+        remaining = list(front)
+        comparisons: list[list[dict[str, Any]]] = []
+        while remaining:
+            provisional = select(remaining, self.request.selection)
+            neighbours = nearest_neighbours(
+                provisional, remaining, objectives, self.request.validation.neighbours
+            )
+            finalists = [provisional, *neighbours]
+            compared = self._head_to_head(baseline, finalists)
+            outcomes = {o.trial_number: o for o in compared.entrants}
+            base_outcome = outcomes[baseline.trial_number]
+            remeasured_baseline = self._remeasured(baseline, base_outcome, baseline)
+            if remeasured_baseline is None:
+                raise AutotuneError(f"re-measuring the baseline failed: {base_outcome.reason}")
+            remeasured = [
+                self._remeasured(c, outcomes[c.trial_number], remeasured_baseline)
+                for c in finalists
+            ]
+            comparisons.append(
+                self._comparison(finalists, remeasured, outcomes, base_outcome, baseline)
+            )
+            kept = [c for c in remeasured if c is not None and c.feasible]
+            if kept:
+                return self._decided(
+                    self._with_baseline(kept, remeasured_baseline),
+                    outcomes,
+                    base_outcome,
+                    compared,
+                    remeasured_baseline,
+                    basis,
+                    comparisons,
+                    baseline,
+                )
+            done = {c.trial_number for c in finalists}
+            remaining = [c for c in remaining if c.trial_number not in done]
+        raise NoFeasibleConfiguration("no finalist met the constraints when re-measured")
+
+    @staticmethod
+    def _with_baseline(kept: list[Candidate], remeasured_baseline: Candidate) -> list[Candidate]:
+        """The finalists and, where it meets the constraints re-measured, the unmodified
+        model: a finalist that does not beat it beyond the noise is no reason to change it
+        (it has the fewest changes, so it wins a tie)."""
+        numbers = {c.trial_number for c in kept}
+        if remeasured_baseline.feasible and remeasured_baseline.trial_number not in numbers:
+            return [*kept, remeasured_baseline]
+        return kept
+
+    def _decided(
+        self,
+        kept: list[Candidate],
+        outcomes: dict[int, EntrantOutcome],
+        base_outcome: EntrantOutcome,
+        compared: HeadToHeadResult,
+        remeasured_baseline: Candidate,
+        basis: dict[str, Any],
+        comparisons: list[list[dict[str, Any]]],
+        baseline: Candidate,
+    ) -> Revalidation:
+        request = self.request
+        decision = decide(kept, outcomes, request.selection, baseline.config)
+        chosen = decision.chosen
+        summary = headline(
+            outcomes[chosen.trial_number],
+            base_outcome,
+            compared.contention,
+            request.selection,
+            chosen.metrics["energy_source"] == "estimate",
+        )
+        report = {
+            "rounds": request.validation.rounds,
+            "round_seconds": request.validation.round_seconds,
+            "comparisons": comparisons,
+            "contention": contention_summary(compared.contention),
+            "leader": decision.leader.trial_number,
+            "chosen": chosen.trial_number,
+            "chosen_because": decision.because,
+            "tied_with": decision.tied_with,
+            "baseline_trial": baseline.trial_number,
+            "baseline": reported(remeasured_baseline.metrics, request.cost),
+        }
+        self.store.save_revalidation(
+            StoredRevalidation(
+                report=report,
+                basis=basis,
+                chosen_metrics=chosen.metrics,
+                baseline_metrics=remeasured_baseline.metrics,
+                headline=summary.model_dump(mode="json"),
+            )
+        )
+        return Revalidation(chosen, remeasured_baseline, report, summary)
+
+    def _basis(self, front: list[Candidate]) -> dict[str, Any]:
+        """What a head-to-head's outcome depends on besides the machine: the trials measured,
+        the front, and the request's settings that pick, compare and report the finalists."""
+        request = self.request
+        return {
+            "n_trials": self.store.counted(),
+            "front": sorted(c.trial_number for c in front),
+            "selection": request.selection.model_dump(mode="json"),
+            "validation": request.validation.model_dump(
+                mode="json", exclude={"remeasure_on_resume"}
+            ),
+            "constraints": request.constraints.model_dump(mode="json"),
+            "cost": request.cost.model_dump(mode="json"),
+            "measurement": request.measurement.model_dump(mode="json"),
+        }
+
+    def _stored(
+        self, front: list[Candidate], baseline: Candidate, basis: dict[str, Any]
+    ) -> Revalidation | None:
+        """The stored head-to-head, when it was decided on this very basis (nothing new was
+        measured since) and the request does not ask to measure it again."""
+        if self.request.validation.remeasure_on_resume:
+            return None
+        stored = self.store.revalidation()
+        if stored is None or stored.basis != basis:
+            return None
+        candidates = [*front, baseline]  # the unmodified model may have stayed
+        chosen = next((c for c in candidates if c.trial_number == stored.report["chosen"]), None)
+        if chosen is None:
+            return None
+        return Revalidation(
+            self._with(chosen, stored.chosen_metrics),
+            self._with(baseline, stored.baseline_metrics),
+            stored.report,
+            Headline.model_validate(stored.headline),
+            reused=True,
+        )
+
+    def _with(self, candidate: Candidate, metrics: dict[str, Any]) -> Candidate:
+        bounds = self.request.constraints.model_dump(exclude_none=True)
+        return with_metrics(candidate, metrics, constraint_violations(bounds, metrics))
+
+    def _head_to_head(self, baseline: Candidate, finalists: list[Candidate]) -> HeadToHeadResult:
+        """The baseline and the finalists in interleaved rounds on one slot."""
+        entrants: list[Candidate] = [baseline]
+        entrants += [c for c in finalists if c.trial_number != baseline.trial_number]
+        validation = self.request.validation
+        spec = HeadToHeadSpec(
+            study=self.study,
+            workload=self.workload,
+            entrants=[
+                Entrant(
+                    trial_number=c.trial_number,
+                    config=c.config,
+                    known_accuracy=float(c.metrics["accuracy"]),
+                )
+                for c in entrants
+            ],
+            rounds=validation.rounds,
+            round_seconds=validation.round_seconds,
+            measurement=self.request.measurement,
+            timeout_s=self.request.budget.trial_timeout_s * len(entrants),
+        )
+        self.on_phase(
+            f"head to head: baseline and {len(entrants) - 1} finalists, {validation.rounds} rounds"
+        )
+        result = self.executor.compare(spec)
+        contended = [c for c in result.contention if c.contended]
+        if contended and self.request.measurement.contention == "fail":
+            raise MeasurementContended(
+                f"{len(contended)} of {len(result.contention)} head-to-head rounds saw other "
+                f"load ({contended[0].reasons[0]}); measurement.contention is 'fail': re-run "
+                "on an idle machine, or set it to 'warn' or 'wait'"
+            )
+        return result
+
+    def _remeasured(
+        self, candidate: Candidate, outcome: EntrantOutcome, baseline: Candidate
+    ) -> Candidate | None:
+        """The candidate with its head-to-head figures. The peak memory stays the search's:
+        a head-to-head holds every finalist's session at once."""
+        if outcome.metrics is None:
+            return None
+        metrics = with_accuracy_drop(outcome.metrics.model_dump(), baseline.metrics["accuracy"])
+        metrics["peak_memory_mb"] = candidate.metrics["peak_memory_mb"]
+        return self._with(candidate, metrics)
+
+    def _comparison(
+        self,
+        finalists: list[Candidate],
+        remeasured: list[Candidate | None],
+        outcomes: dict[int, EntrantOutcome],
+        base_outcome: EntrantOutcome,
+        baseline: Candidate,
+    ) -> list[dict[str, Any]]:
+        cost = self.request.cost
+        rows = []
+        for before, after in zip(finalists, remeasured, strict=True):
+            outcome = outcomes[before.trial_number]
+            ratios = None
+            if after is not None:
+                ratios = {m: r.model_dump() for m, r in ratios_to(outcome, base_outcome).items()}
+            rows.append(
+                {
+                    "trial": before.trial_number,
+                    "changes_from_baseline": changes_from(before.config, baseline.config),
+                    "status": outcome.status,
+                    "reason": outcome.reason,
+                    "search": reported(before.metrics, cost),
+                    "revalidated": None if after is None else reported(after.metrics, cost),
+                    "to_baseline": ratios,
+                    "feasible": after is not None and after.feasible,
+                }
+            )
+        return rows
+
+
+def contention_summary(rounds: list[Contention]) -> dict[str, Any]:
+    """How busy the machine was over a head-to-head's rounds."""
+    if not rounds:
+        return {"rounds": 0, "contended_rounds": 0}
+    return {
+        "rounds": len(rounds),
+        "contended_rounds": sum(c.contended for c in rounds),
+        "max_other_cpu_share": max(c.other_cpu_share for c in rounds),
+        "max_steal_share": max(c.steal_share for c in rounds),
+        "oversubscribed_rounds": sum(c.oversubscribed for c in rounds),
+        "reasons": sorted({r for c in rounds for r in c.reasons}),
+    }

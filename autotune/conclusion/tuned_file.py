@@ -1,0 +1,122 @@
+"""The tuned-config file: what a user gets back from a study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autotune.conclusion.decision import Headline
+from autotune.core.contract import ConfigValue, Strict
+from autotune.core.errors import RequestError
+from autotune.core.metrics import ENERGY, THROUGHPUT, reported_metrics, with_derived
+from autotune.requests.request import Cost
+
+
+class ConstraintOutcome(Strict):
+    bound: float
+    value: float
+    met: bool
+
+
+class TunedConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    config: dict[str, ConfigValue]
+    metrics: dict[str, Any]
+    baseline: dict[str, Any]
+    constraints: dict[str, ConstraintOutcome]
+    model: dict[str, str]
+    hardware: dict[str, Any]
+    software: dict[str, str]
+    study: dict[str, Any]
+    mlflow: dict[str, str]
+    artifact: str
+    headline: Headline
+    revalidation: dict[str, Any]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+class TunedKind(Strict):
+    """One kind of node's tuned file, in the list a tuning of several kinds writes."""
+
+    fingerprint: str
+    hardware: str = Field(description="the kind in a few words: cores, GPUs, hosts")
+    study: str
+    tuned: str = Field(description="the kind's tuned file, relative to the list")
+
+
+class TunedIndex(Strict):
+    """What a tuning of several kinds of node writes in place of one tuned file."""
+
+    kinds: list[TunedKind] = Field(min_length=2)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def is_index(path: Path) -> bool:
+    """Whether a tuned file is the list of several kinds' tuned files."""
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(loaded, dict) and set(loaded) == {"kinds"}
+
+
+def tuned_for_kind(path: Path, fingerprint: str) -> Path:
+    """In a list of several kinds' tuned files, the file of the kind `fingerprint` names; a
+    kind the list lacks is a `RequestError` naming those it has."""
+    try:
+        index = TunedIndex.model_validate(yaml.safe_load(path.read_text()))
+    except ValidationError as error:
+        rule = "must be a tuned file written by autotune tune"
+        raise RequestError("tuned file", f"{rule} ({type(error).__name__})", str(path)) from None
+    for kind in index.kinds:
+        if kind.fingerprint == fingerprint:
+            return path.parent / kind.tuned
+    known = "; ".join(f"{k.fingerprint} ({k.hardware})" for k in index.kinds)
+    rule = f"has no configuration tuned for this machine's kind; it lists {known}"
+    raise RequestError("tuned file", rule, fingerprint)
+
+
+def read_tuned(path: Path) -> TunedConfig:
+    """A tuned file as `autotune tune` wrote it; anything else is a `RequestError`."""
+    try:
+        return TunedConfig.model_validate(yaml.safe_load(path.read_text()))
+    except (OSError, yaml.YAMLError, ValidationError) as error:
+        rule = "must be a tuned file written by autotune tune"
+        raise RequestError("tuned file", f"{rule} ({type(error).__name__})", str(path)) from None
+
+
+def reported(metrics: dict[str, Any], cost: Cost | None = None) -> dict[str, Any]:
+    """The user contract's metrics, plus the figures derived from them."""
+    metrics = with_derived(metrics)
+    shown = {k: metrics[k] for k in reported_metrics() if k in metrics}
+    if "latency_p95_ci_low_ms" in metrics and metrics["latency_p95_ci_low_ms"] is not None:
+        shown["latency_p95_ci_ms"] = [
+            metrics["latency_p95_ci_low_ms"],
+            metrics["latency_p95_ci_high_ms"],
+        ]
+    for key in ("iterations", "measure_seconds", "stopped_by", "peak_device_memory_mb"):
+        if metrics.get(key) is not None:
+            shown[key] = metrics[key]
+    return {**shown, **derived_figures(metrics, cost or Cost())}
+
+
+def derived_figures(metrics: dict[str, Any], cost: Cost) -> dict[str, float]:
+    """Energy per 1,000 samples; with prices, cost and CO2e per million samples. Derived from
+    an estimated energy figure, the CO2e is an estimate too (energy_source says which)."""
+    joules = float(metrics[ENERGY.name])
+    figures = {"energy_per_1000_samples_j": joules * 1000}
+    if cost.price_per_hour is not None:
+        hours_per_million = 1e6 / float(metrics[THROUGHPUT.name]) / 3600
+        figures["cost_per_million_samples"] = hours_per_million * cost.price_per_hour
+    if cost.grid_gco2_per_kwh is not None:
+        kwh_per_million = joules * 1e6 / 3.6e6
+        figures["co2e_g_per_million_samples"] = kwh_per_million * cost.grid_gco2_per_kwh
+    return figures

@@ -1,0 +1,44 @@
+"""What an exported artifact directory holds, by name, and the software that made it: read by
+the data plane that writes and loads artifacts and by the control plane that registers them."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+
+from autotune.core.knobs import ENGINES
+
+ONNX_ARTIFACT = "model.onnx"
+WEIGHTS_ARTIFACT = "model.safetensors"
+VARIANT_FILE = "variant.json"
+# A few evaluation inputs beside an ONNX artifact, fed by input name, and the outputs the
+# measured session gave for them: the registered model's input example and signature.
+INPUT_EXAMPLE_FILE = "input_example.npz"
+OUTPUT_EXAMPLE_FILE = "output_example.npz"
+INPUT_EXAMPLE_SAMPLES = 2
+
+
+def software_versions() -> dict[str, str]:
+    """The versions of Python, numpy and every registered engine's software installed here."""
+    versions = {"python": platform.python_version()}
+    names = ["numpy", *(name for engine in ENGINES.values() for name in engine.software)]
+    for name in dict.fromkeys(names):
+        installed = installed_distribution(name)
+        if installed is not None:
+            versions[name] = installed[1]
+    return versions
+
+
+# Where a package is published under several names, the names to look for.
+_DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu")}
+
+
+def installed_distribution(package: str) -> tuple[str, str] | None:
+    """The installed distribution that provides `package` and its version (onnxruntime-gpu
+    provides onnxruntime), or None."""
+    for distribution in _DISTRIBUTIONS.get(package, (package,)):
+        try:
+            return distribution, importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None

@@ -1,0 +1,144 @@
+"""The references a request and a trial carry: the model, the data and the quality metric
+(`ModelRef`, `DataRef`, `MetricRef`), on `Strict` models that refuse unknown fields."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+_ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def _check_entry_point(value: str) -> str:
+    if not _ENTRY_POINT.match(value):
+        raise ValueError("must look like 'package.module:function'")
+    return value
+
+
+EntryPoint = Annotated[str, AfterValidator(_check_entry_point)]
+
+REGISTERED_URI = re.compile(
+    r"^models:/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)"
+    r"(?:/(?P<version>[1-9][0-9]*)|@(?P<alias>[A-Za-z0-9_-]+))$"
+)
+
+
+REGISTERED_URI_RULE = (
+    "must look like 'models:/NAME/VERSION' or 'models:/NAME@ALIAS' (NAME of letters, digits, "
+    "'_', '.', '-'; VERSION a number; ALIAS of letters, digits, '_', '-')"
+)
+
+
+def _check_registered_uri(value: str) -> str:
+    if not REGISTERED_URI.match(value):
+        raise ValueError(REGISTERED_URI_RULE)
+    return value
+
+
+RegisteredUri = Annotated[str, AfterValidator(_check_registered_uri)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# What a Hugging Face model directory is used for, and so which head it is loaded with and
+# what its outputs are: sentence embeddings (mean-pooled over the real tokens) or logits.
+HfTask = Literal["feature-extraction", "text-classification", "image-classification"]
+HF_TEXT_TASKS: tuple[HfTask, ...] = ("feature-extraction", "text-classification")
+
+
+class ModelRef(Strict):
+    """Where the model comes from: an ONNX file, trusted local Python code (optionally with
+    safetensors weights loaded into the module it returns), a local Hugging Face model
+    directory, or an MLflow registered model whose artifact holds an ONNX model."""
+
+    onnx: str | None = None
+    entry_point: EntryPoint | None = Field(
+        default=None, description="'package.module:function' returning a torch.nn.Module"
+    )
+    weights: str | None = Field(
+        default=None,
+        description="a safetensors file loaded strictly into the module 'entry_point' returns",
+    )
+    hf: str | None = Field(
+        default=None,
+        description="a local Hugging Face model directory (config.json and weights), loaded "
+        "with transformers from this directory only: nothing is downloaded, no remote code runs",
+    )
+    task: HfTask | None = Field(default=None, description="what the 'hf' model is used for")
+    registered: RegisteredUri | None = Field(
+        default=None, description="'models:/NAME/VERSION' or 'models:/NAME@ALIAS'"
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelRef:
+        sources = (self.onnx, self.entry_point, self.hf, self.registered)
+        if sum(s is not None for s in sources) != 1:
+            raise ValueError("give exactly one of 'onnx', 'entry_point', 'hf' or 'registered'")
+        if self.weights is not None and self.entry_point is None:
+            raise ValueError("'weights' is allowed only together with 'entry_point'")
+        if (self.hf is None) != (self.task is None):
+            raise ValueError("'task' is required with 'hf' and allowed only with it")
+        return self
+
+
+class DataRef(Strict):
+    """Evaluation data: an .npz with arrays 'inputs' (and 'labels'), an entry point returning
+    (inputs, labels) as numpy arrays (labels may be None), or, for a Hugging Face model, text
+    lines or a directory of images prepared by the model's own tokenizer or image processor,
+    with labels (one integer a line) where there are any."""
+
+    npz: str | None = None
+    entry_point: EntryPoint | None = None
+    text: str | None = Field(
+        default=None, description="a UTF-8 text file, one sample a line (blank lines skipped)"
+    )
+    sequence_length: int | None = Field(
+        default=None, ge=1, le=8192, description="tokens per 'text' sample; default 128"
+    )
+    images: str | None = Field(
+        default=None, description="a directory of images (.png, .jpg, .jpeg, .bmp, .webp)"
+    )
+    labels: str | None = Field(
+        default=None, description="for 'text' or 'images': one integer label a line, in order"
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> DataRef:
+        sources = (self.npz, self.entry_point, self.text, self.images)
+        if sum(s is not None for s in sources) != 1:
+            raise ValueError("give exactly one of 'npz', 'entry_point', 'text' or 'images'")
+        if self.sequence_length is not None and self.text is None:
+            raise ValueError("'sequence_length' is allowed only together with 'text'")
+        if self.labels is not None and self.text is None and self.images is None:
+            raise ValueError("'labels' is allowed only together with 'text' or 'images'")
+        return self
+
+
+class MetricRef(Strict):
+    """How accuracy is judged: top-1 accuracy against labels, fidelity (mean cosine
+    similarity to the unmodified model's outputs), agreement (the share of samples whose
+    top-1 class is the unmodified model's), or a user function
+    `f(outputs, labels, reference_outputs) -> float` (higher is better)."""
+
+    kind: Literal["accuracy", "fidelity", "agreement", "custom"] = "accuracy"
+    entry_point: EntryPoint | None = None
+    output: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="of a model with several outputs, the one judged (by default fidelity "
+        "takes the mean over all of them; accuracy and agreement need one named)",
+    )
+
+    @model_validator(mode="after")
+    def _entry_point_iff_custom(self) -> MetricRef:
+        if (self.kind == "custom") != (self.entry_point is not None):
+            raise ValueError("'entry_point' is required for kind 'custom' and only for it")
+        return self
+
+
+ContentionPolicy = Literal["wait", "warn", "fail"]

@@ -1,0 +1,315 @@
+"""One trial across the planes: `TrialSpec` goes to a worker, `TrialResult` comes back (its
+status, metrics, contention, provenance and phase times); and what the data plane reports of
+a workload (`Inspection`, `ModelInfo`) and of an exported artifact (`ArtifactInfo`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from autotune.core.contract.hardware import NodeKind
+from autotune.core.contract.measurement import MeasurementSettings
+from autotune.core.contract.refs import DataRef, MetricRef, ModelRef, Strict
+from autotune.core.knobs import variant_key
+from autotune.core.knobs.base import ConfigValue
+
+
+class Workload(Strict):
+    """What a worker needs to load the model and judge it."""
+
+    model: ModelRef
+    data: DataRef
+    metric: MetricRef = MetricRef()
+    python_path: list[str] = Field(
+        default_factory=list, description="directories put on sys.path before entry points load"
+    )
+
+
+# What a spec is run for: a trial of the search (measured), or the export of the chosen
+# configuration's optimized model (built and saved, not measured). Finalists are re-measured
+# through a `HeadToHeadSpec`.
+SpecPurpose = Literal["search", "export"]
+
+
+class TrialSpec(Strict):
+    study: str
+    trial_number: int
+    purpose: SpecPurpose = "search"
+    attempt: int = 0
+    workload: Workload
+    config: dict[str, ConfigValue]
+    measurement: MeasurementSettings = MeasurementSettings()
+    known_accuracy: float | None = Field(
+        default=None, description="accuracy already measured for this variant; skips evaluation"
+    )
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="wall time after which the executor stops the trial"
+    )
+    accuracy_floor: float | None = Field(
+        default=None,
+        description="the lowest accuracy the constraints allow (the baseline's less "
+        "max_accuracy_drop): a variant whose first evaluation samples already put it below, "
+        "beyond their uncertainty, ends 'infeasible' before the rest is evaluated or timed",
+    )
+    screen: Screen | None = Field(
+        default=None, description="the feasible front a short window must be able to reach"
+    )
+    batch_scan: list[int] = Field(
+        default_factory=list,
+        description="batch sizes whose call time is read after the measurement, a few calls "
+        "each, in order, until one passes measurement.max_call_ms (the baseline's: how call "
+        "time grows with the batch)",
+    )
+
+
+class ScreenObjective(Strict):
+    metric: str = Field(description="a TrialMetrics figure")
+    maximize: bool
+    timed: bool = Field(description="a figure of the timing (not the accuracy evaluation)")
+
+
+class Screen(Strict):
+    """The request's objectives and the figures of the feasible front's points, in their
+    order. A trial's short window is out of reach when a front point is at least as good in
+    every objective as the trial's hopeful figures, and better in one: its timed figures
+    improved by the margin plus the window's own relative interval; its accuracy as it is
+    (evaluated in full)."""
+
+    objectives: list[ScreenObjective] = Field(min_length=1)
+    front: list[list[float]] = Field(min_length=1)
+    margin: float = Field(ge=0.0)
+
+    def dominating(self, metrics: TrialMetrics, spread: float) -> list[float] | None:
+        """The first front point that dominates the hopeful figures, or None."""
+        slack = 1.0 + self.margin + spread
+        hopeful = []
+        for objective in self.objectives:
+            value = float(getattr(metrics, objective.metric))
+            if objective.timed:
+                value = value * slack if objective.maximize else value / slack
+            hopeful.append(value if objective.maximize else -value)
+        for point in self.front:
+            signed = [v if o.maximize else -v for o, v in zip(self.objectives, point, strict=True)]
+            at_least = all(p >= h for p, h in zip(signed, hopeful, strict=True))
+            if at_least and any(p > h for p, h in zip(signed, hopeful, strict=True)):
+                return point
+        return None
+
+
+# "skipped": the coordinator did not run it (e.g. a larger batch of a variant that ran out
+# of memory); "lost": its worker or coordinator died, so it says nothing of the candidate
+# and is retried; "contended": other load made the measurement worthless and the request's
+# `measurement.contention` is 'fail'; "too_slow": a call took SLOW_CALL_FACTOR times
+# `measurement.max_call_ms` or longer, and timing stopped; "screened": its short window
+# could not reach the feasible front (`Screen`), so it was not timed in full; "infeasible":
+# its accuracy on a subset of the evaluation data was below `accuracy_floor` beyond the
+# subset's uncertainty, so nothing more was evaluated or timed; every other status comes
+# from a worker or the executor.
+TrialStatus = Literal[
+    "ok",
+    "unsupported",
+    "oom",
+    "timeout",
+    "error",
+    "skipped",
+    "lost",
+    "contended",
+    "too_slow",
+    "screened",
+    "infeasible",
+]
+# How many times `measurement.max_call_ms` one call may take before its trial stops.
+SLOW_CALL_FACTOR = 4.0
+EnergySource = Literal["nvml", "rapl", "estimate"]
+
+
+class TrialMetrics(Strict):
+    accuracy: float
+    latency_p50_ms: float
+    latency_p90_ms: float
+    latency_p95_ms: float
+    latency_p99_ms: float
+    latency_mean_ms: float
+    latency_cv: float
+    latency_p95_ci_low_ms: float | None = Field(
+        default=None, description="95% confidence interval of the p95 (order statistics)"
+    )
+    latency_p95_ci_high_ms: float | None = None
+    throughput_per_s: float
+    latency_per_sample_ms: float = Field(
+        default_factory=lambda data: (
+            1000.0 / data["throughput_per_s"] if data.get("throughput_per_s") else float("inf")
+        ),
+        description="milliseconds per sample at the configuration's batch size: 1000 / "
+        "throughput_per_s; derived from it when absent (records made before this field)",
+    )
+    energy_per_sample_j: float
+    energy_source: EnergySource
+    energy_model: str | None = Field(
+        default=None,
+        description="the power model of an estimate: 'tdp:codecarbon:<cpu>:<tdp> W/<cores> "
+        "cores' (the CPU's TDP per physical core) or 'flat:<w> W/core' "
+        "(cpu_watts_per_core); None for a measured source",
+    )
+    energy_above_idle_per_sample_j: float | None = Field(
+        default=None, description="the part above the device's idle draw (measured meters only)"
+    )
+    idle_power_w: float | None = None
+    peak_memory_mb: float
+    peak_device_memory_mb: float | None = Field(
+        default=None, description="CUDA memory reserved at the peak (torch on CUDA only)"
+    )
+    iterations: int
+    measure_seconds: float
+    stopped_by: Literal["settled", "minimums", "max_iters", "max_seconds"] | None = None
+
+
+class Contention(Strict):
+    """What the rest of the machine did while a measurement ran (from /proc/stat, pressure
+    stall information and, on NVIDIA GPUs, NVML)."""
+
+    seconds: float = Field(description="length of the observed window")
+    cores: int = Field(description="cores the trial could run on")
+    other_cpu_share: float = Field(
+        description="CPU time of other processes on the trial's cores / (window x cores)"
+    )
+    machine_other_cpu_share: float = Field(description="the same over every core of the machine")
+    steal_share: float = Field(description="share of the trial's cores' time the hypervisor stole")
+    cpu_pressure: float | None = Field(
+        default=None,
+        description="share of the window in which some task waited for a CPU (/proc/pressure/cpu,"
+        " our own threads included); None where the kernel has no PSI",
+    )
+    cores_to_itself: float = Field(description="cores less what other processes used of them")
+    threads: int | None = Field(default=None, description="the thread count measured")
+    oversubscribed: bool = Field(
+        default=False, description="more threads than cores the trial had to itself"
+    )
+    gpu_other_processes: list[int] = Field(
+        default_factory=list, description="other processes' pids on the trial's GPUs"
+    )
+    gpu_throttle_reasons: list[str] = Field(
+        default_factory=list, description="clock throttle reasons NVML reported in the window"
+    )
+    waited_s: float = Field(default=0.0, description="time spent waiting for quiet first")
+    contended: bool
+    reasons: list[str] = Field(default_factory=list)
+
+
+class Provenance(Strict):
+    model_sha256: str
+    host: str
+    pid: int | None = Field(default=None, description="the worker process that measured")
+    hardware_fingerprint: str | None = Field(
+        default=None, description="HardwareProfile.fingerprint of the machine that measured"
+    )
+    node_id: str | None = Field(
+        default=None, description="the executor's id of the node that measured (Ray's node id)"
+    )
+    software: dict[str, str]
+    measurement: MeasurementSettings
+    contention: Contention | None = Field(
+        default=None, description="the machine's other load while the trial measured"
+    )
+
+
+class TrialTimes(Strict):
+    """Seconds a trial spent on its worker in each phase, up to where it ended."""
+
+    build_s: float = Field(
+        default=0.0, description="loading the model, building the variant, opening its session"
+    )
+    accuracy_s: float = Field(default=0.0, description="evaluating the variant's accuracy")
+    timing_s: float = Field(
+        default=0.0,
+        description="warm-up, the short window, the measurement and the baseline's batch scan",
+    )
+
+
+class TrialResult(Strict):
+    study: str
+    trial_number: int
+    attempt: int
+    status: TrialStatus
+    reason: str | None = None
+    variant_key: str
+    metrics: TrialMetrics | None = None
+    provenance: Provenance | None = None
+    duration_s: float
+    call_ms_by_batch: dict[int, float] = Field(
+        default_factory=dict,
+        description="the median call time (ms) at each batch size of the spec's batch_scan",
+    )
+    screening: TrialMetrics | None = Field(
+        default=None, description="a screened trial's figures from its short window"
+    )
+    times: TrialTimes | None = Field(
+        default=None, description="where the worker's time went (None: it did not run)"
+    )
+
+    @classmethod
+    def for_spec(
+        cls,
+        spec: TrialSpec,
+        status: TrialStatus,
+        reason: str | None = None,
+        duration_s: float = 0.0,
+        metrics: TrialMetrics | None = None,
+        provenance: Provenance | None = None,
+        screening: TrialMetrics | None = None,
+    ) -> TrialResult:
+        """The outcome of running `spec`."""
+        return cls(
+            screening=screening,
+            study=spec.study,
+            trial_number=spec.trial_number,
+            attempt=spec.attempt,
+            status=status,
+            reason=reason,
+            variant_key=variant_key(spec.config),
+            metrics=metrics,
+            provenance=provenance,
+            duration_s=duration_s,
+        )
+
+    @model_validator(mode="after")
+    def _metrics_iff_ok(self) -> TrialResult:
+        if (self.status == "ok") != (self.metrics is not None):
+            raise ValueError("metrics are present exactly when status is 'ok'")
+        if (self.status == "screened") != (self.screening is not None):
+            raise ValueError("screening figures are present exactly when status is 'screened'")
+        return self
+
+
+class ModelInfo(Strict):
+    """What inspecting a workload found: proof that it loads, and its identity."""
+
+    kind: Literal["torch", "onnx"]
+    sha256: str
+    n_samples: int
+    input_shape: list[int]
+    has_labels: bool
+    parameter_bytes: int = Field(ge=0, description="weights and buffers of the unmodified model")
+    activation_bytes_per_sample: int | None = Field(
+        default=None,
+        ge=0,
+        description="sum of every module's output at batch 1: an upper bound on what eager "
+        "inference keeps alive per sample (None where it cannot be observed)",
+    )
+
+
+class Inspection(Strict):
+    """What an executor found before a study: the model as its workers load it, and the kinds
+    of node its slots run on."""
+
+    model: ModelInfo
+    kinds: list[NodeKind] = Field(min_length=1)
+
+
+class ArtifactInfo(Strict):
+    path: str
+    format: Literal["onnx", "safetensors", "json"] = Field(
+        description="json: a replay's record of the chosen configuration (no model to export)"
+    )
+    sha256: str

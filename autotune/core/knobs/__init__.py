@@ -1,0 +1,91 @@
+"""The declared knobs (see `autotune.core.knobs.base`): runtime engines, precision modes and
+pruning methods, one class each. A new one is a class in a module of its own, registered with
+`@register`, and imported below; its implementation is registered under the same name in
+`workers.building.knobs`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from autotune.core.knobs import engines, openvino, precisions, pruning  # noqa: F401  (registers them)
+from autotune.core.knobs.base import (
+    DEFAULTS,
+    DEVICE_KEY,
+    ENGINE_KEY,
+    ENGINES,
+    PRECISION_KEY,
+    PRECISIONS,
+    PRUNE_KEY,
+    PRUNINGS,
+    ConfigValue,
+    Engine,
+    Knob,
+    ModelKind,
+    Option,
+    Precision,
+    Pruning,
+    Target,
+    all_knobs,
+    engine_options,
+    knob,
+    option_default,
+    register,
+    selecting_keys,
+    supports,
+)
+
+__all__ = [
+    "DEFAULTS",
+    "DEVICE_KEY",
+    "ENGINES",
+    "ENGINE_KEY",
+    "PRECISIONS",
+    "PRECISION_KEY",
+    "PRUNE_KEY",
+    "PRUNINGS",
+    "Engine",
+    "Knob",
+    "ModelKind",
+    "Option",
+    "Precision",
+    "Pruning",
+    "Target",
+    "all_knobs",
+    "defines_variant",
+    "engine_options",
+    "knob",
+    "option_default",
+    "register",
+    "selecting_keys",
+    "supports",
+    "variant_key",
+]
+
+
+def defines_variant(key: str) -> bool:
+    """Whether a configuration key changes the model variant (see `variant_key`)."""
+    if key in (ENGINE_KEY, *DEFAULTS, "prune.ratio"):
+        return True
+    return any(o.key == key and o.defines_variant for e in ENGINES.values() for o in e.options)
+
+
+def variant_key(config: Mapping[str, ConfigValue]) -> str:
+    """Names the model variant a configuration runs: its engine, device, precision, pruning
+    (with the ratio where the method takes one) and any engine option that changes numerics.
+    Accuracy depends on these alone, never on batch size, threads or other kernel choices, so
+    it is measured once per variant. A missing key and its default name the same variant."""
+    parts: dict[str, ConfigValue] = {k: config.get(k, v) for k, v in DEFAULTS.items()}
+    if ENGINE_KEY in config:
+        parts[ENGINE_KEY] = config[ENGINE_KEY]
+    method = PRUNINGS.get(str(parts[PRUNE_KEY]))
+    ratio = config.get("prune.ratio", 0.0)
+    if method is not None and method.takes_ratio:
+        if ratio:
+            parts["prune.ratio"] = ratio
+        else:
+            parts[PRUNE_KEY] = "none"
+    engine = ENGINES.get(str(config.get(ENGINE_KEY)))
+    for option in engine.options if engine is not None else ():
+        if option.defines_variant:
+            parts[option.key] = config.get(option.key, option.default)
+    return ",".join(f"{k}={v}" for k, v in sorted(parts.items()))

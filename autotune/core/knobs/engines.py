@@ -1,0 +1,191 @@
+"""The torch and ONNX Runtime engines, declared. Each applies the settings it declares; any other
+must keep its default, or the configuration is refused (a trial never claims a setting it did not
+apply).
+
+- torch_eager: runtime.device (cpu, cuda), attention.sdpa_backend (CPU: auto, math, flash),
+  cuda.cudnn_benchmark and cuda.graphs (CUDA only), shard.tensor_parallel (CPU over gloo, CUDA
+  over NCCL), shard.data_parallel (CUDA only).
+- torch_compile: runtime.device, runtime.compile_mode (CPU: default and
+  max-autotune-no-cudagraphs; the CUDA-graph modes need CUDA), attention.sdpa_backend,
+  cuda.cudnn_benchmark, shard.data_parallel. CUDA graphs come from mode reduce-overhead.
+- onnxruntime: runtime.provider (cpu, cuda, tensorrt; must be available and really used),
+  runtime.graph_opt. It runs where its provider does (runtime.device=cuda needs a GPU provider).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from autotune.core.knobs.base import (
+    DEVICE_KEY,
+    PRECISION_KEY,
+    Engine,
+    Option,
+    Target,
+    option_default,
+    register,
+)
+
+if TYPE_CHECKING:
+    from autotune.core.knobs.config import TrialConfig
+
+# Shared TrialConfig fields an engine may apply: field -> (configuration key, default).
+SHARED_OPTIONS: dict[str, tuple[str, object]] = {
+    "sdpa_backend": ("attention.sdpa_backend", "auto"),
+    "cudnn_benchmark": ("cuda.cudnn_benchmark", False),
+    "cuda_graphs": ("cuda.graphs", False),
+    "tensor_parallel": ("shard.tensor_parallel", 1),
+    "data_parallel": ("shard.data_parallel", 1),
+}
+# compile modes whose point is CUDA graphs; on the CPU inductor silently skips that part.
+_CUDA_GRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+# SDPA backends with no CPU kernel (torch has a CPU flash-attention kernel; math runs anywhere).
+_CUDA_ONLY_SDPA = ("efficient", "cudnn")
+COMPILE_MODE = Option(
+    "runtime.compile_mode",
+    ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+    "default",
+)
+ORT_PROVIDER = Option("runtime.provider", ("cpu", "cuda", "tensorrt"), "cpu")
+# ONNX Runtime's provider lists, most preferred first; the first one is the one a trial asks for.
+ORT_PROVIDERS: dict[str, tuple[str, ...]] = {
+    "cpu": ("CPUExecutionProvider",),
+    "cuda": ("CUDAExecutionProvider", "CPUExecutionProvider"),
+    "tensorrt": (
+        "TensorrtExecutionProvider",
+        "CUDAExecutionProvider",
+        "CPUExecutionProvider",
+    ),
+}
+# runtime.graph_opt -> ONNX Runtime's GraphOptimizationLevel name.
+ORT_GRAPH_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+ORT_GRAPH_OPT = Option("runtime.graph_opt", ("disable", "basic", "extended", "all"), "all")
+
+
+def foreign_setting(engine: Engine, config: TrialConfig, hints: dict[str, str]) -> str | None:
+    """A setting `engine` does not apply, left at something other than its default: a shared
+    field it does not list in `applies`, or another engine's option."""
+    for field, (key, default) in SHARED_OPTIONS.items():
+        value = getattr(config, field)
+        if field not in engine.applies and value != default:
+            return f"{key}={_show(value)}: {engine.key}={engine.name} does not apply it" + (
+                hints.get(field, "")
+            )
+    own = {option.key for option in engine.options}
+    for key, value in config.options.items():
+        if key in own:
+            continue
+        if value != option_default(key):
+            return f"{key}={_show(value)}: {engine.key}={engine.name} does not apply it"
+    return None
+
+
+def _show(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class TorchEngine(Engine):
+    model_format = "torch"
+    precisions = frozenset({"fp32", "bf16", "fp16", "int8_dynamic", "fp8"})
+    software = ("torch",)
+    served_as = "files"  # MLflow's pytorch flavour would pickle the module
+    hints: ClassVar[dict[str, str]] = {}
+
+    def supports(self, config: TrialConfig, target: Target) -> str | None:
+        return (
+            foreign_setting(self, config, self.hints)
+            or super().supports(config, target)
+            or _torch_device_reason(config, target)
+        )
+
+
+def _torch_device_reason(config: TrialConfig, target: Target) -> str | None:
+    on_cuda = config.device == "cuda"
+    if on_cuda and "cuda" not in target.capabilities:
+        return "runtime.device=cuda but no CUDA device is visible"
+    if config.precision == "fp16" and not on_cuda:
+        return f"{PRECISION_KEY}=fp16 needs CUDA ({DEVICE_KEY}=cuda)"
+    if config.precision == "int8_dynamic" and on_cuda:
+        return (
+            f"{PRECISION_KEY}=int8_dynamic: torch's dynamic int8 quantization has CPU kernels only"
+        )
+    if on_cuda:
+        return None
+    if config.cudnn_benchmark:
+        return "cuda.cudnn_benchmark=true needs runtime.device=cuda (no cuDNN on CPU)"
+    if config.cuda_graphs:
+        return "cuda.graphs=true needs runtime.device=cuda"
+    if config.sdpa_backend in _CUDA_ONLY_SDPA:
+        return (
+            f"attention.sdpa_backend={config.sdpa_backend} has no CPU kernel; "
+            "it needs runtime.device=cuda"
+        )
+    return None
+
+
+@register
+class TorchEager(TorchEngine):
+    name = "torch_eager"
+    applies = frozenset(SHARED_OPTIONS)
+    concurrent_calls = True
+
+
+@register
+class TorchCompile(TorchEngine):
+    name = "torch_compile"
+    options = (COMPILE_MODE,)
+    needs = ("torch.compile",)
+    applies = frozenset({"sdpa_backend", "cudnn_benchmark", "data_parallel"})
+    hints = {
+        "cuda_graphs": "; runtime.compile_mode=reduce-overhead captures CUDA graphs",
+        "tensor_parallel": "; tensor parallelism runs with torch_eager",
+    }
+
+    def supports(self, config: TrialConfig, target: Target) -> str | None:
+        mode = config.option(COMPILE_MODE.key)
+        if config.device != "cuda" and mode in _CUDA_GRAPH_COMPILE_MODES:
+            return (
+                f"runtime.compile_mode={mode} captures CUDA graphs, which inductor skips on "
+                "the CPU (it would run as mode default); it needs runtime.device=cuda"
+            )
+        return super().supports(config, target)
+
+
+@register
+class OnnxRuntime(Engine):
+    name = "onnxruntime"
+    model_format = "onnx"
+    precisions = frozenset({"fp32", "fp16", "int8_dynamic", "int8_static"})
+    options = (ORT_PROVIDER, ORT_GRAPH_OPT)
+    needs = ("ort.cpu|ort.cuda|ort.tensorrt",)
+    software = ("onnxruntime", "onnx")
+    concurrent_calls = True
+    served_as = "onnx"
+
+    def supports(self, config: TrialConfig, target: Target) -> str | None:
+        provider = config.option(ORT_PROVIDER.key)
+        reason = foreign_setting(self, config, {}) or super().supports(config, target)
+        if reason is not None:
+            return reason
+        if f"ort.{provider}" not in target.capabilities:
+            wanted = ORT_PROVIDERS[str(provider)][0]
+            return f"runtime.provider={provider}: {wanted} is not available here"
+        if config.device == "cuda" and provider == "cpu":
+            return (
+                "runtime.device=cuda with runtime.provider=cpu: onnxruntime runs where its "
+                "provider does; ask for runtime.provider=cuda or tensorrt"
+            )
+        if config.precision == "fp16" and provider == "cpu":
+            return (
+                f"{PRECISION_KEY}=fp16 is not supported by onnxruntime's "
+                "CPUExecutionProvider; it needs runtime.provider=cuda or tensorrt"
+            )
+        return None
+
+    def on_cuda(self, config: TrialConfig) -> bool:
+        return config.option(ORT_PROVIDER.key) in ("cuda", "tensorrt")

@@ -1,0 +1,364 @@
+"""The tuning request: what the user submits (YAML), validated strictly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BeforeValidator,
+    Field,
+    GetJsonSchemaHandler,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
+
+from autotune.core.contract import (
+    MAX_SECONDS,
+    DataRef,
+    MeasurementSettings,
+    MetricRef,
+    ModelRef,
+    Strict,
+    Workload,
+)
+from autotune.core.errors import RequestError
+from autotune.core.metrics import BOUNDS, OBJECTIVES, Bound
+
+REQUIRED_UNLESS_REPLAY = "is required (except with --replay)"
+
+# Upper bounds of the request's numbers (MeasurementSettings has its own, the bounds registry
+# those of the constraints): generous, but finite, so that no number overflows a database
+# column or asks for a study without end.
+MAX_TRIALS = 100_000
+MAX_WEIGHT = 1e6
+MAX_NEIGHBOURS = 100
+MAX_ROUNDS = 1000
+MAX_ROUND_SECONDS = 3600.0
+MAX_PRICE_PER_HOUR = 1e6
+MAX_GCO2_PER_KWH = 1e4
+
+
+def _registered_objective(value: Any) -> Any:
+    """An objective must be registered (`autotune.core.metrics.OBJECTIVES`); read at validation
+    time, so a newly registered objective is accepted at once."""
+    if not isinstance(value, str) or value not in OBJECTIVES:
+        raise PydanticCustomError(
+            "literal_error", "Input should be {expected}", {"expected": _one_of(list(OBJECTIVES))}
+        )
+    return value
+
+
+def _one_of(names: list[str]) -> str:
+    """'a', 'b' or 'c', as pydantic words a Literal's choices."""
+    quoted = [repr(name) for name in names]
+    return " or ".join(filter(None, [", ".join(quoted[:-1]), quoted[-1]]))
+
+
+class _ObjectiveNames:
+    """The objectives' JSON schema: an enum of the registered names."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {**handler(schema), "enum": list(OBJECTIVES)}
+
+
+# `latency` is the p95 of one call (one batch); `latency_per_sample` (ms per sample at the
+# configuration's batch size) and `throughput` (samples/s) are per sample.
+Objective = Annotated[str, BeforeValidator(_registered_objective), _ObjectiveNames()]
+
+
+class ConstraintBounds(Strict):
+    """Bounds on the measured metrics; one optional field per registered bound
+    (`autotune.core.metrics.BOUNDS`)."""
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> float | None: ...
+
+
+def _bound_field(bound: Bound) -> Any:
+    return Field(
+        default=None,
+        ge=0.0 if bound.zero_allowed else None,
+        gt=None if bound.zero_allowed else 0.0,
+        le=bound.limit,
+        description=bound.description,
+    )
+
+
+def build_constraints_model() -> type[ConstraintBounds]:
+    """The `Constraints` model of the bounds registered now."""
+    fields: dict[str, Any] = {
+        name: (float | None, _bound_field(bound)) for name, bound in BOUNDS.items()
+    }
+    return create_model(
+        "Constraints",
+        __base__=ConstraintBounds,
+        __module__=__name__,
+        __doc__=ConstraintBounds.__doc__,
+        **fields,
+    )
+
+
+if TYPE_CHECKING:
+    Constraints = ConstraintBounds
+else:
+    Constraints = build_constraints_model()
+
+
+class Budget(Strict):
+    trials: int | None = Field(
+        default=30, ge=1, le=MAX_TRIALS, description="trials in the study, baseline included"
+    )
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=MAX_SECONDS,
+        description="wall time of the whole tuning from the coordinator's start: no trial "
+        "starts once what is left is what the head-to-head and the export are expected to "
+        "take (from the trials' build times and validation's rounds)",
+    )
+    trial_timeout_s: float = Field(
+        default=600.0,
+        gt=0.0,
+        le=MAX_SECONDS,
+        description="a trial still running after this is a 'timeout'",
+    )
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> Budget:
+        if self.trials is None and self.timeout_s is None:
+            raise ValueError("give 'trials', 'timeout_s' or both")
+        return self
+
+
+class Selection(Strict):
+    """How the one tuned configuration is picked from the feasible Pareto set."""
+
+    strategy: Literal[
+        "lowest_latency", "highest_throughput", "lowest_energy", "highest_accuracy", "weighted"
+    ] = Field(
+        default="lowest_latency",
+        description="lowest_latency: the lowest p95 per call; highest_throughput: the most "
+        "samples per second",
+    )
+    weights: dict[Objective, Annotated[float, Field(le=MAX_WEIGHT)]] | None = Field(
+        default=None, description="for 'weighted': objective -> weight on min-max normalized values"
+    )
+
+    @model_validator(mode="after")
+    def _weights_iff_weighted(self) -> Selection:
+        if (self.strategy == "weighted") != (self.weights is not None):
+            raise ValueError("'weights' is required for strategy 'weighted' and only for it")
+        if self.weights is not None and any(w < 0 for w in self.weights.values()):
+            raise ValueError("weights must be >= 0")
+        return self
+
+
+class Validation(Strict):
+    """The finalists and the baseline measured head to head before one is returned."""
+
+    neighbours: int = Field(
+        default=2, ge=0, le=MAX_NEIGHBOURS, description="nearest Pareto neighbours re-measured"
+    )
+    rounds: int = Field(
+        default=10,
+        ge=6,
+        le=MAX_ROUNDS,
+        description="interleaved rounds; 6 is the fewest for which the median of paired "
+        "ratios has a distribution-free 95% interval",
+    )
+    round_seconds: float = Field(
+        default=0.3,
+        gt=0.0,
+        le=MAX_ROUND_SECONDS,
+        description="each configuration's timed block in a round",
+    )
+    remeasure_on_resume: bool = Field(
+        default=False,
+        description="on a resume that measured nothing new, compare the finalists head to "
+        "head again; false: the stored comparison, and so the same figures, are reused",
+    )
+
+
+class Cost(Strict):
+    """Prices that turn measurements into money and emissions (optional)."""
+
+    price_per_hour: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=MAX_PRICE_PER_HOUR,
+        description="what an hour of this hardware costs, any currency",
+    )
+    grid_gco2_per_kwh: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=MAX_GCO2_PER_KWH,
+        description="grid carbon intensity, grams CO2e per kWh",
+    )
+
+
+class Tracking(Strict):
+    uri: str = "sqlite:///mlflow.db"
+    experiment: str = "autotune"
+
+
+class TuningRequest(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    model: ModelRef | None = Field(
+        default=None, validate_default=True, description="required, except with --replay"
+    )
+    data: DataRef | None = Field(
+        default=None, validate_default=True, description="required, except with --replay"
+    )
+    metric: MetricRef = MetricRef()
+    objectives: list[Objective] = Field(default=["accuracy", "latency", "energy"], min_length=1)
+    constraints: Constraints = Constraints()
+    search_space: str | None = Field(
+        default=None,
+        description="a file in search_spaces/ or a path; default chosen for the hardware",
+    )
+    target: str | None = Field(
+        default=None,
+        description="the kind of node to tune for where the trials' nodes are of several: a "
+        "hardware fingerprint, a saved profile (`autotune hardware --json`) or a Ray node "
+        "label 'key=value'; without it each kind is tuned in a study of its own",
+    )
+    budget: Budget = Budget()
+    selection: Selection = Selection()
+    measurement: MeasurementSettings = MeasurementSettings()
+    validation: Validation = Validation()
+    cost: Cost = Cost()
+    tracking: Tracking = Tracking()
+    storage: str = "sqlite:///autotune.db"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _metric_for_the_task(cls, raw: Any) -> Any:
+        """A Hugging Face model without a `metric` is judged as its task suggests: embeddings
+        by fidelity, classifiers by accuracy where the data has labels, else by agreement
+        with the unmodified model's top-1 class."""
+        if not isinstance(raw, dict) or "metric" in raw:
+            return raw
+        model, data = raw.get("model"), raw.get("data")
+        if not isinstance(model, dict) or model.get("hf") is None:
+            return raw
+        labelled = isinstance(data, dict) and data.get("labels") is not None
+        if model.get("task") == "feature-extraction":
+            kind = "fidelity"
+        else:
+            kind = "accuracy" if labelled else "agreement"
+        return {**raw, "metric": {"kind": kind}}
+
+    @field_validator("model", "data")
+    @classmethod
+    def _required_unless_replay(cls, value: Any, info: ValidationInfo) -> Any:
+        """A replay answers trials from a recorded table, so it needs no model or data."""
+        if value is None and not (info.context or {}).get("replay"):
+            raise ValueError(REQUIRED_UNLESS_REPLAY)
+        return value
+
+    @field_validator("objectives")
+    @classmethod
+    def _objectives_distinct(cls, objectives: list[Objective]) -> list[Objective]:
+        if len(set(objectives)) != len(objectives):
+            raise ValueError("must not repeat")
+        if {"throughput", "latency_per_sample"} <= set(objectives):
+            raise ValueError(
+                "must not name both 'throughput' and 'latency_per_sample' "
+                "(one measure: latency_per_sample = 1000 / throughput)"
+            )
+        return objectives
+
+    def workload(self, base_dir: Path) -> Workload:
+        """The workload with file paths resolved against the request file's directory.
+        A registered model must have been resolved to a file before
+        (`autotune.requests.sources`)."""
+        model, data = self.model, self.data
+        if model is None:
+            raise RequestError("model", REQUIRED_UNLESS_REPLAY, None)
+        if data is None:
+            raise RequestError("data", REQUIRED_UNLESS_REPLAY, None)
+        if model.registered is not None:
+            raise RequestError(
+                "model.registered",
+                "must be resolved to a file before the workload is built",
+                model.registered,
+            )
+        model = model.model_copy(update=_resolved(base_dir, model, MODEL_PATHS))
+        data = data.model_copy(update=_resolved(base_dir, data, DATA_PATHS))
+        python_path = list(dict.fromkeys([str(Path.cwd().resolve()), str(base_dir.resolve())]))
+        return Workload(model=model, data=data, metric=self.metric, python_path=python_path)
+
+
+# The fields of a model or data reference that name files or directories.
+MODEL_PATHS = ("onnx", "weights", "hf")
+DATA_PATHS = ("npz", "text", "images", "labels")
+
+
+def _resolved(base_dir: Path, ref: ModelRef | DataRef, fields: tuple[str, ...]) -> dict[str, str]:
+    """The path fields of `ref` that are set, resolved against `base_dir`."""
+    paths = {name: getattr(ref, name) for name in fields}
+    return {name: str(_resolve(base_dir, path)) for name, path in paths.items() if path}
+
+
+def _resolve(base_dir: Path, path: str) -> Path:
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() else (base_dir / candidate).resolve()
+
+
+def load_request(
+    path: str | Path, overrides: dict[str, Any] | None = None, replay: bool = False
+) -> TuningRequest:
+    """Read and validate a request file; every problem becomes a RequestError. For a
+    replay (`replay=True`) the model and data may be left out."""
+    raw = read_request_file(Path(path))
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    return parse_request(raw, replay)
+
+
+def read_request_file(path: Path) -> dict[str, Any]:
+    """A request file as a mapping, not yet validated; its name defaults to the file's stem."""
+    if not path.is_file():
+        raise RequestError("request", "must be an existing YAML file", str(path))
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise RequestError("request", f"must be valid YAML ({exc})", str(path)) from None
+    if not isinstance(raw, dict):
+        raise RequestError("request", "must be a YAML mapping", type(raw).__name__)
+    raw.setdefault("name", path.stem)
+    return raw
+
+
+def parse_request(raw: dict[str, Any], replay: bool = False) -> TuningRequest:
+    try:
+        return TuningRequest.model_validate(raw, context={"replay": replay})
+    except ValidationError as exc:
+        raise request_error_from(exc) from None
+
+
+def request_error_from(exc: ValidationError) -> RequestError:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "request"
+    rule = first["msg"].removeprefix("Value error, ")
+    return RequestError(field, rule, first.get("input"))
+
+
+def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = raw
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise RequestError(dotted, "parent must be a mapping", node)
+    node[leaf] = value

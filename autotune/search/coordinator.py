@@ -1,0 +1,378 @@
+"""The coordinator: ask -> submit -> wait -> tell, over injected parts.
+
+A `ResultStore` holds the study, a `Strategy` proposes and answers what needs no
+measurement, an `Executor` measures, a `Tracker` shows it; `Budget` says when to stop.
+The baseline (the unmodified model) runs first; results that arrive before its accuracy is
+known wait for it. Trials lost to a dead worker are retried; trials of dead coordinators
+are reaped and enqueued again. After the search, `autotune.conclusion.conclude` concludes the study.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from autotune.conclusion.conclude import Conclusion, TuneOutcome
+from autotune.conclusion.front import by_contribution, pareto_front
+from autotune.core.contract import ConfigValue, Screen, ScreenObjective, TrialResult, TrialSpec
+from autotune.core.errors import AutotuneError, Interrupted
+from autotune.core.metrics import ACCURACY, OBJECTIVES, Direction, with_derived
+from autotune.results.leases import Heartbeat, Owner
+from autotune.results.records import TrialMarks, TrialRecord
+from autotune.search.answers import Answers
+from autotune.search.budget import Budget
+from autotune.search.inputs import Events, Tuning
+from autotune.search.interrupts import stop_on_sigint
+from autotune.search.reaping import MAX_ATTEMPTS, Reaper
+from autotune.search.state import BATCH, SearchState
+from autotune.search.telling import Teller
+
+if TYPE_CHECKING:
+    from autotune.execution.executors import Executor
+    from autotune.results.store import ResultStore
+    from autotune.search.warm_start import WarmStart
+    from autotune.strategies import Strategy
+    from autotune.tracking import Tracker
+
+# How often the coordinator looks for trials of dead coordinators, and how long a
+# coordinator's heartbeat may be silent before its trials count as lost.
+REAP_EVERY_S = 10.0
+STALE_AFTER_S = 60.0
+
+
+@dataclass
+class Coordinator:
+    tuning: Tuning
+    store: ResultStore
+    strategy: Strategy
+    executor: Executor
+    tracker: Tracker
+    budget: Budget
+    warm_start: WarmStart | None = None
+    previous_tuned: dict[str, Any] | None = None
+    events: Events = field(default_factory=Events)
+    # Set from a signal handler or another thread: stop asking, let running trials end.
+    stop: threading.Event = field(default_factory=threading.Event)
+    stale_after_s: float = STALE_AFTER_S
+    owner: Owner = field(default_factory=Owner)
+    state: SearchState = field(default_factory=SearchState)
+
+    def __post_init__(self) -> None:
+        if self.executor.runs_in_process:
+            self.owner = replace(self.owner, in_process=True)
+        if not self.tuning.profile.gpus:  # on a GPU, a batch's memory is the device's
+            self.state.oom.budget_mb = self.executor.trial_memory_mb
+        self.state.calls.max_call_ms = self.tuning.request.measurement.max_call_ms
+        self.teller = Teller(
+            self.tuning.request,
+            self.store,
+            self.tracker,
+            self.state,
+            lambda counted, result: self.events.on_progress(counted, self.budget.trials, result),
+        )
+        self.answers = Answers(
+            self.tuning.request,
+            self.store.name,
+            self.tuning.model_info.sha256,
+            self.tuning.profile.fingerprint,
+            self.strategy,
+            self.state,
+            self.warm_start,
+        )
+        self.reaper = Reaper(
+            self.store,
+            self.tuning.space,
+            self.teller,
+            self.state,
+            self._spec,
+            self.stale_after_s,
+            self.stop,
+        )
+
+    def run(self) -> TuneOutcome:
+        request = self.tuning.request
+        try:
+            with Heartbeat(lambda: self.store.beat(self.owner)), stop_on_sigint(self.stop):
+                baseline = self.search()
+            if self.stop.is_set():
+                raise Interrupted(
+                    f"stopped by the user; run the same command to resume {self.store.name!r}"
+                )
+            conclusion = Conclusion(
+                request,
+                self.tuning.workload,
+                self.tuning.model_info,
+                self.tuning.profile,
+                self.executor,
+                self.store,
+                self.tracker,
+                self.tuning.artifact_dir,
+                self.events.on_phase,
+                self.previous_tuned,
+            )
+            return conclusion.conclude(baseline.candidate())
+        except Interrupted:
+            self.tracker.finish("KILLED")
+            raise
+        except BaseException:
+            self.tracker.finish("FAILED")
+            raise
+
+    def search(self) -> TrialRecord:
+        """Keep every slot busy until the budget is spent; return the baseline's record."""
+        state = self.state
+        records = self.store.records()
+        state.load(records)
+        self.strategy.start(records)
+        if state.counted:
+            of = "" if self.budget.trials is None else f" of {self.budget.trials}"
+            self.events.on_note(
+                f"study {self.store.name}: {state.counted}{of} trials done, re-using them"
+            )
+        last_reap = -REAP_EVERY_S
+        while True:
+            if time.monotonic() - last_reap >= REAP_EVERY_S:
+                self.reaper.reap(set(state.running))
+                last_reap = time.monotonic()
+            self._follow_the_baseline()
+            while len(state.running) < self.executor.slots and not self.stop.is_set():
+                record = self._ask()
+                if record is None:
+                    break
+                self._start(record)
+            if not state.running:
+                if state.baseline is not None:
+                    return state.baseline
+                if self.stop.is_set() or not self.reaper.wait_for_others():
+                    raise AutotuneError("the baseline (unmodified model) was never measured")
+                continue
+            finished, state.ready = state.ready or self.executor.wait(), []
+            for result in finished:
+                self._settle(result)
+
+    # -- asking ----------------------------------------------------------------------------
+
+    def _ask(self) -> TrialRecord | None:
+        """Under the study lock: enqueue the baseline if nobody has, check the budget
+        against every coordinator's trials, and start a trial: the strategy's proposal, else
+        a waiting one or the sampler's."""
+        store, space = self.store, self.tuning.space
+        with store.locked():
+            census = store.census()
+            if self.state.baseline is None and not self._baseline_in_flight(census.waiting):
+                self._enqueue_baseline()
+                census = store.census()
+            waiting = census.waiting
+            waiting_baseline = any(r.marks.baseline for r in waiting)
+            if not waiting_baseline and not self.budget.allows(census.used):
+                return None
+            if not waiting and self.strategy.proposes:
+                if self._own_baseline_running():  # the strategy learns from its figures first
+                    return None
+                max_drop = self.tuning.request.constraints.max_accuracy_drop
+                proposal = self.strategy.propose(
+                    self._front,
+                    self.state.excluded(max_drop),
+                    lambda config: self.state.batch_limit(config) is not None,
+                )
+                if proposal is not None:
+                    marks = TrialMarks(proposed=proposal.why)
+                    return store.create(space, proposal.config, marks, self.owner)
+            return store.ask(space, self.owner, waiting=bool(waiting))
+
+    def _own_baseline_running(self) -> bool:
+        return self.state.baseline is None and any(
+            record.marks.baseline for record, _ in self.state.running.values()
+        )
+
+    def _baseline_in_flight(self, waiting: list[TrialRecord]) -> bool:
+        if any(r.marks.baseline for r in waiting):
+            return True
+        return any(r.marks.baseline for r in self.store.records(("running", "complete")))
+
+    def _enqueue_baseline(self) -> None:
+        """The baseline, and in a new study a warm start's front right after it."""
+        new_study = not self.store.records()
+        space = self.tuning.space
+        self.store.enqueue(space, space.baseline(), TrialMarks(baseline=True))
+        if self.warm_start is not None and new_study:
+            marks = TrialMarks(warm_start=self.warm_start.source_study)
+            for config in self.warm_start.configs_for(space):
+                self.store.enqueue(space, config, marks)
+
+    def _front(self) -> list[dict[str, ConfigValue]]:
+        objectives = [OBJECTIVES[o] for o in self.tuning.request.objectives]
+        feasible = [c for c in self.state.completed.values() if c.feasible]
+        return [c.config for c in by_contribution(pareto_front(feasible, objectives), objectives)]
+
+    def _start(self, record: TrialRecord) -> None:
+        """Answer the trial without measuring it where possible, else submit it."""
+        state = self.state
+        spec = self._spec(record)
+        answer = self.answers.answer(spec, record)
+        if answer is not None and answer.wait_for is not None:
+            state.waiting.setdefault(answer.wait_for, []).append((record, spec))
+            return
+        if answer is not None and answer.result is not None:
+            state.running[record.number] = (record, spec)
+            if answer.reused_from is not None:
+                state.reused_from[record.number] = answer.reused_from
+            state.ready.append(answer.result)
+            return
+        known = self.answers.known_accuracy(spec, record)
+        spec = spec.model_copy(update={"known_accuracy": known})
+        state.running[record.number] = (record, spec)
+        self.executor.submit(spec)
+
+    def _spec(self, record: TrialRecord) -> TrialSpec:
+        request = self.tuning.request
+        return TrialSpec(
+            study=self.store.name,
+            trial_number=record.number,
+            workload=self.tuning.workload,
+            config=record.config,
+            measurement=request.measurement,
+            timeout_s=request.budget.trial_timeout_s,
+            attempt=record.attempt,
+            batch_scan=self._batch_scan(record),
+            screen=None if record.marks.baseline else self._screen(),
+            accuracy_floor=None if record.marks.baseline else self._accuracy_floor(),
+        )
+
+    def _accuracy_floor(self) -> float | None:
+        max_drop = self.tuning.request.constraints.max_accuracy_drop
+        baseline = self.state.baseline
+        if max_drop is None or baseline is None or baseline.metrics is None:
+            return None
+        return float(baseline.metrics["accuracy"]) - max_drop
+
+    def _screen(self) -> Screen | None:
+        """The feasible front so far, for a trial's short window to be judged against."""
+        request = self.tuning.request
+        if request.measurement.screen_seconds is None:
+            return None
+        objectives = [OBJECTIVES[o] for o in request.objectives]
+        feasible = [c for c in self.state.completed.values() if c.feasible]
+        front = [with_derived(c.metrics) for c in pareto_front(feasible, objectives)]
+        if not front:
+            return None
+        return Screen(
+            objectives=[
+                ScreenObjective(
+                    metric=m.name,
+                    maximize=m.direction is Direction.MAXIMIZE,
+                    timed=m is not ACCURACY,
+                )
+                for m in objectives
+            ],
+            front=[[float(figures[m.name]) for m in objectives] for figures in front],
+            margin=request.measurement.screen_margin,
+        )
+
+    def _batch_scan(self, record: TrialRecord) -> list[int]:
+        """The baseline reads its call time at each of the space's batch sizes from its own
+        up: what the batch-size time limit and the strategy estimate from."""
+        batches = self.tuning.space.choices().get(BATCH, [])
+        if not record.marks.baseline or len(batches) < 2:
+            return []
+        own = int(record.config.get(BATCH, 1))
+        return sorted(int(b) for b in batches if isinstance(b, int) and b >= own)
+
+    # -- telling ---------------------------------------------------------------------------
+
+    def _settle(self, result: TrialResult) -> None:
+        state = self.state
+        record, spec = state.running.pop(result.trial_number)
+        result = self._of_this_kind(spec, result)
+        if result.status == "lost" and spec.attempt + 1 < MAX_ATTEMPTS:
+            retry = spec.model_copy(update={"attempt": spec.attempt + 1})
+            self.executor.submit(retry)
+            state.running[record.number] = (record, retry)
+            return
+        if result.status == "oom":
+            state.oom.record(spec.config)
+        if result.status == "too_slow":
+            state.calls.too_slow(spec.config)
+        if result.status == "infeasible":
+            state.infeasible.add(result.variant_key)
+        if result.metrics is not None:
+            state.oom.measured(spec.config, result.metrics.peak_memory_mb)
+        if result.times is not None:
+            state.build_seconds.append(result.times.build_s)
+            self.budget.reserve_s = self._conclusion_estimate_s()
+        figures = result.metrics or result.screening
+        if figures is not None:
+            state.calls.measured(spec.config, figures.latency_p50_ms)
+            state.accuracy.setdefault(result.variant_key, figures.accuracy)
+        if result.call_ms_by_batch:
+            state.calls.baseline_ms = dict(result.call_ms_by_batch)
+        if record.marks.baseline and state.baseline is None:
+            self._tell_baseline(record, spec, result)
+        elif state.baseline is None and result.metrics is not None:
+            state.held.append((record, spec, result))
+        else:
+            self.teller.tell(record, spec, result)
+        self.strategy.after_trial(spec, result)
+        for repeat, repeat_spec in state.waiting.pop(record.number, []):
+            if result.status == "lost":
+                lost = TrialResult.for_spec(repeat_spec, "lost", result.reason)
+                self.teller.tell(repeat, repeat_spec, lost)
+                continue
+            state.reused_from[repeat.number] = f"{self.store.name}#{record.number}"
+            state.running[repeat.number] = (repeat, repeat_spec)
+            state.ready.append(
+                result.model_copy(
+                    update={
+                        "trial_number": repeat.number,
+                        "attempt": repeat_spec.attempt,
+                        "duration_s": 0.0,
+                    }
+                )
+            )
+
+    def _conclusion_estimate_s(self) -> float:
+        """What the head-to-head and the export are expected to take: each entrant (the
+        choice, its neighbours, the baseline) built and timed in every round, and the choice
+        built once more for the export; a build as long as the trials' median."""
+        validation = self.tuning.request.validation
+        entrants = validation.neighbours + 2
+        build_s = statistics.median(self.state.build_seconds)
+        timed_s = validation.rounds * validation.round_seconds
+        return (entrants + 1) * build_s + entrants * timed_s
+
+    def _of_this_kind(self, spec: TrialSpec, result: TrialResult) -> TrialResult:
+        """A result measured on another kind of node than the study's is refused as an error:
+        its timings belong to another study."""
+        provenance, expected = result.provenance, self.tuning.profile.fingerprint
+        if provenance is None or provenance.hardware_fingerprint in (None, expected):
+            return result
+        reason = (
+            f"measured on hardware {provenance.hardware_fingerprint} (node "
+            f"{provenance.node_id}), not on this study's kind {expected}"
+        )
+        return TrialResult.for_spec(spec, "error", reason, result.duration_s)
+
+    def _tell_baseline(self, record: TrialRecord, spec: TrialSpec, result: TrialResult) -> None:
+        if result.metrics is None:
+            self.teller.tell(record, spec, result)
+            raise AutotuneError(f"the baseline (unmodified model) failed: {result.reason}")
+        self.state.baseline = self.teller.tell(record, spec, result, result.metrics.accuracy)
+        self._follow_the_baseline()
+
+    def _follow_the_baseline(self) -> None:
+        """Results held for the baseline's accuracy are told once it is known, whichever
+        coordinator measured it."""
+        state = self.state
+        found = state.held and any(r.marks.baseline for r in self.store.completed())
+        if state.baseline is None and found:
+            state.load(self.store.records())
+        if state.baseline is None:
+            return
+        held, state.held = state.held, []
+        for record, spec, result in held:
+            if result.metrics is not None:
+                state.accuracy.setdefault(result.variant_key, result.metrics.accuracy)
+            self.teller.tell(record, spec, result)

@@ -1,0 +1,75 @@
+"""Telling a result: its metrics against the baseline's accuracy, the request's constraints
+and objectives, one outcome into the result store, one record to the tracker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from autotune.core.contract import TrialResult, TrialSpec
+from autotune.core.metrics import OBJECTIVES, constraint_violations, with_accuracy_drop
+from autotune.requests.request import TuningRequest
+from autotune.results.records import Outcome, TrialRecord
+from autotune.search.state import SearchState
+from autotune.tracking import trial_log
+
+if TYPE_CHECKING:
+    from autotune.results.store import ResultStore
+    from autotune.tracking import Tracker
+
+
+@dataclass
+class Teller:
+    request: TuningRequest
+    store: ResultStore
+    tracker: Tracker
+    state: SearchState
+    on_told: Callable[[int, TrialResult], None]  # the study's counted trials, and the result
+
+    def tell(
+        self,
+        record: TrialRecord,
+        spec: TrialSpec,
+        result: TrialResult,
+        baseline_accuracy: float | None = None,
+    ) -> TrialRecord:
+        """The result into the study and the tracker; returns the trial's record. Metrics
+        are measured against `baseline_accuracy`, by default the study's baseline's."""
+        state, request = self.state, self.request
+        metrics = violations = values = None
+        figures = result.metrics or result.screening
+        if figures is not None:
+            if baseline_accuracy is None:
+                assert state.baseline is not None and state.baseline.metrics is not None
+                baseline_accuracy = float(state.baseline.metrics["accuracy"])
+            metrics = with_accuracy_drop(figures.model_dump(), baseline_accuracy)
+        if result.metrics is not None and metrics is not None:  # a screening is not judged
+            bounds = request.constraints.model_dump(exclude_none=True)
+            violations = constraint_violations(bounds, metrics)
+            values = [float(metrics[OBJECTIVES[o].name]) for o in request.objectives]
+        reused_from = state.reused_from.pop(record.number, None)
+        outcome = Outcome(
+            config=spec.config,
+            attempt=spec.attempt,
+            status=result.status,
+            variant_key=result.variant_key,
+            reason=result.reason,
+            metrics=metrics,
+            violations=violations,
+            provenance=result.provenance,
+            reused_from=reused_from,
+            measured=reused_from is None and result.status != "skipped",
+            call_ms_by_batch=result.call_ms_by_batch,
+        )
+        self.store.tell(record.number, outcome, values)
+        told = record.told(outcome)
+        state.counted += told.counted
+        if told.has_metrics:
+            state.completed[record.number] = told.candidate()
+        logged, tags = trial_log(told, result)
+        self.tracker.log_trial(
+            told.number, spec.attempt, spec.config, logged, tags, result.duration_s
+        )
+        self.on_told(state.counted, result)
+        return told

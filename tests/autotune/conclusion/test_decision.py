@@ -1,0 +1,149 @@
+"""Re-validation: neighbours, ties within the noise resolved to the simpler configuration,
+the headline as paired ratios with their conditions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.conclusion.decision import (
+    changes_from,
+    decide,
+    headline,
+    nearest_neighbours,
+    ratio,
+    with_metrics,
+)
+from autotune.core.contract import Contention, EntrantOutcome, RoundFigures
+from autotune.core.metrics import OBJECTIVES
+from autotune.requests.request import Selection
+from autotune.results.records import Candidate
+
+OBJ = [OBJECTIVES["accuracy"], OBJECTIVES["latency"]]
+BASELINE = {"batch.size": 1, "precision.mode": "fp32", "runtime.engine": "torch_eager"}
+LOWEST_LATENCY = Selection(strategy="lowest_latency")
+
+
+def cand(n: int, p95: float, accuracy: float = 0.9, config: dict | None = None) -> Candidate:
+    metrics = {"accuracy": accuracy, "latency_p95_ms": p95, "throughput_per_s": 1000 / p95}
+    return Candidate(trial_number=n, config=config or {}, metrics=metrics, feasible=True)
+
+
+def outcome(n: int, p95_per_round: list[float], batch: int = 1) -> EntrantOutcome:
+    return EntrantOutcome(
+        trial_number=n,
+        status="ok",
+        rounds=[
+            RoundFigures(
+                calls=100,
+                latency_p50_ms=p95 * 0.9,
+                latency_p95_ms=p95,
+                throughput_per_s=1000 * batch / p95,
+                energy_per_sample_j=p95 / batch,
+            )
+            for p95 in p95_per_round
+        ],
+    )
+
+
+def busy(contended: bool) -> Contention:
+    return Contention(
+        seconds=1.0,
+        cores=2,
+        other_cpu_share=0.5 if contended else 0.0,
+        machine_other_cpu_share=0.5 if contended else 0.0,
+        steal_share=0.0,
+        cores_to_itself=1.0 if contended else 2.0,
+        contended=contended,
+        reasons=["other processes used 50% of the trial's 2 cores"] if contended else [],
+    )
+
+
+def test_nearest_neighbours_in_normalized_space() -> None:
+    chosen = cand(0, p95=1.0, accuracy=0.90)
+    near = cand(1, p95=1.1, accuracy=0.91)
+    far = cand(2, p95=9.0, accuracy=0.99)
+    middle = cand(3, p95=4.0, accuracy=0.95)
+    front = [chosen, near, far, middle]
+    assert [c.trial_number for c in nearest_neighbours(chosen, front, OBJ, 2)] == [1, 3]
+    assert nearest_neighbours(chosen, front, OBJ, 0) == []
+
+
+def test_rescoring_with_remeasured_metrics() -> None:
+    rescored = with_metrics(cand(0, 1.0), {"latency_p95_ms": 3.0}, {"max_latency_p95_ms": 1.0})
+    assert not rescored.feasible and rescored.metrics["latency_p95_ms"] == 3.0
+
+
+def test_changes_from_the_baseline_count_every_differing_setting() -> None:
+    assert changes_from(BASELINE, BASELINE) == 0
+    assert changes_from({**BASELINE, "batch.size": 8}, BASELINE) == 1
+    assert changes_from({**BASELINE, "runtime.threads": 1}, BASELINE) == 1  # one side only
+
+
+def test_a_difference_inside_the_noise_is_a_tie_won_by_the_simpler_configuration() -> None:
+    rng = np.random.default_rng(0)
+    machine = rng.uniform(1.0, 1.5, 10)  # the machine's speed, shared by both in a round
+    noise = rng.normal(1.0, 0.03, (2, 10))  # each block's own noise, larger than 1%
+    simple = cand(1, 1.01, config={**BASELINE, "batch.size": 8})
+    complex_ = cand(2, 1.0, config={**BASELINE, "batch.size": 8, "precision.mode": "int8"})
+    outcomes = {
+        1: outcome(1, list(machine * noise[0] * 1.01)),
+        2: outcome(2, list(machine * noise[1])),
+    }
+    assert ratio(outcomes[1], outcomes[2], "latency_p95_ms").contains(1.0)
+    decision = decide([simple, complex_], outcomes, LOWEST_LATENCY, BASELINE)
+    assert decision.leader is complex_  # faster on the figures alone
+    assert decision.chosen is simple and decision.tied_with == [1]
+    assert "fewer changes from the baseline (1 vs 2)" in decision.because
+
+
+def test_a_difference_beyond_the_noise_goes_to_the_faster_configuration() -> None:
+    machine = np.random.default_rng(1).uniform(1.0, 3.0, 10)  # a very noisy machine
+    simple = cand(1, 2.0, config={**BASELINE, "batch.size": 8})
+    fast = cand(2, 1.0, config={**BASELINE, "batch.size": 8, "precision.mode": "int8"})
+    outcomes = {1: outcome(1, list(machine * 2.0)), 2: outcome(2, list(machine * 1.0))}
+    decision = decide([simple, fast], outcomes, LOWEST_LATENCY, BASELINE)
+    assert decision.chosen is fast and decision.tied_with == []
+    assert decision.because == "the best latency_p95_ms of the finalists"
+
+
+def test_throughput_selection_ties_on_throughput() -> None:
+    batched = cand(1, 8.0, config={**BASELINE, "batch.size": 64})
+    batched.metrics["throughput_per_s"] = 8000.0
+    single = cand(2, 1.0, config=BASELINE)
+    outcomes = {1: outcome(1, [8.0] * 8, batch=64), 2: outcome(2, [1.0] * 8)}
+    decision = decide(
+        [batched, single], outcomes, Selection(strategy="highest_throughput"), BASELINE
+    )
+    assert decision.chosen is batched
+    summary = headline(
+        outcomes[1], outcomes[2], [busy(False)] * 8, Selection(strategy="highest_throughput"), False
+    )
+    assert summary.text.startswith(
+        "8× throughput (95% CI 8–8×); 8× higher p95 latency per call (95% CI 8–8×); "
+        "8× lower energy per sample"
+    )
+
+
+def test_the_headline_is_a_paired_ratio_with_its_interval_and_conditions() -> None:
+    machine = np.random.default_rng(2).uniform(1.0, 2.0, 10)
+    base = outcome(0, list(machine * 4.0))
+    tuned = outcome(1, list(machine * 1.0), batch=1)
+    quiet = headline(
+        tuned, base, [busy(False)] * 10, Selection(strategy="highest_throughput"), True
+    )
+    assert quiet.ratios["throughput_per_s"].ratio == np.float64(4.0)
+    assert quiet.conditions == "quiet" and quiet.contended_rounds == 0
+    assert quiet.text.startswith("4× throughput (95% CI 4–4×)")
+    assert "4× lower energy per sample (95% CI 4–4×) (estimated)" in quiet.text
+    assert quiet.text.endswith("10 paired rounds, quiet")
+    loaded = headline(tuned, base, [busy(i < 3) for i in range(10)], LOWEST_LATENCY, False)
+    assert loaded.text.startswith("4× lower p95 latency per call (95% CI 4–4×); 4× throughput")
+    assert loaded.conditions == "contended" and loaded.contended_rounds == 3
+    assert "contended: 30% of the rounds saw other load; re-run on an idle machine" in loaded.text
+
+
+def test_the_headline_of_the_unmodified_model_says_so() -> None:
+    base = outcome(0, [1.0] * 6)
+    summary = headline(base, base, [], LOWEST_LATENCY, False)
+    assert summary.same_as_baseline and summary.conditions == "replayed"
+    assert summary.text.startswith("the unmodified model is the best choice")

@@ -1,0 +1,94 @@
+"""The finalists head to head with the baseline (`Revalidator`): the unmodified model stays
+unless a finalist beats it beyond the noise."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from autotune.conclusion.head_to_head import Revalidator
+from autotune.core.contract import EntrantOutcome, HeadToHeadResult, HeadToHeadSpec, TrialMetrics
+from autotune.core.metrics import with_accuracy_drop
+from autotune.execution.executors import Executor
+from autotune.results.records import Candidate
+from autotune.strategies import make_strategy
+from tests.autotune.conclusion.test_decision import busy, outcome
+from tests.autotune.coordinator_support import (
+    BASELINE,
+    SPACE,
+    STUDY,
+    WORKLOAD,
+    config_with,
+    make_request,
+    open_store,
+    table_metrics,
+)
+
+QUIET = busy(False)
+
+
+class Comparing:
+    """Answers a head-to-head with each entrant's scripted p95 per round."""
+
+    def __init__(self, p95_per_round: dict[int, list[float]]) -> None:
+        self.p95_per_round = p95_per_round
+
+    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
+        entrants = [self._outcome(e.trial_number, e.config) for e in spec.entrants]
+        return HeadToHeadResult(entrants=entrants, contention=[QUIET] * spec.rounds, duration_s=0.0)
+
+    def _outcome(self, number: int, config: dict[str, Any]) -> EntrantOutcome:
+        rounds = self.p95_per_round[number]
+        median = sorted(rounds)[len(rounds) // 2]
+        metrics = table_metrics(config).model_copy(
+            update={"latency_p95_ms": median, "throughput_per_s": 1000 / median}
+        )
+        return outcome(number, rounds).model_copy(update={"metrics": metrics})
+
+
+def candidate(number: int, config: dict[str, Any], p95: float) -> Candidate:
+    metrics: TrialMetrics = table_metrics(config).model_copy(update={"latency_p95_ms": p95})
+    dumped = with_accuracy_drop(metrics.model_dump(), table_metrics(BASELINE).accuracy)
+    return Candidate(trial_number=number, config=config, metrics=dumped, feasible=True)
+
+
+def revalidator(p95_per_round: dict[int, list[float]]) -> Revalidator:
+    request = make_request(trials=4)
+    rounds = request.validation.rounds
+    store = open_store(request, make_strategy("random", SPACE, request, seed=0), SPACE)
+    executor = Comparing({n: p[:rounds] for n, p in p95_per_round.items()})
+    return Revalidator(
+        request, WORKLOAD, STUDY, cast(Executor, executor), store, on_phase=lambda p: None
+    )
+
+
+# The baseline (#0), and one finalist (#3) that was faster in its own trial.
+THE_BASELINE = candidate(0, BASELINE, p95=1.2)
+FINALIST = candidate(3, config_with(**{"runtime.threads": 1}), p95=1.0)
+
+
+def chosen_after(p95_per_round: dict[int, list[float]]) -> int:
+    """The trial chosen when both are re-measured with these rounds."""
+    return revalidator(p95_per_round).revalidate([FINALIST], THE_BASELINE).chosen.trial_number
+
+
+SLOW, FAST = [1.0 + 0.01 * i for i in range(12)], [0.5 + 0.01 * i for i in range(12)]
+
+
+def test_a_finalist_slower_than_the_baseline_head_to_head_leaves_the_model_unchanged() -> None:
+    assert chosen_after({0: FAST, 3: SLOW}) == 0
+
+
+def test_a_finalist_tied_with_the_baseline_leaves_the_model_unchanged() -> None:
+    assert chosen_after({0: SLOW, 3: SLOW[::-1]}) == 0
+
+
+def test_a_finalist_faster_beyond_the_noise_is_chosen() -> None:
+    assert chosen_after({0: SLOW, 3: FAST}) == 3
+
+
+def test_a_stored_decision_for_the_baseline_is_reused() -> None:
+    checker = revalidator({0: FAST, 3: SLOW})
+    first = checker.revalidate([FINALIST], THE_BASELINE)
+    again = checker.revalidate([FINALIST], THE_BASELINE)
+    assert first.chosen.trial_number == again.chosen.trial_number == 0
+    assert again.reused

@@ -1,0 +1,2 @@
+"""Building variants and their sessions: each knob's implementation, transforms (pruning,
+precision, sharding) and the runtimes' sessions."""

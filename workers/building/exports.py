@@ -1,0 +1,89 @@
+"""Writing an optimized model: the two formats the engines export (`EngineImplementation.export`).
+
+An ONNX engine writes `model.onnx`, the exact ONNX model its trial ran, with an input example
+(the first evaluation inputs, fed by input name) and the outputs ONNX Runtime gives for it. A
+torch engine writes `model.safetensors` with the variant's pruned fp32 weights; loading
+re-applies the precision deterministically. Beside either, `variant.json`: the configuration
+(and for torch the model's entry point), so the artifact runs as its trial did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autotune.core.artifacts import (
+    INPUT_EXAMPLE_FILE,
+    INPUT_EXAMPLE_SAMPLES,
+    ONNX_ARTIFACT,
+    OUTPUT_EXAMPLE_FILE,
+    VARIANT_FILE,
+    WEIGHTS_ARTIFACT,
+)
+from autotune.core.contract import ArtifactInfo, TrialSpec
+from autotune.core.knobs.config import TrialConfig
+from workers.building.variants import OnnxVariant, TorchVariant
+
+if TYPE_CHECKING:
+    from workers.cache import LoadedWorkload
+
+
+def export_onnx(
+    loaded: LoadedWorkload, spec: TrialSpec, config: TrialConfig, directory: Path
+) -> ArtifactInfo:
+    variant = loaded.variant_for(config)
+    assert isinstance(variant, OnnxVariant)  # an ONNX engine's pipeline ends in ONNX
+    path = directory / ONNX_ARTIFACT
+    path.write_bytes(variant.model_bytes)
+    describe(directory, {"config": spec.config})
+    write_examples(variant.model_bytes, loaded.data.inputs[:INPUT_EXAMPLE_SAMPLES], directory)
+    return ArtifactInfo(path=str(path), format="onnx", sha256=file_sha256(path))
+
+
+def write_examples(model_bytes: bytes, inputs: np.ndarray, directory: Path) -> None:
+    """The inputs as the model's feed (each input by name, in its type) and ONNX Runtime's
+    outputs for them (each by name): what a registry needs for an input example and a
+    signature, without running the model again."""
+    from workers.building.ort_session import OnnxRuntimeSession
+    from workers.loading.feeds import feed
+
+    session = OnnxRuntimeSession(model_bytes, threads=1)
+    fed = feed(np.ascontiguousarray(inputs), session.inputs)
+    outputs = session.run(inputs)
+    names = outputs.dtype.names
+    by_name = (
+        {session.output_names[0]: outputs}
+        if names is None
+        else {name: outputs[name] for name in names}
+    )
+    np.savez(directory / INPUT_EXAMPLE_FILE, **fed)  # type: ignore[arg-type]
+    np.savez(directory / OUTPUT_EXAMPLE_FILE, **by_name)  # type: ignore[arg-type]
+
+
+def export_torch(
+    pruned: TorchVariant, entry_point: str, spec: TrialSpec, directory: Path
+) -> ArtifactInfo:
+    """The pruned fp32 weights, with the model's entry point that rebuilds the module."""
+    from safetensors.torch import save_file
+
+    weights = {name: t.detach().contiguous() for name, t in pruned.module.state_dict().items()}
+    path = directory / WEIGHTS_ARTIFACT
+    save_file(weights, str(path))
+    describe(directory, {"config": spec.config, "model_entry_point": entry_point})
+    return ArtifactInfo(path=str(path), format="safetensors", sha256=file_sha256(path))
+
+
+def describe(directory: Path, description: dict[str, Any]) -> None:
+    (directory / VARIANT_FILE).write_text(json.dumps(description, indent=2, sort_keys=True))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,162 @@
+"""How the OpenVINO engine (`autotune.core.knobs.openvino`) probes the machine and compiles
+its session on the CPU plugin.
+
+The plugin adjusts what it cannot honour without saying so (on a CPU with bf16 kernels its
+default precision is bf16, streams are capped by threads and threads by cores), so every
+property is set explicitly, read back from the compiled model, and a difference is refused.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autotune.core.errors import Unsupported
+from autotune.core.knobs.openvino import OV_PERFORMANCE_HINT, OV_PRECISIONS, OV_STREAMS, OpenVino
+from workers.building.knobs.base import implements
+from workers.building.knobs.engines import OnnxEngineImplementation, onnx_bytes_of
+from workers.loading.feeds import InputSpec, feed, packed_outputs
+
+if TYPE_CHECKING:
+    from autotune.core.knobs.config import TrialConfig
+    from workers.building.runtimes import Session
+    from workers.building.variants import Variant
+# OpenVINO element type names and the numpy dtype fed to each (Type.bf16.to_dtype() answers
+# float16, so the mapping is spelled out).
+_OV_INPUT_TYPES = {
+    "f32": np.float32,
+    "f64": np.float64,
+    "f16": np.float16,
+    "i64": np.int64,
+    "i32": np.int32,
+    "u8": np.uint8,
+    "i8": np.int8,
+    "boolean": np.bool_,
+}
+
+
+@implements
+class OpenVinoImplementation(OnnxEngineImplementation, OpenVino):
+    def probe(self) -> set[str]:
+        try:
+            return {"openvino"} if _has_cpu_device() else set()
+        except (ImportError, RuntimeError):
+            return set()
+
+    def check_machine(self, config: TrialConfig) -> None:
+        try:
+            has_cpu = _has_cpu_device()
+        except (ImportError, RuntimeError) as error:
+            raise Unsupported(
+                f"{self.key}={self.name}: openvino is not usable ({error})"
+            ) from error
+        if not has_cpu:
+            raise Unsupported(f"{self.key}={self.name}: OpenVINO reports no CPU device")
+
+    def session(self, variant: Variant, config: TrialConfig) -> Session:
+        return OpenVinoSession(
+            onnx_bytes_of(variant, self.name),
+            config.threads,
+            config.precision,
+            str(config.option(OV_PERFORMANCE_HINT.key)),
+            int(config.option(OV_STREAMS.key)),
+        )
+
+
+def _has_cpu_device() -> bool:
+    import openvino
+
+    return "CPU" in openvino.Core().available_devices
+
+
+class OpenVinoSession:
+    """An ONNX model compiled by OpenVINO for the CPU with explicit threads, precision,
+    performance hint and streams; returns the model's output (several as one structured
+    array, `workers.loading.feeds`). `applied` holds the properties read back from the compiled
+    model; any that differs from what was asked is refused (`Unsupported`)."""
+
+    def __init__(
+        self,
+        model_bytes: bytes,
+        threads: int,
+        precision_hint: str,
+        performance_hint: str,
+        streams: int,
+    ) -> None:
+        import openvino
+        import openvino.properties as props
+        import openvino.properties.hint as hints
+
+        if precision_hint not in OV_PRECISIONS:
+            raise Unsupported(f"precision.mode={precision_hint} does not run on openvino")
+        core = openvino.Core()
+        model = core.read_model(io.BytesIO(model_bytes))
+        asked = {
+            "threads": str(threads),
+            "precision": OV_PRECISIONS[precision_hint],
+            "hint": performance_hint,
+            "streams": str(streams),
+        }
+        self._compiled: Any = core.compile_model(
+            model,
+            "CPU",
+            {
+                props.inference_num_threads: threads,
+                hints.inference_precision: getattr(openvino.Type, asked["precision"]),
+                hints.performance_mode: getattr(hints.PerformanceMode, performance_hint.upper()),
+                props.num_streams: streams,
+            },
+        )
+        self.applied: dict[str, str] = {
+            "threads": str(self._compiled.get_property(props.inference_num_threads())),
+            "precision": self._compiled.get_property(hints.inference_precision()).get_type_name(),
+            "hint": str(self._compiled.get_property(hints.performance_mode())).lower(),
+            "streams": str(self._compiled.get_property(props.num_streams())),
+        }
+        _refuse_unapplied(asked, self.applied)
+        self.inputs = [_input_spec(port) for port in self._compiled.inputs]
+        self._outputs = list(self._compiled.outputs)
+        self._output_names = [port.get_any_name() for port in self._outputs]
+        self.fixed_batch: int | None = self.inputs[0].fixed_batch
+        self._per_thread = threading.local()
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        request = getattr(self._per_thread, "request", None)
+        if request is None:
+            request = self._per_thread.request = self._compiled.create_infer_request()
+        results = request.infer(feed(batch, self.inputs))
+        return packed_outputs(self._output_names, [results[port] for port in self._outputs])
+
+
+# The applied property -> the setting it comes from, for refusals.
+_SETTING_OF = {
+    "threads": "runtime.threads",
+    "precision": "precision.mode",
+    "hint": OV_PERFORMANCE_HINT.key,
+    "streams": OV_STREAMS.key,
+}
+
+
+def _refuse_unapplied(asked: dict[str, str], applied: dict[str, str]) -> None:
+    for name, value in asked.items():
+        if applied[name] != value:
+            raise Unsupported(
+                f"{_SETTING_OF[name]}: OpenVINO's CPU plugin was asked for {name} {value} "
+                f"but compiled the model with {applied[name]}"
+            )
+
+
+def _input_spec(port: Any) -> InputSpec:
+    name = port.get_any_name()
+    type_name = port.get_element_type().get_type_name()
+    dtype = _OV_INPUT_TYPES.get(type_name)
+    if dtype is None:
+        raise Unsupported(f"the model's input '{name}' has type {type_name}, not supported")
+    shape = port.get_partial_shape()
+    if shape.rank.is_dynamic:
+        return InputSpec(name, dtype, None)
+    dims = tuple(None if d.is_dynamic else int(d.get_length()) for d in shape)
+    return InputSpec(name, dtype, dims)

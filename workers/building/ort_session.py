@@ -1,0 +1,75 @@
+"""The onnxruntime session: a provider list, a graph optimization level, the model's inputs
+fed by name (`workers.loading.feeds`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autotune.core.errors import Unsupported
+from autotune.core.knobs.engines import ORT_GRAPH_LEVELS, ORT_PROVIDERS
+from workers.loading.feeds import InputSpec, feed, packed_outputs
+
+# onnxruntime's input type names and the numpy dtype fed to each.
+_ORT_INPUT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(uint8)": np.uint8,
+    "tensor(int8)": np.int8,
+    "tensor(bool)": np.bool_,
+}
+
+
+class OnnxRuntimeSession:
+    """An onnxruntime session with a provider list and a graph optimization level; returns the
+    model's output (several as one structured array, `workers.loading.feeds`). Refuses
+    (`Unsupported`) a provider that is not available or that the session silently replaced by a
+    fallback."""
+
+    def __init__(
+        self, model_bytes: bytes, threads: int, provider: str = "cpu", graph_opt: str = "all"
+    ) -> None:
+        import onnxruntime
+
+        providers = list(ORT_PROVIDERS[provider])
+        available = onnxruntime.get_available_providers()
+        if providers[0] not in available:
+            raise Unsupported(
+                f"runtime.provider={provider}: {providers[0]} is not available in this "
+                f"onnxruntime build (available: {', '.join(available)})"
+            )
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        options.graph_optimization_level = getattr(
+            onnxruntime.GraphOptimizationLevel, ORT_GRAPH_LEVELS[graph_opt]
+        )
+        self._session = onnxruntime.InferenceSession(model_bytes, options, providers=providers)
+        self.providers: list[str] = list(self._session.get_providers())
+        if providers[0] not in self.providers:
+            raise Unsupported(
+                f"runtime.provider={provider}: onnxruntime could not start {providers[0]} and "
+                f"fell back to {', '.join(self.providers)}"
+            )
+        self.inputs = [_input_spec(port) for port in self._session.get_inputs()]
+        self.output_names = [port.name for port in self._session.get_outputs()]
+        self.fixed_batch: int | None = self.inputs[0].fixed_batch
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        outputs = self._session.run(None, feed(batch, self.inputs))
+        return packed_outputs(self.output_names, outputs)
+
+
+def _input_spec(port: Any) -> InputSpec:
+    dtype = _ORT_INPUT_TYPES.get(port.type)
+    if dtype is None:
+        raise Unsupported(f"the model's input '{port.name}' has type {port.type}, not supported")
+    shape = (
+        None if port.shape is None else tuple(d if isinstance(d, int) else None for d in port.shape)
+    )
+    return InputSpec(port.name, dtype, shape)

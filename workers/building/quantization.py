@@ -1,0 +1,258 @@
+"""Precision: casting and placing torch modules, torch int8 (dynamic) and fp8 (torchao), and
+ONNX int8 (dynamic, or static calibrated on the workload's inputs) and float16.
+
+The precision classes (`autotune.core.knobs.precisions`) and the engines decide beforehand which
+precision runs where; the functions here build what they are asked for.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autotune.core.errors import Unsupported
+from autotune.core.knobs.config import TrialConfig
+from workers.building.variants import TorchVariant
+from workers.loading.feeds import InputSpec, feed
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+# Static quantization calibrates on at most this many evaluation inputs, evenly spaced over
+# the data, fed in batches of CALIBRATION_BATCH (or the model's fixed batch size).
+CALIBRATION_SAMPLES = 256
+CALIBRATION_BATCH = 32
+# torch._scaled_mm, behind torchao's float8 linear, needs both weight dimensions divisible by 16.
+FP8_DIVISOR = 16
+FP8_MIN_CAPABILITY = (8, 9)
+
+
+# --- torch --------------------------------------------------------------------------------------
+
+
+def torch_precision(variant: TorchVariant, config: TrialConfig) -> TorchVariant:
+    """The module in `config.precision`, with its weights on `config.device`. bf16/fp16 cast
+    weights and inputs; int8_dynamic and fp8 quantize Linear layers (see their functions)."""
+    import torch
+
+    if config.precision == "int8_dynamic":
+        return torch_int8_dynamic(variant)
+    if config.precision == "fp8":
+        return torch_fp8(variant)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+    if dtype is None and config.device == "cpu":
+        return variant
+    module = copy.deepcopy(variant.module).to(device=config.device, dtype=dtype)
+    return TorchVariant(module.eval(), dtype or variant.input_dtype)
+
+
+def torch_int8_dynamic(variant: TorchVariant) -> TorchVariant:
+    """int8 Linear weights, activations quantized per batch at run time (CPU kernels only);
+    convolutions stay fp32 because torch's dynamic quantization has no conv kernels."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensor types are deprecated, still work
+        quantized = torch.ao.quantization.quantize_dynamic(
+            variant.module, {torch.nn.Linear}, dtype=torch.qint8, inplace=False
+        )
+    return TorchVariant(quantized.eval(), variant.input_dtype)
+
+
+def torch_fp8(variant: TorchVariant) -> TorchVariant:
+    """torchao float8 (e4m3) dynamic row-wise quantization of weights and activations for every
+    Linear whose dimensions divide by 16; the rest of the model runs in bfloat16 on CUDA."""
+    import torch
+    from torchao.quantization import (
+        Float8DynamicActivationFloat8WeightConfig,
+        PerRow,
+        quantize_,
+    )
+
+    module = copy.deepcopy(variant.module).to(device="cuda", dtype=torch.bfloat16).eval()
+    if not any(fp8_linear(child) for child in module.modules()):
+        raise Unsupported(
+            f"precision.mode=fp8: no Linear layer has both dimensions divisible by {FP8_DIVISOR}"
+        )
+    config = Float8DynamicActivationFloat8WeightConfig(granularity=PerRow())
+    quantize_(module, config, filter_fn=lambda child, name: fp8_linear(child))
+    return TorchVariant(module, torch.bfloat16)
+
+
+def fp8_linear(child: torch.nn.Module) -> bool:
+    from torch import nn
+
+    return (
+        isinstance(child, nn.Linear)
+        and child.in_features % FP8_DIVISOR == 0
+        and child.out_features % FP8_DIVISOR == 0
+    )
+
+
+# --- ONNX ---------------------------------------------------------------------------------------
+
+# Quantizing every supported op first; without Conv if this onnxruntime build has no
+# ConvInteger kernel for int8 weights.
+INT8_OP_TYPE_CHOICES: tuple[tuple[str, ...] | None, ...] = (None, ("MatMul", "Gemm"))
+
+
+def quantize_onnx_int8(model_bytes: bytes) -> bytes:
+    """Dynamic quantization: int8 weights, activations quantized per batch at run time."""
+    failures = []
+    for op_types in INT8_OP_TYPE_CHOICES:
+        try:
+            quantized = _quantize_dynamic(model_bytes, op_types)
+        except Exception as error:  # e.g. a weight the quantizer cannot read as a constant
+            failures.append(f"op types {op_types or 'all'}: {type(error).__name__}: {error}")
+            continue
+        problem = cpu_load_problem(quantized)
+        if problem is None:
+            return quantized
+        failures.append(f"op types {op_types or 'all'}: {problem}")
+    raise Unsupported(
+        "precision.mode=int8_dynamic: no quantized model loads on CPU; " + "; ".join(failures)
+    )
+
+
+def _quantize_dynamic(model_bytes: bytes, op_types: tuple[str, ...] | None) -> bytes:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as directory:
+        output = Path(directory) / "quantized.onnx"
+        quantize_dynamic(
+            onnx.load_model_from_string(model_bytes),
+            output,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=list(op_types) if op_types else None,
+        )
+        return output.read_bytes()
+
+
+def quantize_onnx_int8_static(model_bytes: bytes, inputs: np.ndarray) -> bytes:
+    """Static quantization in QDQ format: int8 weights (per output channel) and int8
+    activations whose ranges (min/max) were observed on `calibration_subset(inputs)`."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    model, per_channel = _with_per_channel_qdq(onnx.load_model_from_string(model_bytes))
+    reader = calibration_reader(model, calibration_subset(inputs))
+    with tempfile.TemporaryDirectory() as directory:
+        output = Path(directory) / "quantized.onnx"
+        quantize_static(
+            model,
+            output,
+            reader,
+            quant_format=QuantFormat.QDQ,
+            per_channel=per_channel,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+        )
+        quantized = output.read_bytes()
+    problem = cpu_load_problem(quantized)
+    if problem is not None:
+        raise Unsupported(
+            f"precision.mode=int8_static: the quantized model does not load: {problem}"
+        )
+    return quantized
+
+
+# DequantizeLinear takes a per-channel axis from this opset on.
+PER_CHANNEL_OPSET = 13
+
+
+def _with_per_channel_qdq(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+    """The model at an opset whose QDQ nodes take per-channel scales (older exports, such as
+    Paddle's at opset 11 or 12, are converted), and whether they can: a model that does not
+    convert is quantized per tensor."""
+    from onnx import version_converter
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset >= PER_CHANNEL_OPSET:
+        return model, True
+    try:
+        return version_converter.convert_version(model, PER_CHANNEL_OPSET), True
+    except Exception:  # the converter lacks an adapter for one of its nodes
+        return model, False
+
+
+def calibration_subset(inputs: np.ndarray, limit: int = CALIBRATION_SAMPLES) -> np.ndarray:
+    """At most `limit` samples, evenly spaced over `inputs` (so data sorted by class still
+    contributes every class); always the same ones."""
+    count = min(len(inputs), limit)
+    return inputs[np.arange(count) * len(inputs) // count]
+
+
+def calibration_reader(model: onnx.ModelProto, samples: np.ndarray) -> Any:
+    """An onnxruntime CalibrationDataReader feeding `samples` in batches of the model's fixed
+    batch size (an incomplete last batch left out) or of CALIBRATION_BATCH (all of them where
+    there are fewer)."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    inputs = [_input_spec(value) for value in _graph_inputs(model)]
+    fixed = inputs[0].fixed_batch
+    size = fixed or min(CALIBRATION_BATCH, len(samples))
+    if len(samples) < size:
+        raise Unsupported(
+            f"precision.mode=int8_static: {len(samples)} calibration samples do not fill one "
+            f"batch of {size}"
+        )
+    stop = len(samples) - len(samples) % size if fixed else len(samples)
+    batches = [feed(samples[start : start + size], inputs) for start in range(0, stop, size)]
+
+    class Batches(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self._batches: Iterator[dict[str, np.ndarray]] = iter(batches)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._batches, None)
+
+    return Batches()
+
+
+def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
+    from onnx import helper
+
+    tensor_type = value.type.tensor_type
+    dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).type
+    if not tensor_type.HasField("shape"):
+        return InputSpec(value.name, dtype, None)
+    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+    return InputSpec(value.name, dtype, dims)
+
+
+def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs that are not initializers (older exporters list weights as inputs)."""
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    return [value for value in model.graph.input if value.name not in initializers]
+
+
+def convert_onnx_fp16(model_bytes: bytes) -> bytes:
+    """Float16 weights and compute; inputs and outputs stay float32 (casts at the edges)."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = onnx.load_model_from_string(model_bytes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # it warns about values it clamps to the fp16 range
+        converted = convert_float_to_float16(model, keep_io_types=True)
+    return converted.SerializeToString()
+
+
+def cpu_load_problem(model_bytes: bytes) -> str | None:
+    """Why onnxruntime's CPU execution provider cannot load this model, or None if it can."""
+    import onnxruntime
+
+    try:
+        onnxruntime.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return None

@@ -1,0 +1,131 @@
+"""Transforms: each takes a variant and the trial's settings and returns a new variant, or
+raises `Unsupported` when it cannot build that configuration (the trial is pruned, not failed).
+
+`build_variant` checks the configuration against the knobs' rules on this machine
+(`runtimes.check_runtime`), then applies the steps in `PIPELINE` order: the pruning method
+works on fp32 weights in the model's own format, the ONNX export (for an engine that runs ONNX,
+on a torch model) sees the pruned fp32 model, the precision mode comes next, in the variant's
+own format, and moves torch weights to `config.device` (unless the engine applies the precision
+itself at run time); the pruning method's last step (2:4 sparse compression) comes last because
+its kernels need the final dtype and device.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from autotune.core.errors import Unsupported
+from autotune.core.knobs import ENGINES, ModelKind
+from autotune.core.knobs.config import TrialConfig
+from workers.building.knobs import precision_of, pruning_of
+from workers.building.runtimes import check_runtime
+from workers.building.variants import BuildContext, OnnxVariant, TorchVariant, Variant
+
+if TYPE_CHECKING:
+    import torch
+
+Transform = Callable[[Variant, TrialConfig, BuildContext], Variant]
+
+TRANSFORMS: dict[str, Transform] = {}
+PIPELINE = ("prune", "export_onnx", "precision", "sparsify")
+ONNX_OPSET = 17
+
+
+def register_transform(name: str) -> Callable[[Transform], Transform]:
+    def register(transform: Transform) -> Transform:
+        if name in TRANSFORMS:
+            raise ValueError(f"transform {name!r} is already registered")
+        TRANSFORMS[name] = transform
+        return transform
+
+    return register
+
+
+def build_variant(original: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    kind: ModelKind = "torch" if isinstance(original, TorchVariant) else "onnx"
+    check_runtime(config, kind)  # before pruning and exporting, which may take a while
+    variant = original
+    for name in PIPELINE:
+        variant = TRANSFORMS[name](variant, config, context)
+    return variant
+
+
+@register_transform("prune")
+def prune(variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    if not config.prunes:
+        return variant
+    return pruning_of(config.prune_method).build(variant, config, context)
+
+
+@register_transform("export_onnx")
+def export_onnx(variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    """For an engine that runs ONNX, export a (pruned, fp32) torch model to ONNX with a
+    dynamic batch axis."""
+    if ENGINES[config.engine].model_format != "onnx" or isinstance(variant, OnnxVariant):
+        return variant
+    return OnnxVariant(torch_to_onnx(variant.module, context.sample_inputs))
+
+
+def torch_to_onnx(module: torch.nn.Module, sample_inputs: np.ndarray) -> bytes:
+    """TorchScript-based export first (fast, still shipped), the torch.export-based one if the
+    former is gone or cannot trace the model."""
+    import torch
+
+    example = (torch.from_numpy(np.ascontiguousarray(sample_inputs)),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return _export_torchscript(module, example)
+        except Exception as torchscript_error:
+            try:
+                return _export_dynamo(module, example)
+            except Exception as dynamo_error:
+                raise Unsupported(
+                    "the model does not export to ONNX "
+                    f"(TorchScript exporter: {torchscript_error}; dynamo exporter: {dynamo_error})"
+                ) from dynamo_error
+
+
+_DYNAMIC_BATCH = {"input": {0: "batch"}, "output": {0: "batch"}}
+
+
+def _export_torchscript(module: torch.nn.Module, example: tuple[torch.Tensor]) -> bytes:
+    import torch
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "model.onnx"
+        torch.onnx.export(
+            module, example, str(path), dynamo=False, opset_version=ONNX_OPSET,
+            input_names=["input"], output_names=["output"], dynamic_axes=_DYNAMIC_BATCH,
+        )  # fmt: skip
+        return path.read_bytes()
+
+
+def _export_dynamo(module: torch.nn.Module, example: tuple[torch.Tensor]) -> bytes:
+    import torch
+
+    program = torch.onnx.export(
+        module, example, dynamo=True, input_names=["input"], output_names=["output"],
+        dynamic_axes=_DYNAMIC_BATCH,
+    )  # fmt: skip
+    if program is None:
+        raise RuntimeError("the exporter returned no program")
+    return program.model_proto.SerializeToString()
+
+
+@register_transform("precision")
+def precision(variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    if config.precision in ENGINES[config.engine].applies_precisions:
+        return variant
+    return precision_of(config.precision).build(variant, config, context)
+
+
+@register_transform("sparsify")
+def sparsify(variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    return pruning_of(config.prune_method).finish(variant, config)

@@ -1,0 +1,187 @@
+"""Per-process cache of loaded workloads, so repeated trials do not reload or recompute."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+
+from autotune.core.contract import ConfigValue, Workload
+from autotune.core.errors import RequestError
+from autotune.core.knobs.config import TrialConfig, parse_config
+from workers.building.runtimes import Session, build_session, check_runtime
+from workers.building.sharding import ModelSource
+from workers.building.transforms import build_variant
+from workers.building.variants import BuildContext, OnnxVariant, TorchVariant, Variant
+from workers.loading.workloads import EvalData, LoadedModel, TorchModel, load_data, load_model
+from workers.measuring.evaluate import (
+    SUBSET_CONFIDENCE,
+    QualityMetric,
+    SubsetScore,
+    hoeffding_slack,
+    resolve_metric,
+    run_all,
+    subset_size,
+)
+
+# Samples handed to exporters for tracing; two so the batch axis is not mistaken for a constant.
+TRACE_SAMPLES = 2
+
+
+@dataclass
+class LoadedWorkload:
+    """A workload's model, data and metric, with what has been computed for it so far."""
+
+    workload: Workload
+    model: LoadedModel
+    data: EvalData
+    metric: QualityMetric
+    accuracy_by_variant: dict[str, float] = field(default_factory=dict)
+    onnx_by_variant: dict[str, bytes] = field(default_factory=dict)
+    _reference_outputs: np.ndarray | None = None
+
+    @property
+    def model_field(self) -> str:
+        if self.workload.model.hf is not None:
+            return "model.hf"
+        return "model.entry_point" if isinstance(self.model, TorchModel) else "model.onnx"
+
+    def original_variant(self) -> Variant:
+        if isinstance(self.model, TorchModel):
+            return TorchVariant(self.model.module)
+        return OnnxVariant(self.model.model_bytes)
+
+    def parse(self, config: dict[str, ConfigValue]) -> TrialConfig:
+        return parse_config(config, self.model.kind)
+
+    def variant_for(self, config: TrialConfig) -> Variant:
+        """Builds the variant; ONNX bytes are cached per variant (export and quantization are
+        the slow part, and an exported artifact must be the very file that was measured)."""
+        cached = self.onnx_by_variant.get(config.variant_id)
+        if cached is not None:
+            return OnnxVariant(cached)
+        variant = build_variant(self.original_variant(), config, self.build_context())
+        if isinstance(variant, OnnxVariant):
+            self.onnx_by_variant[config.variant_id] = variant.model_bytes
+        return variant
+
+    def build_context(self) -> BuildContext:
+        return BuildContext(
+            sample_inputs=self.data.inputs[:TRACE_SAMPLES], calibration_inputs=self.data.inputs
+        )
+
+    def model_source(self) -> ModelSource | None:
+        """How another process rebuilds this workload's torch variants (tensor parallelism)."""
+        if not isinstance(self.model, TorchModel):
+            return None
+        return ModelSource(
+            entry_point=self.model.entry_point,
+            python_path=tuple(self.workload.python_path),
+            sha256=self.model.sha256,
+            context=self.build_context(),
+        )
+
+    def session_for(self, config: TrialConfig) -> Session:
+        """A session to close after use (`workers.building.runtimes.opened`): sharded ones hold
+        processes. Settings the runtime cannot apply are refused before the variant is built."""
+        check_runtime(config, self.model.kind)
+        return build_session(self.variant_for(config), config, self.model_source())
+
+    def reference_outputs(self) -> np.ndarray:
+        """Outputs of the unmodified model (fp32, default runtime) on all evaluation inputs."""
+        if self._reference_outputs is None:
+            session = self.session_for(self.parse({}))
+            self._reference_outputs = run_all(session, self.data.inputs)
+        return self._reference_outputs
+
+    def score(self, session: Session) -> float:
+        """The workload's quality metric for the variant behind `session`."""
+        outputs = run_all(session, self.data.inputs)
+        reference = self.reference_outputs() if self.metric.needs_reference else None
+        return self.metric.score(outputs, self.data.labels, reference)
+
+    def subset_score(self, session: Session) -> SubsetScore | None:
+        """The metric on the first evaluation samples, with its distribution-free upper bound
+        on the figure over all of them; None for a metric that is not a mean of bounded
+        per-sample scores, or data too small to judge a part of."""
+        n = self.data.n_samples
+        size = subset_size(n)
+        if size is None or self.metric.sample_range is None:
+            return None
+        outputs = run_all(session, self.data.inputs[:size])
+        reference = self.reference_outputs()[:size] if self.metric.needs_reference else None
+        labels = None if self.data.labels is None else self.data.labels[:size]
+        score = self.metric.score(outputs, labels, reference)
+        slack = hoeffding_slack(self.metric.sample_range, size, SUBSET_CONFIDENCE)
+        return SubsetScore(score, score + slack, size, n)
+
+    def accuracy(self, config: TrialConfig, session: Session) -> float:
+        if config.variant_id not in self.accuracy_by_variant:
+            self.accuracy_by_variant[config.variant_id] = self.score(session)
+        return self.accuracy_by_variant[config.variant_id]
+
+
+def load_workload(workload: Workload) -> LoadedWorkload:
+    """Load and cross-check model, data and metric; raises RequestError on bad input."""
+    metric = resolve_metric(workload.metric, workload.python_path)
+    data = load_data(workload.data, workload.python_path, workload.model)
+    _check_metric_fits_data(metric, data)
+    model = load_model(workload.model, workload.python_path)
+    return LoadedWorkload(workload=workload, model=model, data=data, metric=metric)
+
+
+def _check_metric_fits_data(metric: QualityMetric, data: EvalData) -> None:
+    if not metric.needs_labels:
+        return
+    if data.labels is None:
+        raise RequestError("metric.kind", f"'{metric.kind}' needs labels in the data", metric.kind)
+    if data.labels.dtype.kind not in "iu" or data.labels.ndim != 1:
+        raise RequestError(
+            data.field,
+            f"labels must be a 1-D integer array for metric '{metric.kind}'",
+            f"{data.labels.dtype}{list(data.labels.shape)}",
+        )
+
+
+class WorkloadStore:
+    """The most recently used workloads of this process, keyed by their definition and the
+    size and modification time of the files they name (a changed file is reloaded)."""
+
+    def __init__(self, capacity: int = 2) -> None:
+        self._capacity = capacity
+        self._loaded: OrderedDict[str, LoadedWorkload] = OrderedDict()
+        self.loads = 0
+
+    def get(self, workload: Workload) -> LoadedWorkload:
+        key = _fingerprint(workload)
+        if key in self._loaded:
+            self._loaded.move_to_end(key)
+            return self._loaded[key]
+        loaded = load_workload(workload)
+        self.loads += 1
+        self._loaded[key] = loaded
+        while len(self._loaded) > self._capacity:
+            self._loaded.popitem(last=False)
+        return loaded
+
+
+@cache
+def default_store() -> WorkloadStore:
+    """The cache of the module-level functions (a TrialWorker holds its own)."""
+    return WorkloadStore()
+
+
+def _fingerprint(workload: Workload) -> str:
+    stamps = [_file_stamp(path) for path in (workload.model.onnx, workload.data.npz) if path]
+    return workload.model_dump_json() + repr(stamps)
+
+
+def _file_stamp(path: str) -> tuple[str, int, int] | None:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return path, status.st_size, status.st_mtime_ns

@@ -1,0 +1,281 @@
+"""Load a workload's model and data, resolving entry points and refusing unsafe input.
+
+ONNX models are data, never code: they are read with `onnx`, their external-data paths must
+stay inside the model file's directory, and nothing is unpickled (`np.load` runs with
+`allow_pickle=False`; weights for an entry point's module are read with safetensors, never
+`torch.load`). Python entry points are trusted local code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from autotune.core.contract import DataRef, ModelRef
+from autotune.core.errors import RequestError
+from autotune.core.model_files import (
+    external_data_files,
+    onnx_sha256,
+    resolve_entry_point,
+)
+from workers.loading.feeds import pack
+from workers.loading.onnx_normalize import normalize_onnx
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+
+@dataclass(frozen=True)
+class TorchModel:
+    module: torch.nn.Module
+    entry_point: str
+    sha256: str
+    kind: Literal["torch"] = "torch"
+
+
+@dataclass(frozen=True)
+class OnnxModel:
+    model_bytes: bytes
+    path: str
+    sha256: str
+    kind: Literal["onnx"] = "onnx"
+
+
+LoadedModel = TorchModel | OnnxModel
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """Evaluation inputs (first axis = samples; for a model with several inputs a structured
+    array with a field per input, `workers.loading.feeds`) and optional labels of the same
+    length."""
+
+    inputs: np.ndarray
+    labels: np.ndarray | None
+    field: str
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.inputs.shape[0])
+
+
+def call_entry_point(entry_point: str, python_path: list[str], field: str) -> Any:
+    """Resolve a factory entry point and call it without arguments."""
+    factory = resolve_entry_point(entry_point, python_path, field)
+    if not callable(factory):
+        raise RequestError(field, "must name a callable", entry_point)
+    try:
+        return factory()
+    except Exception as error:
+        raise RequestError(
+            field, f"must run ({type(error).__name__}: {error})", entry_point
+        ) from error
+
+
+def load_model(ref: ModelRef, python_path: list[str]) -> LoadedModel:
+    if ref.registered is not None:
+        raise RequestError(
+            "model.registered",
+            "must be resolved to a local ONNX file before it reaches a worker",
+            ref.registered,
+        )
+    if ref.onnx is not None:
+        return load_onnx(ref.onnx, "model.onnx")
+    if ref.hf is not None:
+        assert ref.task is not None  # the contract requires it with 'hf'
+        return load_torch(f"{HF_PREFIX}{ref.task}:{ref.hf}", python_path)
+    assert ref.entry_point is not None  # the contract guarantees exactly one source
+    return load_torch(ref.entry_point, python_path, ref.weights)
+
+
+# How a Hugging Face model is named where an entry point would be ('hf:<task>:<directory>'),
+# so that whatever rebuilds a torch model from its entry point (an artifact, a tensor-parallel
+# rank) rebuilds it the same way.
+HF_PREFIX = "hf:"
+
+
+def load_torch(entry_point: str, python_path: list[str], weights: str | None = None) -> TorchModel:
+    """The module the entry point returns (or the Hugging Face model it names), with `weights`
+    (safetensors) loaded into it strictly; hashed after the weights are in, so other weights
+    give another sha256."""
+    import torch
+
+    if entry_point.startswith(HF_PREFIX):
+        from workers.loading.hf import load_hf_module
+
+        task, directory = entry_point.removeprefix(HF_PREFIX).split(":", 1)
+        module = load_hf_module(directory, task)  # type: ignore[arg-type]
+    else:
+        module = call_entry_point(entry_point, python_path, "model.entry_point")
+    if not isinstance(module, torch.nn.Module):
+        raise RequestError(
+            "model.entry_point", "must return a torch.nn.Module", type(module).__name__
+        )
+    if weights is not None:
+        load_weights(module, weights)
+    return TorchModel(module=module.eval(), entry_point=entry_point, sha256=torch_sha256(module))
+
+
+def load_weights(module: torch.nn.Module, path: str) -> None:
+    """Load a safetensors file into `module`; every name and shape must match its state dict."""
+    from safetensors.torch import load_file
+
+    if not Path(path).is_file():
+        raise RequestError("model.weights", "file must exist", path)
+    try:
+        state = load_file(path)
+    except Exception as error:
+        raise RequestError(
+            "model.weights", f"must be a safetensors file ({error})", path
+        ) from error
+    try:
+        module.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        mismatch = " ".join(str(error).split())
+        raise RequestError(
+            "model.weights", f"tensor names and shapes must match the module's ({mismatch})", path
+        ) from error
+
+
+def torch_sha256(module: torch.nn.Module) -> str:
+    """Hash of the state dict: each tensor's name, dtype, shape and bytes, in name order."""
+    import torch
+
+    digest = hashlib.sha256()
+    state = module.state_dict()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def load_onnx(path: str, field: str) -> OnnxModel:
+    """Read an ONNX file (and its confined external data) into one self-contained model, its
+    constant weights as initializers (`workers.loading.onnx_normalize`); the hash is the file's."""
+    import onnx
+
+    file = Path(path)
+    if not file.is_file():
+        raise RequestError(field, "file must exist", path)
+    try:
+        model = onnx.load_model(str(file), load_external_data=False)
+    except Exception as error:
+        raise RequestError(field, f"must be an ONNX model ({error})", path) from error
+    external = external_data_files(model, file, field)
+    _load_external_data(model, file, field)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as error:
+        raise RequestError(field, f"must be a valid ONNX model ({error})", path) from error
+    model = normalize_onnx(model)
+    return OnnxModel(
+        model_bytes=model.SerializeToString(),
+        path=str(file),
+        sha256=onnx_sha256(file, external),
+    )
+
+
+def _load_external_data(model: onnx.ModelProto, file: Path, field: str) -> None:
+    from onnx.external_data_helper import load_external_data_for_model
+
+    try:
+        load_external_data_for_model(model, str(file.parent))
+    except Exception as error:
+        raise RequestError(field, f"external data must load ({error})", str(file)) from error
+
+
+def load_data(ref: DataRef, python_path: list[str], model: ModelRef) -> EvalData:
+    """The evaluation data; text and images are prepared by `model`'s own tokenizer or image
+    processor, so they need a Hugging Face model."""
+    if ref.npz is not None:
+        inputs, labels = _read_npz(ref.npz)
+        field = "data.npz"
+    elif ref.entry_point is not None:
+        field = "data.entry_point"
+        inputs, labels = _call_data_entry_point(ref.entry_point, python_path)
+    else:
+        field = "data.text" if ref.text is not None else "data.images"
+        inputs, labels = _hf_data(ref, model, field)
+    return _checked_data(inputs, labels, field)
+
+
+def _hf_data(ref: DataRef, model: ModelRef, field: str) -> tuple[np.ndarray, np.ndarray | None]:
+    from workers.loading.hf import image_inputs, read_labels, text_inputs
+
+    if model.hf is None:
+        raise RequestError(
+            field, "needs a Hugging Face model ('model.hf'), whose preprocessing it uses", field
+        )
+    if ref.text is not None:
+        inputs = text_inputs(model.hf, ref.text, ref.sequence_length)
+    else:
+        assert ref.images is not None  # the contract guarantees exactly one source
+        inputs = image_inputs(model.hf, ref.images)
+    labels = None if ref.labels is None else read_labels(ref.labels, inputs.shape[0])
+    return inputs, labels
+
+
+def _read_npz(path: str) -> tuple[Any, Any]:
+    if not Path(path).is_file():
+        raise RequestError("data.npz", "file must exist", path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            labels = archive["labels"] if "labels" in archive.files else None
+            if "inputs" in archive.files:
+                return archive["inputs"], labels
+            named = {name: archive[name] for name in archive.files if name != "labels"}
+    except Exception as error:
+        raise RequestError(
+            "data.npz", f"must be a readable .npz without pickled objects ({error})", path
+        ) from error
+    if not named:
+        raise RequestError(
+            "data.npz",
+            "must hold an array named 'inputs', or one array per model input named like it",
+            path,
+        )
+    try:
+        return pack(named), labels
+    except ValueError as error:
+        raise RequestError("data.npz", str(error), sorted(named)) from error
+
+
+def _call_data_entry_point(entry_point: str, python_path: list[str]) -> tuple[Any, Any]:
+    result = call_entry_point(entry_point, python_path, "data.entry_point")
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise RequestError(
+            "data.entry_point", "must return a tuple (inputs, labels)", type(result).__name__
+        )
+    return result
+
+
+def _checked_data(inputs: Any, labels: Any, field: str) -> EvalData:
+    if isinstance(inputs, dict) and all(isinstance(a, np.ndarray) for a in inputs.values()):
+        try:
+            inputs = pack(inputs)  # one array per model input, by name
+        except ValueError as error:
+            raise RequestError(field, str(error), sorted(inputs)) from error
+    if not isinstance(inputs, np.ndarray) or inputs.ndim < 1:
+        raise RequestError(
+            field,
+            "inputs must be a numpy array with a sample axis, or a dict of them by input name",
+            type(inputs).__name__,
+        )
+    if labels is not None and (not isinstance(labels, np.ndarray) or labels.ndim < 1):
+        raise RequestError(field, "labels must be a numpy array or None", type(labels).__name__)
+    if inputs.shape[0] == 0:
+        raise RequestError(field, "must hold at least one sample", list(inputs.shape))
+    if labels is not None and labels.shape[0] != inputs.shape[0]:
+        raise RequestError(
+            field, "inputs and labels must have the same length", (inputs.shape[0], labels.shape[0])
+        )
+    if inputs.dtype.kind == "f":
+        # Models take float32; float64 is merely numpy's default.
+        inputs = inputs.astype(np.float32, copy=False)
+    return EvalData(inputs=np.ascontiguousarray(inputs), labels=labels, field=field)

@@ -1,0 +1,199 @@
+"""Quality metrics (higher is better) and batched inference over the evaluation data.
+
+Accuracy is a property of the variant, so it is always computed with the same batching
+(`EVAL_BATCH_SIZE`, or the model's fixed batch size), never the trial's batch size: dynamic
+int8 quantization picks activation scales per batch, so batch composition changes outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autotune.core.contract import MetricRef
+from autotune.core.errors import RequestError
+from autotune.core.model_files import resolve_entry_point
+from workers.building.runtimes import Session
+
+EVAL_BATCH_SIZE = 64
+
+Score = Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], float]
+
+
+@dataclass(frozen=True)
+class QualityMetric:
+    kind: str
+    needs_labels: bool
+    needs_reference: bool
+    score: Score
+    # The width of the range one sample's score lies in, for a metric that is the mean of
+    # per-sample scores (a subset's figure then has a distribution-free interval); None for a
+    # metric that is not known to be one (a custom metric).
+    sample_range: float | None = None
+
+
+def top1_accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
+    """Fraction of samples whose highest output (over the last axis) is the label."""
+    _refuse_several("accuracy", outputs)
+    if outputs.ndim != 2 or outputs.shape[0] != labels.shape[0]:
+        raise ValueError(
+            f"top-1 accuracy needs outputs [N, classes] for {labels.shape[0]} labels, "
+            f"got {list(outputs.shape)}"
+        )
+    return float(np.mean(outputs.argmax(axis=1) == labels.reshape(-1)))
+
+
+def agreement(outputs: np.ndarray, reference: np.ndarray) -> float:
+    """Fraction of samples whose highest output (over the last axis) is the reference's."""
+    _refuse_several("agreement", outputs)
+    if outputs.ndim != 2 or outputs.shape != reference.shape:
+        raise ValueError(
+            f"top-1 agreement needs outputs [N, classes] shaped as the reference "
+            f"{list(reference.shape)}, got {list(outputs.shape)}"
+        )
+    return float(np.mean(outputs.argmax(axis=1) == reference.argmax(axis=1)))
+
+
+def fidelity(outputs: np.ndarray, reference: np.ndarray) -> float:
+    """Mean cosine similarity of each sample's flattened outputs to the reference outputs; for
+    a model with several outputs, the mean over them."""
+    if outputs.dtype.names is not None:
+        return float(
+            np.mean([fidelity(outputs[name], reference[name]) for name in outputs.dtype.names])
+        )
+    actual = outputs.reshape(outputs.shape[0], -1).astype(np.float64)
+    expected = reference.reshape(reference.shape[0], -1).astype(np.float64)
+    norms = np.linalg.norm(actual, axis=1) * np.linalg.norm(expected, axis=1)
+    dots = np.sum(actual * expected, axis=1)
+    both_zero = (np.linalg.norm(actual, axis=1) == 0) & (np.linalg.norm(expected, axis=1) == 0)
+    cosines = np.where(both_zero, 1.0, dots / np.maximum(norms, np.finfo(np.float64).tiny))
+    return float(np.mean(cosines))
+
+
+def _refuse_several(kind: str, outputs: np.ndarray) -> None:
+    if outputs.dtype.names is not None:
+        raise ValueError(
+            f"the model has several outputs ({', '.join(outputs.dtype.names)}): name the one "
+            f"that {kind} judges as metric.output"
+        )
+
+
+def resolve_metric(ref: MetricRef, python_path: list[str]) -> QualityMetric:
+    metric = _resolve_kind(ref, python_path)
+    if ref.output is None:
+        return metric
+    return replace(metric, score=_of_output(metric.score, ref.output))
+
+
+def _of_output(score: Score, name: str) -> Score:
+    """`score` applied to the model's output `name` (of several; a model with one output has
+    only that one)."""
+
+    def picked(outputs: np.ndarray) -> np.ndarray:
+        names = outputs.dtype.names
+        if names is None:
+            return outputs
+        if name not in names:
+            raise ValueError(
+                f"metric.output {name!r} is not an output of the model ({', '.join(names)})"
+            )
+        return outputs[name]
+
+    def scored(
+        outputs: np.ndarray, labels: np.ndarray | None, reference: np.ndarray | None
+    ) -> float:
+        return score(picked(outputs), labels, None if reference is None else picked(reference))
+
+    return scored
+
+
+def _resolve_kind(ref: MetricRef, python_path: list[str]) -> QualityMetric:
+    if ref.kind == "accuracy":
+        return QualityMetric("accuracy", True, False, _score_accuracy, sample_range=1.0)
+    if ref.kind == "fidelity":  # a cosine similarity per sample
+        return QualityMetric("fidelity", False, True, _against_reference(fidelity), 2.0)
+    if ref.kind == "agreement":
+        return QualityMetric("agreement", False, True, _against_reference(agreement), 1.0)
+    assert ref.entry_point is not None  # the contract requires it for kind 'custom'
+    function = resolve_entry_point(ref.entry_point, python_path, "metric.entry_point")
+    if not callable(function):
+        raise RequestError("metric.entry_point", "must name a callable", ref.entry_point)
+    return QualityMetric("custom", False, True, _checked_custom(function))
+
+
+def _score_accuracy(outputs: np.ndarray, labels: np.ndarray | None, _: np.ndarray | None) -> float:
+    if labels is None:
+        raise ValueError("metric 'accuracy' needs labels")
+    return top1_accuracy(outputs, labels)
+
+
+def _against_reference(compare: Callable[[np.ndarray, np.ndarray], float]) -> Score:
+    def score(outputs: np.ndarray, _: np.ndarray | None, reference: np.ndarray | None) -> float:
+        if reference is None:
+            raise ValueError(f"metric '{compare.__name__}' needs the reference outputs")
+        return compare(outputs, reference)
+
+    return score
+
+
+def _checked_custom(function: Callable[..., object]) -> Score:
+    def score(
+        outputs: np.ndarray, labels: np.ndarray | None, reference: np.ndarray | None
+    ) -> float:
+        value = function(outputs, labels, reference)
+        if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+            raise TypeError(f"the custom metric must return a number, got {type(value).__name__}")
+        if not math.isfinite(float(value)):
+            raise ValueError(f"the custom metric returned {value}")
+        return float(value)
+
+    return score
+
+
+# A variant's accuracy is first judged on this many evaluation samples at least (an eighth
+# of them where that is more), where the data holds twice as many.
+SUBSET_SAMPLES = 64
+# The confidence of the subset's upper bound on the variant's accuracy over all the data.
+SUBSET_CONFIDENCE = 0.99
+
+
+@dataclass(frozen=True)
+class SubsetScore:
+    score: float
+    upper: float  # the metric over all the data is at most this, at SUBSET_CONFIDENCE
+    samples: int
+    of: int
+
+
+def subset_size(n_samples: int) -> int | None:
+    """The samples a subset judges first, or None where the data is too small to bother."""
+    size = max(SUBSET_SAMPLES, n_samples // 8)
+    return size if n_samples >= 2 * size else None
+
+
+def hoeffding_slack(sample_range: float, samples: int, confidence: float) -> float:
+    """How far above a mean of `samples` bounded scores the true mean may lie, at
+    `confidence` (Hoeffding's inequality: it holds whatever the scores' distribution)."""
+    return sample_range * math.sqrt(math.log(1 / (1 - confidence)) / (2 * samples))
+
+
+def run_all(session: Session, inputs: np.ndarray, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
+    """Outputs for every input, in order. With a fixed-batch model the last batch is padded by
+    repeating its final sample and the padding's outputs are dropped."""
+    size = session.fixed_batch or batch_size
+    outputs = []
+    for start in range(0, inputs.shape[0], size):
+        batch = inputs[start : start + size]
+        real = batch.shape[0]
+        if session.fixed_batch is not None and real < size:
+            batch = np.concatenate([batch, np.repeat(batch[-1:], size - real, axis=0)])
+        outputs.append(session.run(np.ascontiguousarray(batch))[:real])
+    return np.concatenate(outputs)
+
+
+def tile_batch(inputs: np.ndarray, batch_size: int) -> np.ndarray:
+    """A batch of `batch_size` evaluation inputs, cycling through them when there are fewer."""
+    return np.ascontiguousarray(inputs[np.arange(batch_size) % inputs.shape[0]])

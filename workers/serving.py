@@ -1,0 +1,39 @@
+"""MLflow's pyfunc loader for a registered artifact served by autotune (`Engine.served_as`
+"autotune"): `mlflow.pyfunc.load_model` runs it on the engine it was measured on, with the
+measured precision, threads, engine options and batch size."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune.core.artifacts import OUTPUT_EXAMPLE_FILE
+from workers.predictor import Predictor, load_predictor
+
+
+class ServedModel:
+    def __init__(self, predictor: Predictor, output_names: list[str]) -> None:
+        self.predictor = predictor
+        self.output_names = output_names
+
+    def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> Any:
+        """The model's outputs for `model_input` (an array, or a dict of arrays by input
+        name), as a dict of arrays by output name as MLflow's onnx flavour gives them."""
+        inputs = model_input if isinstance(model_input, Mapping) else np.asarray(model_input)
+        outputs = self.predictor.predict(inputs)
+        names = outputs.dtype.names
+        if names is None:
+            return {self.output_names[0]: outputs} if self.output_names else outputs
+        return {name: outputs[name] for name in names}
+
+
+def _load_pyfunc(data_path: str) -> ServedModel:
+    examples = Path(data_path) / OUTPUT_EXAMPLE_FILE
+    names: list[str] = []
+    if examples.is_file():
+        with np.load(examples, allow_pickle=False) as outputs:
+            names = list(outputs.files)
+    return ServedModel(load_predictor(data_path), names)
