@@ -16,16 +16,14 @@ from autotune.conclusion.tuned_file import TunedIndex, TunedKind
 from autotune.core.contract import ModelInfo, NodeKind, Workload
 from autotune.core.errors import RequestError
 from autotune.core.metrics import OBJECTIVES
-from autotune.execution.executors import (
-    Executor,
-    InProcessExecutor,
-    RayExecutor,
-    trial_memory_limit_mb,
-)
+from autotune.execution.base import Executor, trial_memory_limit_mb
+from autotune.execution.in_process import InProcessExecutor
 from autotune.execution.ray_cluster import RayCluster, Workers
-from autotune.execution.replay import ReplayExecutor, ReplayTable
+from autotune.execution.ray_executor import RayExecutor
+from autotune.execution.replay import ReplayExecutor
+from autotune.execution.replay_table import ReplayTable
+from autotune.requests.checks import check_workload
 from autotune.requests.request import TuningRequest, load_request
-from autotune.requests.sources import check_workload
 from autotune.results import OptunaStore, StudyIdentity, opened_store
 from autotune.results.leases import schema_lock
 from autotune.results.records import Candidate

@@ -30,7 +30,7 @@ import numpy as np
 
 from autotune.conclusion.front import hypervolume
 from autotune.core.metrics import constraint_violations, with_accuracy_drop
-from autotune.execution.replay import ReplayTable
+from autotune.execution.replay_table import ReplayTable
 from autotune.requests.request import TuningRequest, load_request
 from autotune.results import TrialRecord, opened_store
 from autotune.space.search_space import load_space

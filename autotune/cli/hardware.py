@@ -29,7 +29,7 @@ def hardware(
 ) -> None:
     """Print the hardware profile of the machine that would run the trials (this one), or of
     each kind of node in a Ray cluster. The profile is probed by the data plane, on the node."""
-    from autotune.execution.executors import survey_kinds
+    from autotune.execution.ray_executor import survey_kinds
 
     with _exit_codes():
         kinds = survey_kinds(ray_address, "auto")
@@ -106,8 +106,8 @@ def space(
     """Print the effective search space for the machine that would run the trials (this one,
     each kind of node of a Ray cluster, or a saved profile), and for a request's model when
     one is given."""
-    from autotune.execution.executors import survey_kinds
     from autotune.execution.ray_cluster import parse_workers
+    from autotune.execution.ray_executor import survey_kinds
     from autotune.space.search_space import effective_space, load_space, resolve_space_path
 
     with _exit_codes():
@@ -168,7 +168,7 @@ def _print_space(effective: EffectiveSpace) -> None:
 
 def _request_model(request_file: Path, space_file: str | None) -> tuple[str | None, Any]:
     """The request's space (unless one is named) and its model as a trial would see it."""
-    from autotune.execution.executors import InProcessExecutor
+    from autotune.execution.in_process import InProcessExecutor
     from autotune.requests.request import load_request
 
     request = load_request(request_file)

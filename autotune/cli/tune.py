@@ -157,7 +157,7 @@ def _register(tuned: Any, per_kind: bool = False) -> str | None:
     from mlflow.exceptions import MlflowException
 
     from autotune.core.errors import RequestError
-    from autotune.requests.sources import register_tuned
+    from autotune.tracking.registry import register_tuned
 
     artifact = Path(tuned.artifact)
     if artifact.suffix == ".json":

@@ -20,7 +20,7 @@ from autotune.results.records import Candidate
 from autotune.tracking import is_number
 
 if TYPE_CHECKING:
-    from autotune.execution.executors import Executor
+    from autotune.execution.base import Executor
     from autotune.results.store import ResultStore
     from autotune.tracking import Tracker
 
@@ -76,6 +76,19 @@ class Conclusion:
             raise NoFeasibleConfiguration(
                 f"none of {len(candidates)} measured configurations meets the constraints"
             )
+        self._finalists_head_to_head(front, baseline, outcome, tags)
+        self.tracker.finish("FINISHED")
+        return outcome
+
+    def _finalists_head_to_head(
+        self,
+        front: list[Candidate],
+        baseline: Candidate,
+        outcome: TuneOutcome,
+        tags: dict[str, str],
+    ) -> None:
+        """The front's finalists head to head, the chosen one exported, and what was decided
+        logged and put into `outcome`."""
         revalidation = Revalidator(
             self.request,
             self.workload,
@@ -107,15 +120,15 @@ class Conclusion:
             **prefixed("tuned", chosen.metrics),
             **headline_metrics(revalidation.headline),
         }
-        documents = {"tuned.yaml": outcome.tuned.model_dump(mode="json")}
+        tuned = outcome.tuned.model_dump(mode="json")
+        objectives = [OBJECTIVES[o] for o in self.request.objectives]
         artifact_dir = str(Path(artifact.path).parent)
         self.tracker.log_results(
-            candidates, front, objectives, figures, documents, artifact_dir, tags
-        )
+            outcome.candidates, outcome.front, objectives, figures, {"tuned.yaml": tuned},
+            artifact_dir, tags,
+        )  # fmt: skip
         if self.previous_tuned is not None:
-            self.tracker.log_comparison(self.previous_tuned, outcome.tuned.model_dump(mode="json"))
-        self.tracker.finish("FINISHED")
-        return outcome
+            self.tracker.log_comparison(self.previous_tuned, tuned)
 
     def _export(self, chosen: Candidate) -> ArtifactInfo:
         spec = TrialSpec(

@@ -38,7 +38,7 @@ from autotune.requests.request import TuningRequest
 from autotune.results.records import Candidate, StoredRevalidation
 
 if TYPE_CHECKING:
-    from autotune.execution.executors import Executor
+    from autotune.execution.base import Executor
     from autotune.results.store import ResultStore
 
 

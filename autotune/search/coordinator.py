@@ -31,7 +31,7 @@ from autotune.search.state import BATCH, SearchState
 from autotune.search.telling import Teller
 
 if TYPE_CHECKING:
-    from autotune.execution.executors import Executor
+    from autotune.execution.base import Executor
     from autotune.results.store import ResultStore
     from autotune.search.warm_start import WarmStart
     from autotune.strategies import Strategy

@@ -21,7 +21,7 @@ import yaml
 
 from autotune.core.errors import AutotuneError, Conflict, NotFound, RequestError, Unauthorized
 from autotune.requests.request import read_request_file
-from autotune.requests.sources import UploadTooLarge
+from autotune.requests.uploads import UploadTooLarge
 
 FINAL_STATES = ("succeeded", "infeasible", "failed", "cancelled")
 

@@ -177,7 +177,7 @@ class JobRunner:
         """The tuned artifact becomes a version of the registered model, under the alias, in
         the job's team's namespace: `uri` is what the team names it by in requests,
         `mlflow_name` its name in MLflow."""
-        from autotune.requests.sources import register_tuned, registered_name
+        from autotune.tracking.registry import register_tuned, registered_name
 
         alias = self.settings.registered_alias
         namespace = self.store.namespace(job)

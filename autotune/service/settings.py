@@ -60,7 +60,7 @@ class ServiceSettings:
     @cached_property
     def hardware(self) -> HardwareSurvey:
         """The hardware of the nodes that run this service's trials (the workers' probes)."""
-        from autotune.execution.executors import survey_kinds
+        from autotune.execution.ray_executor import survey_kinds
 
         ray_address = self.ray_address if self.executor == "ray" else None
         return HardwareSurvey(lambda: survey_kinds(ray_address, self.workers), self.hardware_ttl_s)

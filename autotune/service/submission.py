@@ -7,19 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.errors import RequestError
+from autotune.requests.checks import resolve_under_root
 from autotune.requests.request import parse_request
-from autotune.requests.sources import (
-    ModelStore,
-    StoredModel,
-    directory_sha256,
-    download_registered,
-    model_file_sha256,
-    resolve_registered,
-    resolve_under_root,
-)
+from autotune.requests.sources import download_registered
+from autotune.requests.uploads import ModelStore, StoredModel, directory_sha256, model_file_sha256
 from autotune.service.jobs import JobDraft
 from autotune.service.settings import ServiceSettings
 from autotune.service.tokens import Principal
+from autotune.tracking.registry import resolve_registered
 
 # Where the service keeps studies and runs is its own business, not the client's.
 SERVICE_FIELDS = ("storage", "tracking")

@@ -43,7 +43,7 @@ from autotune.core.contract import (
     Workload,
 )
 from autotune.core.knobs import variant_key
-from autotune.execution.executors import InProcessExecutor
+from autotune.execution.in_process import InProcessExecutor
 from autotune.space.search_space import (
     EffectiveDimension,
     EffectiveSpace,

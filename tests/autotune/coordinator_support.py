@@ -36,7 +36,7 @@ from autotune.core.contract import (
 )
 from autotune.core.errors import AutotuneError
 from autotune.core.metrics import OBJECTIVES
-from autotune.execution.executors import require_idle_slot
+from autotune.execution.base import require_idle_slot
 from autotune.requests.request import TuningRequest, parse_request
 from autotune.results import OptunaStore, StudyIdentity, TrialMarks, TrialRecord
 from autotune.search.budget import Budget

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from autotune.core.contract import ConfigValue, TrialResult, Workload
-from autotune.execution.executors import Executor, InProcessExecutor, RayExecutor
-from autotune.execution.replay import ReplayExecutor, ReplayTable
+from autotune.execution.base import Executor
+from autotune.execution.in_process import InProcessExecutor
+from autotune.execution.ray_executor import RayExecutor
+from autotune.execution.replay import ReplayExecutor
+from autotune.execution.replay_table import ReplayTable
 from tests.workers.conftest import REPO, digits_workload
 
 DIGITS_TABLE = REPO / "experiments" / "tables" / "digits.csv"

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from autotune.core.contract import HeadToHeadResult, HeadToHeadSpec
 from autotune.core.errors import NoFeasibleConfiguration, RequestError
-from autotune.execution.executors import InProcessExecutor
+from autotune.execution.in_process import InProcessExecutor
 from autotune.requests.request import load_request
 from autotune.results import opened_store
 from autotune.search.warm_start import load_warm_start

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 
 from autotune.requests.request import TuningRequest
-from autotune.requests.sources import ModelStore
+from autotune.requests.uploads import ModelStore
 from autotune.service.api import health, jobs, watches
 from autotune.service.api.bodies import BodyLimit
 from autotune.service.api.dependencies import Service

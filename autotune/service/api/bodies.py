@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autotune.core.errors import RequestError
-from autotune.requests.sources import UploadTooLarge
+from autotune.requests.uploads import UploadTooLarge
 from autotune.service.api.errors import json_safe, problem
 
 # The request document itself (not a model upload) is small; anything bigger is refused.

@@ -9,7 +9,7 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from autotune.requests.sources import ModelStore
+from autotune.requests.uploads import ModelStore
 from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings

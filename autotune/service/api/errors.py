@@ -17,7 +17,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from autotune.core.errors import Conflict, NotFound, RequestError, Unauthorized
-from autotune.requests.sources import UploadTooLarge
+from autotune.requests.uploads import UploadTooLarge
 
 DATABASE_DOWN = "the service's job database is unavailable; try again later"
 # What the job database raises when it cannot be reached (refused, gone, timed out): the

@@ -8,7 +8,7 @@ from typing import Any, cast
 from autotune.conclusion.head_to_head import Revalidator
 from autotune.core.contract import EntrantOutcome, HeadToHeadResult, HeadToHeadSpec, TrialMetrics
 from autotune.core.metrics import with_accuracy_drop
-from autotune.execution.executors import Executor
+from autotune.execution.base import Executor
 from autotune.results.records import Candidate
 from autotune.strategies import make_strategy
 from tests.autotune.conclusion.test_decision import busy, outcome

@@ -20,7 +20,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from autotune.core.errors import RequestError
-from autotune.execution.executors import RayExecutor
+from autotune.execution.ray_executor import RayExecutor
 from autotune.tracking import PARENT_TAG, TRIAL_TAG
 from autotune.tuning import TuneOptions, run_tune
 from tests.conftest import REPO, digits_request, postgres_databases, stored_trials

@@ -18,7 +18,9 @@ from autotune.core.contract import (
     Workload,
 )
 from autotune.core.errors import AutotuneError
-from autotune.execution.executors import InProcessExecutor, RayExecutor, trial_memory_limit_mb
+from autotune.execution.base import trial_memory_limit_mb
+from autotune.execution.in_process import InProcessExecutor
+from autotune.execution.ray_executor import RayExecutor
 from autotune.tuning import TuneOptions, run_tune
 from tests.autotune.dying_workers import dying_worker
 from tests.conftest import FAST_MEASUREMENT, REPO, stored_trials
@@ -82,7 +84,7 @@ def test_a_worker_killed_while_starting_is_replaced_and_the_study_goes_on(
     import ray
 
     from autotune import tuning
-    from autotune.execution import executors
+    from autotune.execution import ray_executor
 
     assert not ray.is_initialized(), "runs before the module's shared executor starts Ray"
     armed = tmp_path / "armed"
@@ -90,7 +92,7 @@ def test_a_worker_killed_while_starting_is_replaced_and_the_study_goes_on(
     (armed / "inspect").touch()
     (armed / "run").touch()
     path = write_request(budget={"trials": 3})
-    monkeypatch.setattr(executors, "_worker_class", lambda: dying_worker(armed))
+    monkeypatch.setattr(ray_executor, "_worker_class", lambda: dying_worker(armed))
     executor = RayExecutor(workers=1)
     monkeypatch.setattr(tuning, "make_executors", lambda options, target, several: [executor])
 

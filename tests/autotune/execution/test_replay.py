@@ -18,7 +18,8 @@ from autotune import tuning
 from autotune.cli import app
 from autotune.core.contract import TrialResult, TrialSpec
 from autotune.core.errors import AutotuneError, RequestError
-from autotune.execution.replay import NOT_IN_TABLE, ReplayExecutor, ReplayTable
+from autotune.execution.replay import ReplayExecutor
+from autotune.execution.replay_table import NOT_IN_TABLE, ReplayTable
 from autotune.results import TrialRecord
 from autotune.space.search_space import load_space
 from autotune.tuning import TuneOptions, run_tune

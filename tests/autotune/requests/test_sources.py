@@ -23,19 +23,16 @@ from safetensors.numpy import save as save_safetensors
 
 from autotune.core.contract import ModelRef
 from autotune.core.errors import RequestError
-from autotune.requests.sources import (
+from autotune.requests.checks import resolve_under_root
+from autotune.requests.sources import download_registered, materialize, source_fingerprint
+from autotune.requests.uploads import (
     ACCEPTED,
     ModelStore,
     UploadTooLarge,
-    download_registered,
     file_sha256,
-    materialize,
     model_file_sha256,
-    register_tuned,
-    resolve_registered,
-    resolve_under_root,
-    source_fingerprint,
 )
+from autotune.tracking.registry import register_tuned, resolve_registered
 from tests.conftest import copy_mlflow_store
 from workers.loading.workloads import load_onnx
 

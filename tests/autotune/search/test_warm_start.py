@@ -21,7 +21,7 @@ from autotune.core.contract import TrialSpec
 from autotune.core.errors import RequestError
 from autotune.core.knobs import variant_key
 from autotune.core.metrics import OBJECTIVES, Direction, Metric
-from autotune.execution.executors import InProcessExecutor
+from autotune.execution.in_process import InProcessExecutor
 from autotune.results import TrialRecord
 from autotune.results.records import Candidate
 from autotune.search.warm_start import PreviousTrial, WarmStart, load_warm_start, selection_order

@@ -14,7 +14,7 @@ import pytest
 
 from autotune.core.contract import TrialResult, TrialSpec
 from autotune.core.knobs import variant_key
-from autotune.execution.replay import ReplayTable
+from autotune.execution.replay_table import ReplayTable
 from autotune.requests.request import TuningRequest, load_request, parse_request
 from autotune.results import TrialRecord
 from autotune.results.optuna_store import record_of

@@ -1,19 +1,14 @@
-"""Executors run TrialSpecs somewhere and hand back TrialResults.
-
-The coordinator only sees the `Executor` protocol: `InProcessExecutor` runs trials in the
-calling process (tests, debugging); `RayExecutor` runs them on Ray actors, one trial at a
-time per actor, so each device slot measures alone.
-"""
+"""Trials run on Ray actors pinned to the cluster's slots, one trial at a time per actor, so each
+device slot measures alone; gang trials (sharding) borrow several slots of one node."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from autotune.core.contract import (
     ArtifactInfo,
@@ -26,127 +21,16 @@ from autotune.core.contract import (
     Workload,
 )
 from autotune.core.errors import AutotuneError
+from autotune.execution.base import (
+    require_idle_slot,
+    require_nothing_pending,
+)
+from autotune.execution.in_process import InProcessExecutor
 from autotune.execution.ray_cluster import RayCluster, Workers, on_node
 from autotune.space.hardware import one_kind
 
 if TYPE_CHECKING:
     from workers.actor import TrialWorker
-
-# The node id of trials run in the coordinator's own process.
-LOCAL_NODE = "local"
-
-
-class Executor(Protocol):
-    # Whether trials run inside the coordinator's process, so that a trial which kills the
-    # process (the kernel's out-of-memory killer, a crash in a runtime) kills the tuning too.
-    runs_in_process: bool
-    # How much memory each trial may grow its process by (None: not capped here).
-    trial_memory_mb: int | None
-
-    @property
-    def slots(self) -> int: ...
-
-    def kinds(self) -> list[NodeKind]:
-        """The kinds of node the slots run on, as the data plane probed them there."""
-        ...
-
-    def inspect(self, workload: Workload) -> Inspection:
-        """The model as a worker loads it, and the kinds of node the slots run on."""
-        ...
-
-    def submit(self, spec: TrialSpec) -> None: ...
-
-    def pending(self) -> int: ...
-
-    def wait(self) -> list[TrialResult]:
-        """Block until at least one submitted trial finishes; return every finished one."""
-        ...
-
-    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
-        """Run a head-to-head comparison on one slot, with nothing else submitted."""
-        ...
-
-    def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo: ...
-
-    def close(self) -> None: ...
-
-
-def require_idle_slot(idle_slots: int) -> None:
-    """What every executor answers to a `submit` that has no slot to run on."""
-    if idle_slots < 1:
-        raise AutotuneError("submit called with no idle slot")
-
-
-def require_nothing_pending(pending: int) -> None:
-    """What every executor answers to a `compare` while submitted trials are uncollected:
-    the comparison needs a slot to itself."""
-    if pending:
-        raise AutotuneError("compare called while trials are running")
-
-
-# Share of the memory available when the executor starts that trials may grow into; past it
-# an allocation fails inside the trial, which ends as `oom`, instead of the kernel killing a
-# process (in-process: the tuning itself).
-TRIAL_MEMORY_SHARE = 0.8
-
-
-def trial_memory_limit_mb(slots: int) -> int | None:
-    """Each of `slots` trials' share of the memory available now (None where unknown)."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            fields = dict(line.split(":", 1) for line in meminfo)
-    except OSError:
-        return None
-    if "MemAvailable" not in fields:
-        return None
-    available_mb = int(fields["MemAvailable"].split()[0]) // 1024
-    return max(1, int(available_mb * TRIAL_MEMORY_SHARE) // slots)
-
-
-class InProcessExecutor:
-    """Runs each trial synchronously in this process, on one slot, its memory growth capped
-    (`memory_limit_mb`, by default `trial_memory_limit_mb`)."""
-
-    runs_in_process = True
-
-    def __init__(self, memory_limit_mb: int | None = None) -> None:
-        from workers.actor import TrialWorker
-
-        self.trial_memory_mb = memory_limit_mb or trial_memory_limit_mb(1)
-        self._worker: TrialWorker = TrialWorker(self.trial_memory_mb, node_id=LOCAL_NODE)
-        self._done: deque[TrialResult] = deque()
-
-    @property
-    def slots(self) -> int:
-        return 1
-
-    def kinds(self) -> list[NodeKind]:
-        return [NodeKind.one_node(self._worker.profile(), LOCAL_NODE)]
-
-    def inspect(self, workload: Workload) -> Inspection:
-        return Inspection(model=self._worker.inspect(workload), kinds=self.kinds())
-
-    def submit(self, spec: TrialSpec) -> None:
-        require_idle_slot(self.slots - self.pending())
-        self._done.append(self._worker.run(spec))
-
-    def pending(self) -> int:
-        return len(self._done)
-
-    def wait(self) -> list[TrialResult]:
-        done = list(self._done)
-        self._done.clear()
-        return done
-
-    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
-        require_nothing_pending(self.pending())
-        return self._worker.compare(spec)
-
-    def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo:
-        return self._worker.export(spec, out_dir)
-
-    def close(self) -> None:
-        self._done.clear()
 
 
 @dataclass(frozen=True)
@@ -177,6 +61,8 @@ class _Running:
 # Outcomes after which a worker process is replaced: its memory or device state may be
 # poisoned, and a killed or hung process cannot measure the next trial.
 RECYCLE_AFTER = frozenset({"oom", "timeout", "lost"})
+
+
 # A call outside a trial (inspect, compare, export) whose worker died before it answered
 # (killed by the OOM killer or Ray's memory monitor while starting, its node lost) goes to
 # a fresh worker, like a lost trial: at most this many times in all.
