@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from autotune.conclusion.front import hypervolume
-from autotune.core.metrics import constraint_violations, with_accuracy_drop
+from autotune.core.metrics import Study, constraint_violations, derived
 from autotune.execution.replay_table import ReplayTable
 from autotune.requests.request import TuningRequest, load_request
 from autotune.results import TrialRecord, opened_store
@@ -81,7 +81,7 @@ def oriented(metrics: Any) -> list[float]:
 def feasible_metrics(
     metrics: dict[str, Any], baseline_accuracy: float, request: TuningRequest
 ) -> bool:
-    full = with_accuracy_drop(metrics, baseline_accuracy)
+    full = derived(metrics, Study(baseline_accuracy))
     bounds = request.constraints.model_dump(exclude_none=True)
     return all(v <= 0 for v in constraint_violations(bounds, full).values())
 

@@ -13,11 +13,13 @@ from autotune.cli.shared import out
 from autotune.core.metrics import LATENCY_PER_SAMPLE, OBJECTIVES, Metric, with_derived
 
 
-def _front_metrics(compact: bool) -> list[Metric]:
-    """The front's metric columns: every objective a request may name, once each. Latency
-    per sample (throughput's reciprocal) is left out where the table would not fit."""
+def _front_metrics(front: list[Any], compact: bool) -> list[Metric]:
+    """The front's metric columns: every objective a request may name that the front's trials
+    have (the cost only with a price), once each. Latency per sample (throughput's
+    reciprocal) is left out where the table would not fit."""
     metrics = list(dict.fromkeys(OBJECTIVES.values()))
-    return [m for m in metrics if not (compact and m is LATENCY_PER_SAMPLE)]
+    present = [m for m in metrics if all(m.name in with_derived(c.metrics) for c in front)]
+    return [m for m in present if not (compact and m is LATENCY_PER_SAMPLE)]
 
 
 def _print_front(front: list[Any], chosen: int | None) -> None:
@@ -47,7 +49,7 @@ def _front_table(front: list[Any], chosen: int | None, varying: list[str], compa
         table.add_column("configuration")
     for key in [] if compact else varying:
         table.add_column(_two_lines(headers[key]))
-    metrics = _front_metrics(compact)
+    metrics = _front_metrics(front, compact)
     for metric in metrics:
         table.add_column(metric.column, justify="right")
     for c in sorted(front, key=lambda c: c.metrics["latency_p95_ms"]):

@@ -23,18 +23,17 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from autotune.conclusion.front import select, selection_metric
+from autotune.conclusion.front import select
 from autotune.core.contract import Contention, EntrantOutcome, RoundFigures, Strict
 from autotune.core.metrics import (
     ENERGY,
-    LATENCY_P50,
     LATENCY_P95,
-    LATENCY_PER_SAMPLE,
+    METRICS,
     THROUGHPUT,
     Direction,
     Metric,
     get_metric,
-    latency_per_sample_ms,
+    selection_objective,
 )
 from autotune.core.stats import PairedRatio, paired_ratio
 from autotune.requests.request import Selection
@@ -74,19 +73,16 @@ def with_metrics(
     )
 
 
-# The metrics a round measures, read from one entrant's block in one round.
-ROUND_FIGURES: dict[str, Callable[[RoundFigures], float]] = {
-    LATENCY_P50.name: lambda f: f.latency_p50_ms,
-    LATENCY_P95.name: lambda f: f.latency_p95_ms,
-    LATENCY_PER_SAMPLE.name: lambda f: latency_per_sample_ms(f.throughput_per_s),
-    THROUGHPUT.name: lambda f: f.throughput_per_s,
-    ENERGY.name: lambda f: f.energy_per_sample_j,
-}
+def round_figures() -> dict[str, Callable[[RoundFigures], float]]:
+    """The metrics a round measures, each read from one entrant's block in one round
+    (`Metric.round_reader`)."""
+    return {m.name: m.round_reader for m in METRICS.values() if m.round_reader is not None}
 
 
 def ratio(a: EntrantOutcome, b: EntrantOutcome, metric: str) -> PairedRatio:
     """a's figure over b's, paired round by round."""
-    read = ROUND_FIGURES[metric]
+    read = METRICS[metric].round_reader
+    assert read is not None, f"{metric} is not measured in head-to-head rounds"
     return paired_ratio([read(f) for f in a.rounds], [read(f) for f in b.rounds])
 
 
@@ -112,9 +108,9 @@ def decide(
     """The leader on the re-measured figures, and the simplest configuration tied with it
     (see the module docstring)."""
     leader = select(kept, selection)
-    metric = selection_metric(selection).name
+    metric = selection_objective(selection.strategy).name
     tied = []
-    if metric in ROUND_FIGURES:
+    if METRICS[metric].round_reader is not None:
         mine = outcomes[leader.trial_number]
         tied = [
             c
@@ -174,10 +170,10 @@ def headline_metrics(summary: Headline) -> dict[str, float]:
 
 
 def _lead(selection: Selection) -> str:
-    """The figure a headline leads with: the selection's, throughput where a round does not
-    measure that (accuracy)."""
-    metric = selection_metric(selection).name
-    return metric if metric in ROUND_FIGURES else THROUGHPUT.name
+    """The figure a headline leads with: the selection's, throughput where that depends on the
+    variant alone and the rounds do not re-measure it (accuracy)."""
+    metric = selection_objective(selection.strategy)
+    return THROUGHPUT.name if metric.from_variant else metric.name
 
 
 def ratios_to(entrant: EntrantOutcome, baseline: EntrantOutcome) -> dict[str, Ratio]:
@@ -185,7 +181,7 @@ def ratios_to(entrant: EntrantOutcome, baseline: EntrantOutcome) -> dict[str, Ra
     was not measured (zero, as in a replayed table without energy, or the time per sample
     derived from a zero throughput) is left out."""
     ratios = {}
-    for metric, read in ROUND_FIGURES.items():
+    for metric, read in round_figures().items():
         if not all(0 < read(f) < math.inf for f in [*entrant.rounds, *baseline.rounds]):
             continue
         paired = ratio(entrant, baseline, metric)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from autotune.core.metrics import ACCURACY, OBJECTIVES, Direction, Metric, with_derived
+from autotune.core.metrics import (
+    ACCURACY,
+    OBJECTIVES,
+    Direction,
+    Metric,
+    selection_objective,
+    with_derived,
+)
 from autotune.requests.request import Selection
 from autotune.results.records import Candidate
 
@@ -82,7 +89,7 @@ def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
     if strategy == "weighted":
         weights = {str(name): w for name, w in (selection.weights or {}).items()}
         return min(front, key=lambda c: _weighted_score(c, front, weights))
-    metric = selection_metric(selection)
+    metric = selection_objective(selection.strategy)
     # Ties on the chosen metric go to higher accuracy, then to the lower trial number.
     return min(
         front,
@@ -92,22 +99,6 @@ def select(front: Sequence[Candidate], selection: Selection) -> Candidate:
             c.trial_number,
         ),
     )
-
-
-# The objective each selection strategy ranks the front by (a weighted choice breaks ties on
-# latency per call).
-SELECTION_OBJECTIVES = {
-    "lowest_latency": "latency",
-    "highest_throughput": "throughput",
-    "lowest_energy": "energy",
-    "highest_accuracy": "accuracy",
-    "weighted": "latency",
-}
-
-
-def selection_metric(selection: Selection) -> Metric:
-    """The metric a selection ranks by (latency per call for a weighted choice)."""
-    return OBJECTIVES[SELECTION_OBJECTIVES[selection.strategy]]
 
 
 def _weighted_score(

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune.conclusion.decision import Headline
 from autotune.core.contract import ConfigValue, Strict
 from autotune.core.errors import RequestError
-from autotune.core.metrics import ENERGY, THROUGHPUT, reported_metrics, with_derived
+from autotune.core.metrics import ENERGY, reported_metrics, with_derived
 from autotune.requests.request import Cost
 
 
@@ -109,13 +109,11 @@ def reported(metrics: dict[str, Any], cost: Cost | None = None) -> dict[str, Any
 
 
 def derived_figures(metrics: dict[str, Any], cost: Cost) -> dict[str, float]:
-    """Energy per 1,000 samples; with prices, cost and CO2e per million samples. Derived from
-    an estimated energy figure, the CO2e is an estimate too (energy_source says which)."""
+    """Energy per 1,000 samples; with a grid intensity, CO2e per million samples. Derived from
+    an estimated energy figure, the CO2e is an estimate too (energy_source says which). The
+    cost per million samples is a metric (`autotune.core.metrics.COST`), derived when told."""
     joules = float(metrics[ENERGY.name])
     figures = {"energy_per_1000_samples_j": joules * 1000}
-    if cost.price_per_hour is not None:
-        hours_per_million = 1e6 / float(metrics[THROUGHPUT.name]) / 3600
-        figures["cost_per_million_samples"] = hours_per_million * cost.price_per_hour
     if cost.grid_gco2_per_kwh is not None:
         kwh_per_million = joules * 1e6 / 3.6e6
         figures["co2e_g_per_million_samples"] = kwh_per_million * cost.grid_gco2_per_kwh

@@ -1,17 +1,26 @@
-"""The metric registry: every metric autotune measures or derives, typed once (name, unit,
-direction, aggregation), and the two registries built on it: the objectives a request may
-optimize and the bounds a request may set. The request schema, Optuna's directions, the
-constraint checks, the tuned file, MLflow keys (the metric names), the CLI table, plots and
-replay defaults all read these registries, so adding an objective is one registration here
-(plus the meter that produces the metric)."""
+"""The metric registry: every metric autotune measures or derives, typed once, and the
+registries built on it: the objectives a request may optimize (each with the selection
+strategy that ranks by it) and the bounds a request may set.
+
+A `Metric` carries all its behaviour: its direction, the end of the batch-size range it
+favours (`lean`), how a head-to-head round gives it (`round_reader`, or `from_variant` for a
+figure the rounds do not re-measure) and, for a derived metric, how it is computed from a
+trial's other figures and the study (`derive`). The request schema, Optuna's directions, the
+constraint checks, the search's batch lean, the head-to-head decision and headline, the tuned
+file, MLflow keys (the metric names), the CLI table, plots and replay defaults all read these
+registries, so a new objective is one registration here (plus the meter that produces the
+metric, unless it is derived)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from autotune.core.contract import RoundFigures
 
 T = TypeVar("T")
 
@@ -51,6 +60,17 @@ class Registry(Mapping[str, T]):
 
 # Units without a dimension: shown as the bare number.
 DIMENSIONLESS = frozenset({"fraction", "ratio"})
+# Which end of the batch-size range a metric favours: large batches for figures per sample
+# (throughput, latency per sample, energy per sample), batch 1 for the p95 of one call.
+Lean = Literal["per_sample", "per_call"]
+
+
+@dataclass(frozen=True)
+class Study:
+    """What a derived metric may need besides a trial's own figures."""
+
+    baseline_accuracy: float | None = None
+    price_per_hour: float | None = None  # the request's `cost.price_per_hour`
 
 
 @dataclass(frozen=True)
@@ -70,6 +90,17 @@ class Metric:
     unrecorded: float | None = None
     # Derived from the study's baseline: not part of what a trial measured on its own.
     against_baseline: bool = False
+    lean: Lean | None = None
+    # This metric in one entrant's block of one head-to-head round.
+    round_reader: Callable[[RoundFigures], float] | None = None
+    # Depends on the model variant alone (precision, pruning): not re-measured in rounds.
+    from_variant: bool = False
+    # A derived metric from a trial's other figures and its study; None where it cannot be.
+    derive: Callable[[Mapping[str, Any], Study], float | None] | None = None
+    # The request field a study needs to derive this metric (e.g. "cost.price_per_hour").
+    needs: str | None = None
+    # Metrics of one measure (throughput and the time or cost per sample) are one objective.
+    measure: str | None = None
 
     def shown(self, value: float) -> str:
         """The value as tables show it under a header that names the unit."""
@@ -112,6 +143,8 @@ class Bound:
 
 METRICS: Registry[Metric] = Registry("metric")
 OBJECTIVES: Registry[Metric] = Registry("objective")
+# Selection strategy -> the objective it ranks the feasible front by.
+SELECTIONS: Registry[str] = Registry("selection strategy")
 BOUNDS: Registry[Bound] = Registry("bound")
 
 
@@ -119,9 +152,11 @@ def register_metric(metric: Metric) -> Metric:
     return METRICS.register(metric.name, metric)
 
 
-def register_objective(name: str, metric: Metric) -> Metric:
-    """An objective a request may name, optimizing a registered metric."""
+def register_objective(name: str, metric: Metric, selection: str) -> Metric:
+    """An objective a request may name, optimizing a registered metric, and the selection
+    strategy that picks the front's best by it."""
     _check_registered(metric)
+    SELECTIONS.register(selection, name)
     return OBJECTIVES.register(name, metric)
 
 
@@ -148,6 +183,7 @@ ACCURACY = register_metric(
         description="the request's quality metric (top-1, fidelity or the user's)",
         label="accuracy",
         number_format=".4f",
+        from_variant=True,
     )
 )
 ACCURACY_DROP = register_metric(
@@ -160,6 +196,12 @@ ACCURACY_DROP = register_metric(
         label="accuracy drop",
         number_format=".4f",
         against_baseline=True,
+        from_variant=True,
+        derive=lambda m, study: (
+            None
+            if study.baseline_accuracy is None or "accuracy" not in m
+            else study.baseline_accuracy - m["accuracy"]
+        ),
     )
 )
 LATENCY_P50 = register_metric(
@@ -171,6 +213,8 @@ LATENCY_P50 = register_metric(
         description="median latency of one call (one batch)",
         label="p50 latency per call",
         number_format=".3f",
+        lean="per_call",
+        round_reader=lambda f: f.latency_p50_ms,
     )
 )
 LATENCY_P90 = register_metric(
@@ -182,6 +226,7 @@ LATENCY_P90 = register_metric(
         description="p90 latency of one call (one batch)",
         label="p90 latency per call",
         number_format=".3f",
+        lean="per_call",
     )
 )
 LATENCY_P95 = register_metric(
@@ -194,6 +239,8 @@ LATENCY_P95 = register_metric(
         label="p95 latency per call",
         header="p95 ms\nper call",
         number_format=".3f",
+        lean="per_call",
+        round_reader=lambda f: f.latency_p95_ms,
     )
 )
 LATENCY_P99 = register_metric(
@@ -205,6 +252,7 @@ LATENCY_P99 = register_metric(
         description="p99 latency of one call (one batch)",
         label="p99 latency per call",
         number_format=".3f",
+        lean="per_call",
     )
 )
 LATENCY_CV = register_metric(
@@ -229,6 +277,9 @@ THROUGHPUT = register_metric(
         label="throughput",
         header="samples\nper s",
         number_format=".0f",
+        lean="per_sample",
+        round_reader=lambda f: f.throughput_per_s,
+        measure="time per sample",
     )
 )
 LATENCY_PER_SAMPLE = register_metric(
@@ -241,6 +292,12 @@ LATENCY_PER_SAMPLE = register_metric(
         label="latency per sample",
         header="ms per\nsample",
         number_format=".4g",
+        lean="per_sample",
+        round_reader=lambda f: latency_per_sample_ms(f.throughput_per_s),
+        derive=lambda m, study: (
+            latency_per_sample_ms(float(m["throughput_per_s"])) if "throughput_per_s" in m else None
+        ),
+        measure="time per sample",
     )
 )
 ENERGY = register_metric(
@@ -255,6 +312,8 @@ ENERGY = register_metric(
         number_format=".2e",
         qualifier="energy_source",
         unrecorded=0.0,
+        lean="per_sample",
+        round_reader=lambda f: f.energy_per_sample_j,
     )
 )
 PEAK_MEMORY = register_metric(
@@ -269,15 +328,40 @@ PEAK_MEMORY = register_metric(
         unrecorded=0.0,
     )
 )
+COST = register_metric(
+    Metric(
+        "cost_per_million_samples",
+        "per 1M samples",
+        Direction.MINIMIZE,
+        aggregation="cost.price_per_hour / 3600 / throughput_per_s * 1e6",
+        description="what a million samples cost at the configuration's throughput, at the "
+        "request's price of an hour of the hardware (`cost.price_per_hour`)",
+        label="cost per million samples",
+        header="cost per\n1M samples",
+        number_format=".4g",
+        lean="per_sample",
+        # The price is one constant for every entrant of a round: a paired ratio of cost is
+        # the ratio of hours per million samples.
+        round_reader=lambda f: hours_per_million(f.throughput_per_s),
+        derive=lambda m, study: (
+            None
+            if study.price_per_hour is None or "throughput_per_s" not in m
+            else study.price_per_hour * hours_per_million(float(m["throughput_per_s"]))
+        ),
+        needs="cost.price_per_hour",
+        measure="time per sample",
+    )
+)
 
 # `latency` is per call (one batch: what a caller serving single requests waits);
 # `latency_per_sample` and `throughput` are per sample (what serving batches costs), two views
 # of one measure. Their order is the order of the CLI's front table.
-register_objective("accuracy", ACCURACY)
-register_objective("latency", LATENCY_P95)
-register_objective("latency_per_sample", LATENCY_PER_SAMPLE)
-register_objective("throughput", THROUGHPUT)
-register_objective("energy", ENERGY)
+register_objective("accuracy", ACCURACY, selection="highest_accuracy")
+register_objective("latency", LATENCY_P95, selection="lowest_latency")
+register_objective("latency_per_sample", LATENCY_PER_SAMPLE, "lowest_latency_per_sample")
+register_objective("throughput", THROUGHPUT, selection="highest_throughput")
+register_objective("energy", ENERGY, selection="lowest_energy")
+register_objective("cost", COST, selection="lowest_cost")
 
 # The largest bounds a request may give: generous, but finite, so that no number overflows a
 # database column. A week in milliseconds, as contract.MAX_SECONDS.
@@ -310,6 +394,9 @@ register_bound(Bound("max_memory_mb", PEAK_MEMORY, BoundKind.UPPER, 1e9, "peak m
 register_bound(
     Bound("min_throughput_per_s", THROUGHPUT, BoundKind.LOWER, 1e12, "samples per second")
 )
+register_bound(
+    Bound("max_cost_per_million_samples", COST, BoundKind.UPPER, 1e12, "at cost.price_per_hour")
+)
 
 
 def constraint_violations(
@@ -338,19 +425,28 @@ def latency_per_sample_ms(throughput_per_s: float) -> float:
     return 1000.0 / throughput_per_s if throughput_per_s > 0 else math.inf
 
 
+def hours_per_million(throughput_per_s: float) -> float:
+    """Hours the hardware takes for a million samples at this throughput."""
+    return 1e6 / 3600.0 / throughput_per_s if throughput_per_s > 0 else math.inf
+
+
+def derived(metrics: Mapping[str, Any], study: Study) -> dict[str, Any]:
+    """`metrics` with every derived metric the figures and the study allow (`Metric.derive`),
+    in registration order."""
+    figures = dict(metrics)
+    for metric in METRICS.values():
+        if metric.derive is None:
+            continue
+        value = metric.derive(figures, study)
+        if value is not None:
+            figures[metric.name] = value
+    return figures
+
+
 def with_derived(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """`metrics` with `latency_per_sample_ms` derived from `throughput_per_s` where it is
-    missing (a record made before that metric existed)."""
-    derived = dict(metrics)
-    if derived.get(LATENCY_PER_SAMPLE.name) is None and THROUGHPUT.name in derived:
-        derived[LATENCY_PER_SAMPLE.name] = latency_per_sample_ms(float(derived[THROUGHPUT.name]))
-    return derived
-
-
-def with_accuracy_drop(measured: Mapping[str, Any], baseline_accuracy: float) -> dict[str, Any]:
-    """A trial's measured metrics with what they are against the study's baseline."""
-    drop = float(baseline_accuracy) - float(measured[ACCURACY.name])
-    return {**measured, ACCURACY_DROP.name: drop}
+    """`metrics` with what derives from a trial's own figures alone where it is missing (a
+    record made before that metric existed)."""
+    return {**derived(metrics, Study()), **{k: v for k, v in metrics.items() if v is not None}}
 
 
 def measured_only(metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -362,3 +458,8 @@ def measured_only(metrics: Mapping[str, Any]) -> dict[str, Any]:
 def _against_baseline(name: str) -> bool:
     metric = METRICS.get(name)
     return metric is not None and metric.against_baseline
+
+
+def selection_objective(strategy: str) -> Metric:
+    """The metric a selection strategy ranks by (latency per call for a weighted choice)."""
+    return OBJECTIVES[SELECTIONS.get(strategy, "latency")]

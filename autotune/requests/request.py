@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import yaml
 from pydantic import (
@@ -29,7 +29,7 @@ from autotune.core.contract import (
     Workload,
 )
 from autotune.core.errors import RequestError
-from autotune.core.metrics import BOUNDS, OBJECTIVES, Bound
+from autotune.core.metrics import BOUNDS, OBJECTIVES, SELECTIONS, Bound, Metric, selection_objective
 
 REQUIRED_UNLESS_REPLAY = "is required (except with --replay)"
 
@@ -53,6 +53,32 @@ def _registered_objective(value: Any) -> Any:
             "literal_error", "Input should be {expected}", {"expected": _one_of(list(OBJECTIVES))}
         )
     return value
+
+
+def _registered_selection(value: Any) -> Any:
+    """A selection strategy ranks by a registered objective (`SELECTIONS`), or is weighted."""
+    if not isinstance(value, str) or value not in _selection_names():
+        expected = _one_of(_selection_names())
+        raise PydanticCustomError(
+            "literal_error", "Input should be {expected}", {"expected": expected}
+        )
+    return value
+
+
+def _selection_names() -> list[str]:
+    return [*SELECTIONS, "weighted"]
+
+
+class _SelectionNames:
+    """The selection strategies' JSON schema: an enum of the registered names."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {**handler(schema), "enum": _selection_names()}
+
+
+SelectionStrategy = Annotated[str, BeforeValidator(_registered_selection), _SelectionNames()]
 
 
 def _one_of(names: list[str]) -> str:
@@ -143,12 +169,10 @@ class Budget(Strict):
 class Selection(Strict):
     """How the one tuned configuration is picked from the feasible Pareto set."""
 
-    strategy: Literal[
-        "lowest_latency", "highest_throughput", "lowest_energy", "highest_accuracy", "weighted"
-    ] = Field(
+    strategy: SelectionStrategy = Field(
         default="lowest_latency",
-        description="lowest_latency: the lowest p95 per call; highest_throughput: the most "
-        "samples per second",
+        description="the objective the front's best is picked by (lowest_latency: the lowest "
+        "p95 per call; highest_throughput: the most samples per second; ...), or weighted",
     )
     weights: dict[Objective, Annotated[float, Field(le=MAX_WEIGHT)]] | None = Field(
         default=None, description="for 'weighted': objective -> weight on min-max normalized values"
@@ -271,12 +295,37 @@ class TuningRequest(Strict):
     def _objectives_distinct(cls, objectives: list[Objective]) -> list[Objective]:
         if len(set(objectives)) != len(objectives):
             raise ValueError("must not repeat")
-        if {"throughput", "latency_per_sample"} <= set(objectives):
-            raise ValueError(
-                "must not name both 'throughput' and 'latency_per_sample' "
-                "(one measure: latency_per_sample = 1000 / throughput)"
-            )
+        measures: dict[str, list[str]] = {}
+        for objective in objectives:
+            if (measure := OBJECTIVES[objective].measure) is not None:
+                measures.setdefault(measure, []).append(objective)
+        for measure, named in measures.items():
+            if len(named) > 1:
+                second = OBJECTIVES[named[1]]
+                raise ValueError(
+                    f"must not name both {named[0]!r} and {named[1]!r} (one measure, the "
+                    f"{measure}: {second.name} = {second.aggregation})"
+                )
         return objectives
+
+    @model_validator(mode="after")
+    def _metrics_have_what_they_need(self) -> TuningRequest:
+        """A metric the request optimizes, picks by or bounds has the request fields its
+        derivation needs (the cost per million samples: a price per hour)."""
+        for where, metric in self._metrics_used():
+            section, _, name = (metric.needs or "").partition(".")
+            if metric.needs is not None and getattr(getattr(self, section), name) is None:
+                raise ValueError(f"{where} needs {metric.needs}")
+        return self
+
+    def _metrics_used(self) -> list[tuple[str, Metric]]:
+        used = [(f"objectives: {o}", OBJECTIVES[o]) for o in self.objectives]
+        used.append(
+            (f"selection: {self.selection.strategy}", selection_objective(self.selection.strategy))
+        )
+        used += [(f"selection.weights: {o}", OBJECTIVES[o]) for o in self.selection.weights or {}]
+        bounds = self.constraints.model_dump(exclude_none=True)
+        return used + [(f"constraints.{name}", BOUNDS[name].metric) for name in bounds]
 
     def workload(self, base_dir: Path) -> Workload:
         """The workload with file paths resolved against the request file's directory.

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from autotune.core.contract import (
     ConfigValue,
@@ -55,6 +55,7 @@ from autotune.core.contract import (
     TrialSpec,
 )
 from autotune.core.knobs import variant_key
+from autotune.core.metrics import OBJECTIVES, Lean, selection_objective
 from autotune.results.optuna_store import producible
 from autotune.strategies.base import Answer, Proposal, Strategy, register_strategy
 
@@ -75,24 +76,10 @@ UNSUPPORTED_LIKE = "differs only in batch size or threads from unsupported trial
 
 ConfigKey = tuple[tuple[str, Any], ...]
 
-# Which end of the batch-size range a request favours: large batches for figures per sample
-# (throughput, latency per sample, energy per sample), batch 1 for the p95 of one call.
-Lean = Literal["per_sample", "per_call"]
 BATCH = "batch.size"
 # A per-sample request's designed set runs at the smallest batch within this fraction of the
 # best time per sample the baseline showed.
 NEAR_BEST_PER_SAMPLE = 0.05
-_OBJECTIVE_LEANS: dict[str, Lean] = {
-    "latency": "per_call",
-    "latency_per_sample": "per_sample",
-    "throughput": "per_sample",
-    "energy": "per_sample",
-}
-_SELECTION_LEANS: dict[str, Lean] = {
-    "lowest_latency": "per_call",
-    "highest_throughput": "per_sample",
-    "lowest_energy": "per_sample",
-}
 
 
 def config_key(config: dict[str, Any]) -> ConfigKey:
@@ -120,7 +107,7 @@ def batch_lean(selection: Selection, objectives: Sequence[str]) -> Lean | None:
     """The batch-size end a request favours (see the module's docstring): None when its
     objectives name both views (its front spans both ends); else per sample when its
     selection or its objectives lean so, else per call when either does, else None."""
-    named = {_OBJECTIVE_LEANS[o] for o in objectives if o in _OBJECTIVE_LEANS}
+    named = {lean for o in objectives if (lean := OBJECTIVES[o].lean) is not None}
     if len(named) > 1:
         return None
     leans = {_selection_lean(selection), *named}
@@ -137,11 +124,12 @@ def step_preference(selection: Selection, objectives: Sequence[str]) -> Lean | N
 
 def _selection_lean(selection: Selection) -> Lean | None:
     if selection.strategy != "weighted":
-        return _SELECTION_LEANS.get(selection.strategy)
+        return selection_objective(selection.strategy).lean
     totals = {"per_sample": 0.0, "per_call": 0.0}
     for objective, weight in (selection.weights or {}).items():
-        if objective in _OBJECTIVE_LEANS:
-            totals[_OBJECTIVE_LEANS[objective]] += weight
+        lean = OBJECTIVES[objective].lean
+        if lean is not None:
+            totals[lean] += weight
     if totals["per_sample"] == totals["per_call"]:
         return None
     return "per_sample" if totals["per_sample"] > totals["per_call"] else "per_call"

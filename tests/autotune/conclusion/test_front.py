@@ -7,9 +7,8 @@ from autotune.conclusion.front import (
     hypervolume,
     pareto_front,
     select,
-    selection_metric,
 )
-from autotune.core.metrics import OBJECTIVES, THROUGHPUT
+from autotune.core.metrics import OBJECTIVES, THROUGHPUT, selection_objective
 from autotune.requests.request import Selection
 
 OBJ = [OBJECTIVES["accuracy"], OBJECTIVES["latency"], OBJECTIVES["energy"]]
@@ -81,7 +80,7 @@ def test_highest_throughput_is_not_lowest_latency() -> None:
     front = [single, batched, middle]
     assert select(front, Selection(strategy="highest_throughput")) is batched
     assert select(front, Selection(strategy="lowest_latency")) is single
-    assert selection_metric(Selection(strategy="highest_throughput")) is THROUGHPUT
+    assert selection_objective(Selection(strategy="highest_throughput").strategy) is THROUGHPUT
 
 
 def test_throughput_ties_go_to_accuracy_then_the_earlier_trial() -> None:

@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from autotune.conclusion.head_to_head import Revalidator
 from autotune.core.contract import EntrantOutcome, HeadToHeadResult, HeadToHeadSpec, TrialMetrics
-from autotune.core.metrics import with_accuracy_drop
+from autotune.core.metrics import Study, derived
 from autotune.execution.base import Executor
 from autotune.results.records import Candidate
 from autotune.strategies import make_strategy
@@ -47,7 +47,7 @@ class Comparing:
 
 def candidate(number: int, config: dict[str, Any], p95: float) -> Candidate:
     metrics: TrialMetrics = table_metrics(config).model_copy(update={"latency_p95_ms": p95})
-    dumped = with_accuracy_drop(metrics.model_dump(), table_metrics(BASELINE).accuracy)
+    dumped = derived(metrics.model_dump(), Study(table_metrics(BASELINE).accuracy))
     return Candidate(trial_number=number, config=config, metrics=dumped, feasible=True)
 
 

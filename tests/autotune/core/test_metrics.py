@@ -1,3 +1,4 @@
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -7,22 +8,26 @@ from autotune.core.errors import RequestError
 from autotune.core.metrics import (
     ACCURACY,
     BOUNDS,
+    COST,
     LATENCY_P50,
     LATENCY_P95,
     METRICS,
     OBJECTIVES,
+    SELECTIONS,
     THROUGHPUT,
     Bound,
     BoundKind,
     Direction,
     Metric,
+    Study,
     constraint_violations,
+    derived,
     measured_only,
     register_bound,
     register_metric,
     register_objective,
     reported_metrics,
-    with_accuracy_drop,
+    selection_objective,
 )
 from autotune.requests.request import (
     Constraints,
@@ -45,13 +50,14 @@ QUEUE_WAIT = Metric(
 def queue_wait() -> Iterator[Metric]:
     """A metric registered for one test, with an objective and a bound on it."""
     register_metric(QUEUE_WAIT)
-    register_objective("queue_wait", QUEUE_WAIT)
+    register_objective("queue_wait", QUEUE_WAIT, selection="lowest_queue_wait")
     register_bound(Bound("max_queue_wait_ms", QUEUE_WAIT, BoundKind.UPPER, 1e3, "per call"))
     try:
         yield QUEUE_WAIT
     finally:
         BOUNDS.unregister("max_queue_wait_ms")
         OBJECTIVES.unregister("queue_wait")
+        SELECTIONS.unregister("lowest_queue_wait")
         METRICS.unregister(QUEUE_WAIT.name)
 
 
@@ -59,14 +65,14 @@ def test_a_name_registers_once() -> None:
     with pytest.raises(ValueError, match="metric 'accuracy' is already registered"):
         register_metric(ACCURACY)
     with pytest.raises(ValueError, match="objective 'latency' is already registered"):
-        register_objective("latency", LATENCY_P50)
+        register_objective("latency", LATENCY_P50, selection="lowest_p50")
     with pytest.raises(ValueError, match="bound 'max_latency_p95_ms' is already registered"):
         register_bound(Bound("max_latency_p95_ms", LATENCY_P95, BoundKind.UPPER, 1.0, "again"))
 
 
 def test_objectives_and_bounds_need_a_registered_metric() -> None:
     with pytest.raises(ValueError, match="must be registered first"):
-        register_objective("queue_wait", QUEUE_WAIT)
+        register_objective("queue_wait", QUEUE_WAIT, selection="lowest_queue_wait")
     with pytest.raises(ValueError, match="must be registered first"):
         register_bound(Bound("max_queue_wait_ms", QUEUE_WAIT, BoundKind.UPPER, 1.0, "per call"))
     assert "queue_wait" not in OBJECTIVES and "max_queue_wait_ms" not in BOUNDS
@@ -101,10 +107,10 @@ def test_violations_of_an_upper_and_a_lower_bound() -> None:
 
 def test_accuracy_drop_is_added_against_the_baseline_and_stripped_again() -> None:
     measured = {ACCURACY.name: 0.9, LATENCY_P95.name: 2.0}
-    told = with_accuracy_drop(measured, baseline_accuracy=0.95)
+    told = derived(measured, Study(baseline_accuracy=0.95))
     assert told["accuracy_drop"] == pytest.approx(0.05)
     assert measured_only(told) == measured
-    assert with_accuracy_drop(measured, baseline_accuracy=0.9)["accuracy_drop"] == 0.0
+    assert derived(measured, Study(baseline_accuracy=0.9))["accuracy_drop"] == 0.0
 
 
 def test_reported_metrics_keep_the_tuned_file_order() -> None:
@@ -121,6 +127,7 @@ def test_reported_metrics_keep_the_tuned_file_order() -> None:
         "energy_per_sample_j",
         "energy_source",
         "peak_memory_mb",
+        "cost_per_million_samples",
     )
 
 
@@ -132,11 +139,67 @@ def test_values_are_shown_in_their_format_and_unit() -> None:
 
 
 def test_a_registered_objective_is_one_registration_away(queue_wait: Metric) -> None:
-    request = parse_request({"name": "x", "objectives": ["accuracy", "queue_wait"]}, replay=True)
+    request = parse_request(
+        {"name": "x", "objectives": ["accuracy", "queue_wait"]}
+        | {"selection": {"strategy": "lowest_queue_wait"}},
+        replay=True,
+    )
     assert [OBJECTIVES[o] for o in request.objectives] == [ACCURACY, queue_wait]
+    assert selection_objective(request.selection.strategy) is queue_wait
     schema = TuningRequest.model_json_schema()
     assert "queue_wait" in schema["properties"]["objectives"]["items"]["enum"]
+    assert "lowest_queue_wait" in json.dumps(schema["$defs"]["Selection"])
     assert "queue_wait_ms" in reported_metrics()
+
+
+def test_every_registered_metric_says_how_rounds_give_it_and_what_it_needs() -> None:
+    """A walk of the registries: an objective is either read from head-to-head rounds or
+    depends on the variant alone; one that favours an end of the batch range says which; what
+    a derived metric needs is a field of the request; every objective has its selection."""
+    for name, metric in OBJECTIVES.items():
+        assert (metric.round_reader is None) == metric.from_variant, name
+        assert metric.lean is not None or metric.from_variant, name
+        assert name in SELECTIONS.values(), name
+    for metric in METRICS.values():
+        if metric.needs is not None:
+            section, field = metric.needs.split(".")
+            assert field in TuningRequest.model_fields[section].annotation.model_fields  # type: ignore[union-attr]
+            assert metric.derive is not None, metric.name
+
+
+def test_the_cost_per_million_samples_derives_from_throughput_at_the_request_s_price() -> None:
+    measured = {ACCURACY.name: 0.9, THROUGHPUT.name: 500.0}
+    assert COST.name not in derived(measured, Study(baseline_accuracy=0.9))
+    priced = derived(measured, Study(baseline_accuracy=0.9, price_per_hour=3.6))
+    # 1e6 samples at 500/s take 2,000 s = 5/9 h; at 3.6 an hour that is 2.0.
+    assert priced[COST.name] == pytest.approx(2.0)
+    assert priced["latency_per_sample_ms"] == pytest.approx(2.0)
+
+
+def test_cost_as_objective_selection_or_bound_needs_a_price() -> None:
+    for patch, where in [
+        ({"objectives": ["accuracy", "cost"]}, "objectives: cost"),
+        ({"selection": {"strategy": "lowest_cost"}}, "selection: lowest_cost"),
+        ({"constraints": {"max_cost_per_million_samples": 1.0}}, "max_cost_per_million_samples"),
+    ]:
+        with pytest.raises(RequestError) as caught:
+            parse_request({"name": "x", **patch}, replay=True)
+        assert where in caught.value.rule and "cost.price_per_hour" in caught.value.rule
+    request = parse_request(
+        {"name": "x", "objectives": ["accuracy", "cost"], "cost": {"price_per_hour": 2.5}},
+        replay=True,
+    )
+    assert [OBJECTIVES[o] for o in request.objectives] == [ACCURACY, COST]
+
+
+def test_cost_and_throughput_are_one_measure() -> None:
+    with pytest.raises(RequestError) as caught:
+        parse_request(
+            {"name": "x", "objectives": ["throughput", "cost"], "cost": {"price_per_hour": 1}},
+            replay=True,
+        )
+    assert caught.value.field == "objectives"
+    assert "one measure" in caught.value.rule
 
 
 def test_an_unregistered_objective_is_refused() -> None:

@@ -12,7 +12,7 @@ import pytest
 from autotune.core.contract import TrialMetrics, TrialSpec, TrialStatus, TrialTimes
 from autotune.core.errors import AutotuneError
 from autotune.core.knobs import variant_key
-from autotune.core.metrics import OBJECTIVES, with_accuracy_drop
+from autotune.core.metrics import OBJECTIVES, Study, derived
 from autotune.results import Outcome, TrialMarks
 from autotune.results.leases import Owner
 from autotune.search.budget import Budget
@@ -577,7 +577,7 @@ def test_results_held_for_another_coordinators_baseline_are_told_once_it_is() ->
     alive = Owner()
     store.beat(alive)  # its heartbeat is fresh: its trial is not reaped
     other = store.create(space, BASELINE, TrialMarks(baseline=True), alive)
-    baseline_metrics = with_accuracy_drop(table_metrics(BASELINE).model_dump(), BASELINE_ACCURACY)
+    baseline_metrics = derived(table_metrics(BASELINE).model_dump(), Study(BASELINE_ACCURACY))
 
     def baseline_lands(spec: TrialSpec) -> None:
         if other.state == "running" and store.records(("running",))[0].number == other.number:
