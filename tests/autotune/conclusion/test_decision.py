@@ -147,3 +147,23 @@ def test_the_headline_of_the_unmodified_model_says_so() -> None:
     summary = headline(base, base, [], LOWEST_LATENCY, False)
     assert summary.same_as_baseline and summary.conditions == "replayed"
     assert summary.text.startswith("the unmodified model is the best choice")
+
+
+def test_a_cost_selection_decides_and_leads_the_headline_by_cost() -> None:
+    """The cost per million samples is read from rounds as hours per million samples (the
+    price is one constant for every entrant), so its ratio is the inverse of throughput's."""
+    batched = cand(1, 8.0, config={**BASELINE, "batch.size": 64})
+    batched.metrics["throughput_per_s"] = 8000.0
+    batched.metrics["cost_per_million_samples"] = 0.1
+    single = cand(2, 1.0, config=BASELINE)
+    single.metrics["cost_per_million_samples"] = 0.8
+    outcomes = {1: outcome(1, [8.0] * 8, batch=64), 2: outcome(2, [1.0] * 8)}
+    lowest_cost = Selection(strategy="lowest_cost")
+
+    decision = decide([batched, single], outcomes, lowest_cost, BASELINE)
+    summary = headline(outcomes[1], outcomes[2], [busy(False)] * 8, lowest_cost, False)
+
+    assert decision.chosen is batched
+    assert decision.because == "the best cost_per_million_samples of the finalists"
+    assert summary.ratios["cost_per_million_samples"].ratio == 1 / 8
+    assert summary.text.startswith("8× lower cost per million samples (95% CI 8–8×); 8× throughput")
