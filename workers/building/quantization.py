@@ -1,8 +1,9 @@
-"""Precision: casting and placing torch modules, torch int8 (dynamic) and fp8 (torchao), and
-ONNX int8 (dynamic, or static calibrated on the workload's inputs) and float16.
+"""The longer precision routines the precision implementations call
+(`workers.building.knobs.precisions`): torch int8 (dynamic) and fp8 (torchao), and ONNX int8
+(dynamic, or static calibrated on the workload's inputs) and float16.
 
-The precision classes (`autotune.core.knobs.precisions`) and the engines decide beforehand which
-precision runs where; the functions here build what they are asked for.
+The precision declarations (`autotune.core.knobs.precisions`) decide beforehand which precision
+runs where; the functions here build what they are asked for.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autotune.core.errors import Unsupported
-from autotune.core.knobs.config import TrialConfig
 from workers.building.variants import TorchVariant
 from workers.loading.feeds import InputSpec, feed
 
@@ -37,22 +37,6 @@ FP8_MIN_CAPABILITY = (8, 9)
 # --- torch --------------------------------------------------------------------------------------
 
 
-def torch_precision(variant: TorchVariant, config: TrialConfig) -> TorchVariant:
-    """The module in `config.precision`, with its weights on `config.device`. bf16/fp16 cast
-    weights and inputs; int8_dynamic and fp8 quantize Linear layers (see their functions)."""
-    import torch
-
-    if config.precision == "int8_dynamic":
-        return torch_int8_dynamic(variant)
-    if config.precision == "fp8":
-        return torch_fp8(variant)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
-    if dtype is None and config.device == "cpu":
-        return variant
-    module = copy.deepcopy(variant.module).to(device=config.device, dtype=dtype)
-    return TorchVariant(module.eval(), dtype or variant.input_dtype)
-
-
 def torch_int8_dynamic(variant: TorchVariant) -> TorchVariant:
     """int8 Linear weights, activations quantized per batch at run time (CPU kernels only);
     convolutions stay fp32 because torch's dynamic quantization has no conv kernels."""
@@ -66,9 +50,9 @@ def torch_int8_dynamic(variant: TorchVariant) -> TorchVariant:
     return TorchVariant(quantized.eval(), variant.input_dtype)
 
 
-def torch_fp8(variant: TorchVariant) -> TorchVariant:
+def torch_fp8(variant: TorchVariant, device: str) -> TorchVariant:
     """torchao float8 (e4m3) dynamic row-wise quantization of weights and activations for every
-    Linear whose dimensions divide by 16; the rest of the model runs in bfloat16 on CUDA."""
+    Linear whose dimensions divide by 16; the rest of the model runs in bfloat16 on `device`."""
     import torch
     from torchao.quantization import (
         Float8DynamicActivationFloat8WeightConfig,
@@ -76,7 +60,7 @@ def torch_fp8(variant: TorchVariant) -> TorchVariant:
         quantize_,
     )
 
-    module = copy.deepcopy(variant.module).to(device="cuda", dtype=torch.bfloat16).eval()
+    module = copy.deepcopy(variant.module).to(device=device, dtype=torch.bfloat16).eval()
     if not any(fp8_linear(child) for child in module.modules()):
         raise Unsupported(
             f"precision.mode=fp8: no Linear layer has both dimensions divisible by {FP8_DIVISOR}"

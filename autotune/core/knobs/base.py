@@ -89,11 +89,13 @@ class Knob:
 
 
 class Precision(Knob):
-    """A numeric format. Its data-plane implementation turns a variant (fp32, already pruned,
-    in the format its engine runs) into this precision; an engine that applies a precision
-    itself at run time (`Engine.applies_precisions`) gets the variant unchanged."""
+    """A numeric format, and the engines that run it (`engines`). Its data-plane
+    implementation turns a variant (fp32, already pruned, in the format its engine runs) into
+    this precision; an engine that applies a precision itself at run time
+    (`Engine.applies_precisions`) gets the variant unchanged."""
 
     key = PRECISION_KEY
+    engines: ClassVar[frozenset[str]]
 
 
 class Pruning(Knob):
@@ -110,14 +112,14 @@ class Pruning(Knob):
 
 class Engine(Knob):
     """A runtime that runs variants in one format (`model_format`: a torch model is exported
-    to ONNX for an ONNX engine). `precisions` are the modes it runs; `applies` the shared
-    kernel and sharding fields of `TrialConfig` it honours (any other must keep its default);
-    `software` the distributions whose versions the provenance records; `provides` the
-    capabilities its implementation's `probe` may report."""
+    to ONNX for an ONNX engine). The precisions it runs are those that name it
+    (`Precision.engines`); `applies` the shared kernel and sharding fields of `TrialConfig`
+    it honours (any other must keep its default); `software` the distributions whose
+    versions the provenance records; `provides` the capabilities its implementation's
+    `probe` may report."""
 
     key = ENGINE_KEY
     model_format: ClassVar[ModelKind]
-    precisions: ClassVar[frozenset[str]]
     applies_precisions: ClassVar[frozenset[str]] = frozenset()
     applies: ClassVar[frozenset[str]] = frozenset()
     software: ClassVar[tuple[str, ...]] = ()
@@ -132,12 +134,17 @@ class Engine(Knob):
     def supports(self, config: TrialConfig, target: Target) -> str | None:
         if self.model_format == "torch" and target.model_kind == "onnx":
             return f"{self.key}={self.name} runs torch models only; this model is ONNX"
-        if config.precision not in self.precisions:
+        if self.name not in PRECISIONS[config.precision].engines:
             return (
                 f"{PRECISION_KEY}={config.precision} does not run on {self.key}={self.name} "
                 f"(it runs {', '.join(sorted(self.precisions))})"
             )
         return super().supports(config, target)
+
+    @property
+    def precisions(self) -> list[str]:
+        """The modes this engine runs."""
+        return [name for name, mode in PRECISIONS.items() if self.name in mode.engines]
 
     def on_cuda(self, config: TrialConfig) -> bool:
         """Whether the session runs on CUDA devices."""

@@ -91,7 +91,6 @@ def _show(value: object) -> str:
 
 class TorchEngine(Engine):
     model_format = "torch"
-    precisions = frozenset({"fp32", "bf16", "fp16", "int8_dynamic", "fp8"})
     software = ("torch",)
     served_as = "files"  # MLflow's pytorch flavour would pickle the module
     hints: ClassVar[dict[str, str]] = {}
@@ -160,7 +159,6 @@ class TorchCompile(TorchEngine):
 class OnnxRuntime(Engine):
     name = "onnxruntime"
     model_format = "onnx"
-    precisions = frozenset({"fp32", "fp16", "int8_dynamic", "int8_static"})
     options = (ORT_PROVIDER, ORT_GRAPH_OPT)
     needs = ("ort.cpu|ort.cuda|ort.tensorrt",)
     software = ("onnxruntime", "onnx")

@@ -24,7 +24,6 @@ OV_PRECISIONS = {"fp32": "f32", "bf16": "bf16"}
 class OpenVino(Engine):
     name = "openvino"
     model_format = "onnx"
-    precisions = frozenset(OV_PRECISIONS)
     applies_precisions = frozenset(OV_PRECISIONS)
     options = (OV_PERFORMANCE_HINT, OV_STREAMS)
     needs = ("openvino",)

@@ -12,10 +12,10 @@ import pytest
 import torch
 from onnx import TensorProto
 
-from autotune.core.contract import ConfigValue, ModelRef
+from autotune.core.contract import ConfigValue, DataRef, MetricRef, ModelRef
 from autotune.core.errors import Unsupported
 from autotune.core.knobs import Target, supports
-from autotune.core.knobs.config import parse_config
+from autotune.core.knobs.config import TrialConfig, parse_config
 from tests.workers.conftest import digits_workload, export_digits_onnx, spec_for
 from workers import evaluate_artifact, export_artifact, run_trial
 from workers.building import quantization, transforms
@@ -27,10 +27,9 @@ from workers.building.quantization import (
     calibration_subset,
     convert_onnx_fp16,
     quantize_onnx_int8_static,
-    torch_precision,
 )
 from workers.building.runtimes import machine_target
-from workers.building.variants import BuildContext, TorchVariant
+from workers.building.variants import BuildContext, OnnxVariant, TorchVariant
 from workers.cache import WorkloadStore
 
 STORE = WorkloadStore(capacity=4)
@@ -159,7 +158,14 @@ def test_combinations_that_build_on_the_cpu(config: dict[str, ConfigValue]) -> N
 
 def test_fp32_on_the_cpu_is_the_variant_itself(digits_module: torch.nn.Module) -> None:
     variant = TorchVariant(digits_module)
-    assert torch_precision(variant, parse_config({}, "torch")) is variant
+    assert built(variant, parse_config({}, "torch")) is variant
+
+
+def built(variant: TorchVariant, config: TrialConfig) -> TorchVariant:
+    """The variant its precision's implementation builds."""
+    result = precision_of(config.precision).build(variant, config, BuildContext(np.empty(0)))
+    assert isinstance(result, TorchVariant)
+    return result
 
 
 # --- ONNX static int8 ---------------------------------------------------------------------------
@@ -276,7 +282,7 @@ def test_half_precisions_on_cuda(
     digits_module: torch.nn.Module, mode: str, dtype: torch.dtype
 ) -> None:
     config = parse_config({**CUDA, "precision.mode": mode}, "torch")
-    variant = torch_precision(TorchVariant(digits_module), config)
+    variant = built(TorchVariant(digits_module), config)
     assert variant.input_dtype == dtype
     assert all(p.is_cuda and p.dtype == dtype for p in variant.module.parameters())
     assert all(not p.is_cuda for p in digits_module.parameters()), "the original is untouched"
@@ -285,7 +291,7 @@ def test_half_precisions_on_cuda(
 @pytest.mark.gpu
 @needs_cuda
 def test_fp32_on_cuda_moves_the_weights(digits_module: torch.nn.Module) -> None:
-    variant = torch_precision(TorchVariant(digits_module), parse_config(CUDA, "torch"))
+    variant = built(TorchVariant(digits_module), parse_config(CUDA, "torch"))
     assert all(p.is_cuda and p.dtype == torch.float32 for p in variant.module.parameters())
 
 
@@ -336,3 +342,75 @@ def test_static_int8_of_an_opset_12_export_is_per_channel() -> None:
     assert any(scale.size == 4 for scale in scales)  # one per output channel
     session = OnnxRuntimeSession(quantized.SerializeToString(), threads=1)
     assert session.run(inputs[:4]).shape == (4, 4, 8, 8)
+
+
+# --- ONNX int4 weight-only ----------------------------------------------------------------------
+
+
+def matmul_mlp(path: Path) -> Path:
+    """Y = relu(X @ W1) @ W2 over 64 features: MatMuls with constant weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.normal(0, 0.2, (64, 64)).astype(np.float32), "W1")
+    w2 = numpy_helper.from_array(rng.normal(0, 0.2, (64, 10)).astype(np.float32), "W2")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["X", "W1"], ["H"]),
+            helper.make_node("Relu", ["H"], ["R"]),
+            helper.make_node("MatMul", ["R", "W2"], ["Y"]),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 10])],
+        [w1, w2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save_model(model, str(path))
+    return path
+
+
+def test_int4_weight_only_runs_a_real_trial_on_matmul_weights(tmp_path: Path) -> None:
+    """The worked example of a new precision: one declaration, one implementation. Its MatMul
+    weights become MatMulNBits, the trial runs on ONNX Runtime and its fidelity to the fp32
+    model is high but not exact."""
+    model = matmul_mlp(tmp_path / "mlp.onnx")
+    np.savez(tmp_path / "d.npz", X=np.random.default_rng(1).normal(size=(128, 64)))
+    workload = digits_workload(
+        ModelRef(onnx=str(model)), DataRef(npz=str(tmp_path / "d.npz")), MetricRef(kind="fidelity")
+    )
+    config: dict[str, ConfigValue] = {
+        "runtime.engine": "onnxruntime",
+        "precision.mode": "int4_weight_only",
+        "batch.size": 8,
+    }
+
+    result = run_trial(spec_for(workload, config), WorkloadStore())
+    variant = WorkloadStore().get(workload).variant_for(parse_config(config, "onnx"))
+
+    assert result.status == "ok", result.reason
+    assert result.metrics is not None and 0.98 < result.metrics.accuracy < 1.0
+    assert isinstance(variant, OnnxVariant)
+    ops = [n.op_type for n in onnx.load_model_from_string(variant.model_bytes).graph.node]
+    assert ops.count("MatMulNBits") == 2 and "MatMul" not in ops
+
+
+def test_int4_weight_only_on_a_model_without_matmul_weights_is_unsupported(
+    digits_onnx: Path, digits_npz: Path
+) -> None:
+    workload = digits_workload(ModelRef(onnx=str(digits_onnx)), DataRef(npz=str(digits_npz)))
+    config: dict[str, ConfigValue] = {
+        "runtime.engine": "onnxruntime",
+        "precision.mode": "int4_weight_only",
+    }
+    result = run_trial(spec_for(workload, config), STORE)
+    assert result.status == "unsupported"
+    assert "no MatMul with a constant weight" in (result.reason or "")
+
+
+def test_int4_weight_only_runs_on_onnx_runtime_only() -> None:
+    assert reason({"precision.mode": "int4_weight_only"}) == (
+        "precision.mode=int4_weight_only does not run on runtime.engine=torch_eager "
+        "(it runs bf16, fp16, fp32, fp8, int8_dynamic)"
+    )

@@ -1,30 +1,54 @@
-"""How each precision mode (`autotune.core.knobs.precisions`) builds its variants. Torch
-variants are cast or quantized by `workers.building.quantization`'s torch path (which also moves
-the weights to the trial's device); ONNX variants are rewritten by its ONNX functions."""
+"""How each precision mode (`autotune.core.knobs.precisions`) builds its variants: a torch
+variant cast or quantized, with its weights on the trial's device (`build_torch`); an ONNX
+variant rewritten (`build_onnx`). `workers.building.quantization` holds the longer routines."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from autotune.core.errors import Unsupported
-from autotune.core.knobs.precisions import Bf16, Fp8, Fp16, Fp32, Int8Dynamic, Int8Static
+from autotune.core.knobs.precisions import (
+    Bf16,
+    Fp8,
+    Fp16,
+    Fp32,
+    Int4WeightOnly,
+    Int8Dynamic,
+    Int8Static,
+)
 from workers.building.knobs.base import PrecisionImplementation, implements
 
 if TYPE_CHECKING:
     from autotune.core.knobs.config import TrialConfig
-    from workers.building.variants import BuildContext, Variant
+    from workers.building.variants import BuildContext, TorchVariant, Variant
 
 
 class DevicePrecisionImplementation(PrecisionImplementation):
+    # The torch dtype a torch variant is cast to (None: its weights stay fp32).
+    torch_dtype: ClassVar[str | None] = None
+
     def build(self, variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
-        from workers.building.quantization import torch_precision
         from workers.building.variants import OnnxVariant, TorchVariant
 
         if isinstance(variant, TorchVariant):
-            return torch_precision(variant, config)
+            return self.build_torch(variant, config)
         assert isinstance(variant, OnnxVariant)
         return OnnxVariant(self.build_onnx(variant.model_bytes, context))
+
+    def build_torch(self, variant: TorchVariant, config: TrialConfig) -> TorchVariant:
+        """The module cast to `torch_dtype` (weights and inputs) on `config.device`; an fp32
+        module on the CPU is the variant itself."""
+        import torch
+
+        from workers.building.variants import TorchVariant
+
+        dtype = None if self.torch_dtype is None else getattr(torch, self.torch_dtype)
+        if dtype is None and config.device == "cpu":
+            return variant
+        module = copy.deepcopy(variant.module).to(device=config.device, dtype=dtype)
+        return TorchVariant(module.eval(), dtype or variant.input_dtype)
 
     def build_onnx(self, model_bytes: bytes, context: BuildContext) -> bytes:
         raise Unsupported(f"{self.key}={self.name} has no ONNX rewrite")
@@ -38,11 +62,13 @@ class Fp32Implementation(DevicePrecisionImplementation, Fp32):
 
 @implements
 class Bf16Implementation(DevicePrecisionImplementation, Bf16):
-    pass
+    torch_dtype = "bfloat16"
 
 
 @implements
 class Fp16Implementation(DevicePrecisionImplementation, Fp16):
+    torch_dtype = "float16"
+
     def build_onnx(self, model_bytes: bytes, context: BuildContext) -> bytes:
         from workers.building.quantization import convert_onnx_fp16
 
@@ -51,6 +77,11 @@ class Fp16Implementation(DevicePrecisionImplementation, Fp16):
 
 @implements
 class Int8DynamicImplementation(DevicePrecisionImplementation, Int8Dynamic):
+    def build_torch(self, variant: TorchVariant, config: TrialConfig) -> TorchVariant:
+        from workers.building.quantization import torch_int8_dynamic
+
+        return torch_int8_dynamic(variant)
+
     def build_onnx(self, model_bytes: bytes, context: BuildContext) -> bytes:
         from workers.building.quantization import quantize_onnx_int8
 
@@ -69,9 +100,36 @@ class Int8StaticImplementation(DevicePrecisionImplementation, Int8Static):
 
 @implements
 class Fp8Implementation(DevicePrecisionImplementation, Fp8):
-    def build(self, variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    def build_torch(self, variant: TorchVariant, config: TrialConfig) -> TorchVariant:
         if importlib.util.find_spec("torchao") is None:
             raise Unsupported(
                 "precision.mode=fp8 needs the package 'torchao' (pip install torchao)"
             )
-        return super().build(variant, config, context)
+        from workers.building.quantization import torch_fp8
+
+        return torch_fp8(variant, config.device)
+
+
+@implements
+class Int4WeightOnlyImplementation(DevicePrecisionImplementation, Int4WeightOnly):
+    block_size: ClassVar[int] = 32
+
+    def build_onnx(self, model_bytes: bytes, context: BuildContext) -> bytes:
+        """Every MatMul with a constant weight as MatMulNBits (symmetric, 4 bits per weight,
+        one scale per block of `block_size` along the input dimension)."""
+        import onnx
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        quantizer = MatMulNBitsQuantizer(
+            onnx.load_model_from_string(model_bytes),
+            block_size=self.block_size,
+            is_symmetric=True,
+            bits=4,
+        )
+        quantizer.process()
+        model = quantizer.model.model
+        if not any(node.op_type == "MatMulNBits" for node in model.graph.node):
+            raise Unsupported(
+                f"{self.key}={self.name}: the model has no MatMul with a constant weight"
+            )
+        return bytes(model.SerializeToString())
