@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -15,6 +17,7 @@ import numpy as np
 
 from autotune.core.artifacts import software_versions
 from autotune.core.contract import (
+    MAX_TRACEBACK_CHARS,
     Contention,
     HeadToHeadSpec,
     Provenance,
@@ -40,6 +43,8 @@ from workers.measuring.energy import EnergyMeter, cpu_seconds_with, select_meter
 from workers.measuring.evaluate import SUBSET_CONFIDENCE, tile_batch
 from workers.measuring.meters import Measurement, PeakMemorySampler, measure, slow_call_ns, warm_up
 
+logger = logging.getLogger(__name__)
+
 
 def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResult:
     """Build the configuration's variant, judge its accuracy and measure it. Never raises for a
@@ -49,7 +54,11 @@ def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResul
     try:
         result = _measure(spec, store or default_store(), clock)
     except Exception as error:
-        result = TrialResult.for_spec(spec, *classify_failure(error))
+        status, reason = classify_failure(error)
+        logger.info("trial %s of %s ended %s: %s", spec.trial_number, spec.study, status, reason)
+        result = TrialResult.for_spec(spec, status, reason).model_copy(
+            update={"traceback": story(error), "device_fault": is_device_fault(error)}
+        )
     duration = time.perf_counter() - started
     return result.model_copy(update={"duration_s": duration, "times": clock.times()})
 
@@ -84,6 +93,22 @@ def classify_failure(error: Exception) -> tuple[TrialStatus, str]:
     if _is_out_of_memory(error):
         return "oom", f"{type(error).__name__}: {error}"
     return "error", f"{type(error).__name__}: {error}"
+
+
+def story(error: BaseException) -> str:
+    """The error's traceback, its last frames where it is long."""
+    text = "".join(traceback.format_exception(error))
+    return text[-MAX_TRACEBACK_CHARS:]
+
+
+def is_device_fault(error: Exception) -> bool:
+    """Whether the error came from the CUDA device itself (an illegal access, a launch
+    failure): the context may be unusable, so the next trial must not measure in it."""
+    torch = sys.modules.get("torch")
+    accelerator_error = getattr(torch, "AcceleratorError", None) if torch is not None else None
+    if accelerator_error is not None and isinstance(error, accelerator_error):
+        return True
+    return isinstance(error, RuntimeError) and str(error).startswith("CUDA error")
 
 
 def _is_out_of_memory(error: Exception) -> bool:
@@ -247,6 +272,7 @@ def scan_batches(
                 call()
                 times.append((time.perf_counter_ns() - before) / 1e6)
         except Exception:  # a batch the session cannot take ends the scan, not the trial
+            logger.info("the batch scan stops at batch %d: a call failed", batch, exc_info=True)
             break
         call_ms[batch] = float(np.median(times))
         if max_call_ms is not None and call_ms[batch] > max_call_ms:

@@ -270,7 +270,7 @@ class RayExecutor:
             self._end_gang(running)
             return result
         actor = running.actor
-        if result.status in RECYCLE_AFTER or _cuda_error(result):
+        if result.status in RECYCLE_AFTER or result.device_fault:
             actor = self._replace(self._actors.index(actor))
         self._idle.append(actor)
         return result
@@ -353,11 +353,6 @@ def survey_kinds(ray_address: str | None = None, workers: Workers = 1) -> list[N
         return cluster.kinds
     finally:
         cluster.release()
-
-
-def _cuda_error(result: TrialResult) -> bool:
-    """A CUDA error can leave the context unusable: the next trial must not measure in it."""
-    return result.status == "error" and "CUDA" in (result.reason or "")
 
 
 def _split_cores(slots: int) -> list[list[int] | None]:

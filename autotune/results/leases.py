@@ -10,6 +10,7 @@ that notices records it as failed and enqueues its configuration again.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import socket
 import threading
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.errors import AutotuneError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -76,11 +79,23 @@ class Heartbeat:
         self._thread.join()
 
     def _beat(self) -> None:
+        failing = False
         while not self._stop.wait(self._interval_s):
             try:
                 self._beat_once()
             except Exception:  # the database may be restarting: the next beat retries
+                if not failing:
+                    logger.warning(
+                        "the coordinator's heartbeat failed; retrying every %g s (other "
+                        "coordinators reap its running trials if it stays silent)",
+                        self._interval_s,
+                        exc_info=True,
+                    )
+                failing = True
                 continue
+            if failing:
+                logger.info("the coordinator's heartbeat is written again")
+            failing = False
 
 
 @contextmanager

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from autotune.tracking import Tracker
 
 
+# The file of a failed trial's MLflow run that holds where it raised.
+TRACEBACK_FILE = "traceback.txt"
+
+
 @dataclass
 class Teller:
     request: TuningRequest
@@ -69,8 +73,9 @@ class Teller:
         if told.has_metrics:
             state.completed[record.number] = told.candidate()
         logged, tags = trial_log(told, result)
+        texts = {TRACEBACK_FILE: result.traceback} if result.traceback else None
         self.tracker.log_trial(
-            told.number, spec.attempt, spec.config, logged, tags, result.duration_s
+            told.number, spec.attempt, spec.config, logged, tags, result.duration_s, texts
         )
         self.on_told(state.counted, result)
         return told

@@ -40,8 +40,10 @@ class Tracker(Protocol):
         metrics: dict[str, Any] | None,
         tags: dict[str, str],
         duration_s: float = 0.0,
+        texts: dict[str, str] | None = None,
     ) -> None:
-        """Record a told trial (metrics None: it failed) that ran for `duration_s` until now;
+        """Record a told trial (metrics None: it failed) that ran for `duration_s` until now,
+        with `texts` (file name -> text, e.g. a failure's traceback) as files of its record;
         a trial number already recorded is not recorded again."""
         ...
 
@@ -95,6 +97,7 @@ class NullTracker:
         metrics: dict[str, Any] | None,
         tags: dict[str, str],
         duration_s: float = 0.0,
+        texts: dict[str, str] | None = None,
     ) -> None:
         self._check_open()
 

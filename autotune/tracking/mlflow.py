@@ -192,6 +192,7 @@ class MlflowTracker:
         metrics: dict[str, Any] | None,
         tags: dict[str, str],
         duration_s: float = 0.0,
+        texts: dict[str, str] | None = None,
     ) -> None:
         """Queue the trial's child run and return; the writer process writes it. The run
         spans the trial's own time (`duration_s` until now); a figure without a value is
@@ -213,6 +214,7 @@ class MlflowTracker:
                 k: str(v) for k, v in figures.items() if v is not None and not is_number(v)
             },
             status="FINISHED" if metrics and tags.get("status", "ok") in MEASURED else "FAILED",
+            texts=dict(texts or {}),
         )
         if self._writer is None:
             self._writer = start_writer(

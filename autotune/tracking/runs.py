@@ -39,6 +39,7 @@ class TrialRun(NamedTuple):
     metrics: dict[str, float]
     metric_tags: dict[str, str]
     status: str
+    texts: dict[str, str] = {}  # artifact file name -> text (a failure's traceback)
 
 
 @dataclass(frozen=True)

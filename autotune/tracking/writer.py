@@ -314,15 +314,18 @@ def write_trials(
 ) -> dict[int, str]:
     """Write `trials`' runs: in one transaction where the store allows, else (or where that
     failed) one by one, each failure added to `failures`."""
+    written: dict[int, str] = {}
     if bulk is not None and trials:
         try:
-            return bulk.write(trials)
+            written = bulk.write(trials)
         except Exception:
             logger.warning("a batch of child runs failed; writing them one by one", exc_info=True)
-    written: dict[int, str] = {}
     for trial in trials:
         try:
-            written[trial.trial_number] = write_trial(client, runs, trial)
+            if trial.trial_number not in written:
+                written[trial.trial_number] = write_trial(client, runs, trial)
+            for name, text in trial.texts.items():
+                client.log_text(written[trial.trial_number], text, name)
         except Exception as error:  # answered at the next flush
             failures.append((portable(error), traceback.format_exc()))
     return written

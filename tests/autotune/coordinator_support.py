@@ -277,6 +277,7 @@ class LoggedTrial:
     config: dict[str, Any]
     metrics: dict[str, Any] | None
     tags: dict[str, str]
+    texts: dict[str, str] | None = None
 
 
 class RecordingTracker(NullTracker):
@@ -294,9 +295,10 @@ class RecordingTracker(NullTracker):
         metrics: dict[str, Any] | None,
         tags: dict[str, str],
         duration_s: float = 0.0,
+        texts: dict[str, str] | None = None,
     ) -> None:
-        super().log_trial(trial_number, attempt, config, metrics, tags, duration_s)
-        self.trials.append(LoggedTrial(trial_number, attempt, config, metrics, tags))
+        super().log_trial(trial_number, attempt, config, metrics, tags, duration_s, texts)
+        self.trials.append(LoggedTrial(trial_number, attempt, config, metrics, tags, texts))
 
     @property
     def numbers(self) -> list[int]:

@@ -12,6 +12,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from autotune.core.contract import (
+    MAX_TRACEBACK_CHARS,
     ConfigValue,
     DataRef,
     MetricRef,
@@ -33,7 +34,7 @@ from tests.workers.conftest import (
 from workers import evaluate_artifact, export_artifact, run_trial
 from workers.cache import LoadedWorkload, WorkloadStore
 from workers.measuring.energy import EnergyReading
-from workers.runner import scan_batches
+from workers.runner import is_device_fault, scan_batches, story
 
 STORE = WorkloadStore(capacity=4)  # shared, so each variant is built and evaluated once
 
@@ -157,6 +158,24 @@ def test_a_model_that_raises_is_an_error(tmp_path: Path, make_module: Callable[[
     assert result.status == "error"
     assert result.reason == "RuntimeError: kernel exploded"
     assert result.metrics is None and result.variant_key == variant_key({})
+    assert result.traceback is not None and not result.device_fault
+    assert result.traceback.startswith("Traceback (most recent call last):")
+    assert "raise RuntimeError('kernel exploded')" in result.traceback
+
+
+def test_a_cuda_error_is_a_device_fault_and_a_model_error_is_not() -> None:
+    assert is_device_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert not is_device_fault(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not is_device_fault(ValueError("CUDA error: not from the device"))
+
+
+def test_a_long_traceback_keeps_its_end() -> None:
+    try:
+        raise RuntimeError("many lines of a converter's log\n" * 2000 + "the last line")
+    except RuntimeError as error:
+        told = story(error)
+    assert len(told) == MAX_TRACEBACK_CHARS
+    assert told.endswith("the last line\n")
 
 
 def test_running_out_of_memory_is_oom(tmp_path: Path, make_module: Callable[[str], str]) -> None:

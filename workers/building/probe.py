@@ -5,6 +5,7 @@ or NVML: it reports what is absent."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import platform
 import shutil
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.contract import GpuInfo, HardwareProfile
+
+logger = logging.getLogger(__name__)
 
 # CPU flags that change which kernels are fast; the rest of /proc/cpuinfo is noise here.
 _RELEVANT_CPU_FLAGS = (
@@ -51,7 +54,8 @@ def probe() -> HardwareProfile:
 def _cpuinfo() -> str:
     try:
         return Path("/proc/cpuinfo").read_text()
-    except OSError:
+    except OSError as error:
+        logger.info("no CPU flags or model name: /proc/cpuinfo is not readable (%s)", error)
         return ""
 
 

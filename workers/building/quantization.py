@@ -9,6 +9,7 @@ runs where; the functions here build what they are asked for.
 from __future__ import annotations
 
 import copy
+import logging
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -24,6 +25,8 @@ from workers.loading.feeds import InputSpec, feed
 if TYPE_CHECKING:
     import onnx
     import torch
+
+logger = logging.getLogger(__name__)
 
 # Static quantization calibrates on at most this many evaluation inputs, evenly spaced over
 # the data, fed in batches of CALIBRATION_BATCH (or the model's fixed batch size).
@@ -165,6 +168,12 @@ def _with_per_channel_qdq(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool
     try:
         return version_converter.convert_version(model, PER_CHANNEL_OPSET), True
     except Exception:  # the converter lacks an adapter for one of its nodes
+        logger.info(
+            "opset %d could not be raised to %d: int8 weights per tensor, not per channel",
+            opset,
+            PER_CHANNEL_OPSET,
+            exc_info=True,
+        )
         return model, False
 
 

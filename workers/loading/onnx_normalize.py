@@ -9,10 +9,13 @@ meaning unchanged, and infers the shapes it can.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import onnx
+
+logger = logging.getLogger(__name__)
 
 # Initializers need not be graph inputs from IR version 4 on.
 MIN_IR_VERSION = 4
@@ -27,6 +30,7 @@ def normalize_onnx(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model)
     except Exception:  # an exporter's custom op or an inconsistent shape: not ours to fix
+        logger.info("shape inference failed; the model keeps its own shapes", exc_info=True)
         return model
 
 

@@ -40,6 +40,7 @@ from autotune.core.contract.refs import (
     Strict,
 )
 from autotune.core.contract.trials import (
+    MAX_TRACEBACK_CHARS,
     SLOW_CALL_FACTOR,
     ArtifactInfo,
     Contention,
@@ -60,6 +61,7 @@ from autotune.core.contract.trials import (
 from autotune.core.knobs.base import ConfigValue
 
 __all__ = [
+    "MAX_TRACEBACK_CHARS",
     "ArtifactInfo",
     "CAPABILITIES",
     "ConfigValue",

@@ -227,6 +227,10 @@ class TrialTimes(Strict):
     )
 
 
+# The tail of a traceback a result carries: its last frames, where the error was raised.
+MAX_TRACEBACK_CHARS = 20_000
+
+
 class TrialResult(Strict):
     study: str
     trial_number: int
@@ -246,6 +250,17 @@ class TrialResult(Strict):
     )
     times: TrialTimes | None = Field(
         default=None, description="where the worker's time went (None: it did not run)"
+    )
+    traceback: str | None = Field(
+        default=None,
+        max_length=MAX_TRACEBACK_CHARS,
+        description="where a failing trial raised (its last frames), for the trial's MLflow "
+        "run; never shown to an API user",
+    )
+    device_fault: bool = Field(
+        default=False,
+        description="the failure may have left the device unusable (a CUDA error): its worker "
+        "is replaced before the next trial",
     )
 
     @classmethod

@@ -188,6 +188,19 @@ def test_a_trial_that_ended_unmeasured_keeps_where_its_time_went(
     assert runs[6].info.status == "FINISHED"
 
 
+def test_a_failed_trial_s_traceback_is_a_file_of_its_run(uri: str, tracker: MlflowTracker) -> None:
+    story = 'Traceback (most recent call last):\n  File "m.py", line 3\nRuntimeError: boom\n'
+    tracker.log_trial(7, 0, CONFIG, None, {"status": "error"}, 1.0, {"traceback.txt": story})
+    tracker.log_trial(8, 0, CONFIG, METRICS, {"status": "ok"})
+    tracker.flush()
+    runs = child_runs(uri, tracker)
+    client = MlflowClient(uri)
+    assert [f.path for f in client.list_artifacts(runs[7].info.run_id)] == ["traceback.txt"]
+    local = client.download_artifacts(runs[7].info.run_id, "traceback.txt")
+    assert Path(local).read_text() == story
+    assert client.list_artifacts(runs[8].info.run_id) == []
+
+
 def test_runs_are_written_in_the_order_trials_were_logged(
     tmp_path: Path, tracker: MlflowTracker
 ) -> None:

@@ -9,6 +9,7 @@ property is set explicitly, read back from the compiled model, and a difference 
 from __future__ import annotations
 
 import io
+import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from autotune.core.knobs.config import TrialConfig
     from workers.building.runtimes import Session
     from workers.building.variants import Variant
+
+logger = logging.getLogger(__name__)
+
 # OpenVINO element type names and the numpy dtype fed to each (Type.bf16.to_dtype() answers
 # float16, so the mapping is spelled out).
 _OV_INPUT_TYPES = {
@@ -43,7 +47,8 @@ class OpenVinoImplementation(OnnxEngineImplementation, OpenVino):
     def probe(self) -> set[str]:
         try:
             return {"openvino"} if _has_cpu_device() else set()
-        except (ImportError, RuntimeError):
+        except (ImportError, RuntimeError) as error:
+            logger.info("openvino is not usable on this node: %s", error)
             return set()
 
     def check_machine(self, config: TrialConfig) -> None:
