@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -45,40 +46,23 @@ MAX_PRICE_PER_HOUR = 1e6
 MAX_GCO2_PER_KWH = 1e4
 
 
-def _registered_objective(value: Any) -> Any:
-    """An objective must be registered (`autotune.core.metrics.OBJECTIVES`); read at validation
-    time, so a newly registered objective is accepted at once."""
-    if not isinstance(value, str) or value not in OBJECTIVES:
-        raise PydanticCustomError(
-            "literal_error", "Input should be {expected}", {"expected": _one_of(list(OBJECTIVES))}
-        )
-    return value
+class RegisteredName:
+    """A name that must be in a registry, read at validation time (so a newly registered one
+    is accepted at once), with the registry's names as the JSON schema's enum."""
 
+    def __init__(self, names: Callable[[], list[str]]) -> None:
+        self.names = names
 
-def _registered_selection(value: Any) -> Any:
-    """A selection strategy ranks by a registered objective (`SELECTIONS`), or is weighted."""
-    if not isinstance(value, str) or value not in _selection_names():
-        expected = _one_of(_selection_names())
-        raise PydanticCustomError(
-            "literal_error", "Input should be {expected}", {"expected": expected}
-        )
-    return value
-
-
-def _selection_names() -> list[str]:
-    return [*SELECTIONS, "weighted"]
-
-
-class _SelectionNames:
-    """The selection strategies' JSON schema: an enum of the registered names."""
+    def __call__(self, value: Any) -> Any:
+        if not isinstance(value, str) or value not in self.names():
+            expected = {"expected": _one_of(self.names())}
+            raise PydanticCustomError("literal_error", "Input should be {expected}", expected)
+        return value
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        return {**handler(schema), "enum": _selection_names()}
-
-
-SelectionStrategy = Annotated[str, BeforeValidator(_registered_selection), _SelectionNames()]
+        return {**handler(schema), "enum": self.names()}
 
 
 def _one_of(names: list[str]) -> str:
@@ -87,18 +71,14 @@ def _one_of(names: list[str]) -> str:
     return " or ".join(filter(None, [", ".join(quoted[:-1]), quoted[-1]]))
 
 
-class _ObjectiveNames:
-    """The objectives' JSON schema: an enum of the registered names."""
-
-    def __get_pydantic_json_schema__(
-        self, schema: CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        return {**handler(schema), "enum": list(OBJECTIVES)}
-
-
-# `latency` is the p95 of one call (one batch); `latency_per_sample` (ms per sample at the
-# configuration's batch size) and `throughput` (samples/s) are per sample.
-Objective = Annotated[str, BeforeValidator(_registered_objective), _ObjectiveNames()]
+# An objective (`autotune.core.metrics.OBJECTIVES`). `latency` is the p95 of one call (one
+# batch); `latency_per_sample` (ms per sample at the configuration's batch size) and
+# `throughput` (samples/s) are per sample.
+_OBJECTIVES = RegisteredName(lambda: list(OBJECTIVES))
+Objective = Annotated[str, BeforeValidator(_OBJECTIVES), _OBJECTIVES]
+# A selection strategy: one that ranks by a registered objective (`SELECTIONS`), or weighted.
+_SELECTIONS = RegisteredName(lambda: [*SELECTIONS, "weighted"])
+SelectionStrategy = Annotated[str, BeforeValidator(_SELECTIONS), _SELECTIONS]
 
 
 class ConstraintBounds(Strict):
