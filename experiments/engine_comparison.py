@@ -30,7 +30,7 @@ from autotune.core.stats import paired_ratio  # noqa: E402
 from autotune.requests.request import load_request  # noqa: E402
 from workers.building.probe import probe  # noqa: E402
 from workers.building.runtimes import machine_target  # noqa: E402
-from workers.cache import WorkloadStore  # noqa: E402
+from workers.cache import WorkloadCache  # noqa: E402
 from workers.head_to_head import run_head_to_head  # noqa: E402
 
 EXAMPLES = {
@@ -57,7 +57,7 @@ def entrants(batch: int) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def compare(
-    example: str, batch: int, rounds: int, round_seconds: float, store: WorkloadStore
+    example: str, batch: int, rounds: int, round_seconds: float, store: WorkloadCache
 ) -> list[str]:
     request = load_request(REPO / EXAMPLES[example][0])
     chosen = entrants(batch)
@@ -118,7 +118,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     started = time.monotonic()
-    store = WorkloadStore()
+    store = WorkloadCache()
     lines = [
         "# The engines head to head (digits and MiniLM)\n",
         f"Command: `python experiments/engine_comparison.py --rounds {args.rounds} "

@@ -312,9 +312,9 @@ def paths(check: Check, model: str, workload: Any, configs: list[tuple[str, Conf
         return _paths_against_profile(check, model, workload, configs)
     from autotune.core.contract import MeasurementSettings, TrialSpec
     from workers import run_trial
-    from workers.cache import WorkloadStore
+    from workers.cache import WorkloadCache
 
-    store = WorkloadStore()
+    store = WorkloadCache()
     measurement = MeasurementSettings(**FAST_MEASUREMENT)
     for number, (name, config) in enumerate(configs):
         if check.left_s() < 60:
@@ -350,9 +350,9 @@ def _paths_against_profile(
     from autotune.core.knobs import Target, supports
     from autotune.core.knobs.config import parse_config
     from autotune.space.hardware import load_profile
-    from workers.cache import WorkloadStore
+    from workers.cache import WorkloadCache
 
-    kind = WorkloadStore().get(workload).model.kind
+    kind = WorkloadCache().get(workload).model.kind
     target = Target(frozenset(load_profile(H200_PROFILE).capabilities()), kind)
     for name, config in configs:
         with check.timed(f"paths: {model}", name) as row:
@@ -424,11 +424,11 @@ def energy(check: Check, workload: Any, windows: int = 3, seconds: float = 4.0) 
     import pynvml
     import torch
 
-    from workers.cache import WorkloadStore
+    from workers.cache import WorkloadCache
     from workers.measuring.nvml import NvmlEnergyMeter, nvml_index_of_cuda_device
 
     with check.timed("energy", "load the encoder") as row:
-        loaded = WorkloadStore().get(workload)  # its own: the module moves to the GPU in place
+        loaded = WorkloadCache().get(workload)  # its own: the module moves to the GPU in place
         module = loaded.model.module.to("cuda", torch.bfloat16).eval()
         batch = torch.as_tensor(loaded.data.inputs[:32]).to("cuda")
         row.detail = f"batch {tuple(batch.shape)}"

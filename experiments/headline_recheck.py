@@ -41,7 +41,7 @@ from autotune.core.artifacts import software_versions  # noqa: E402
 from autotune.core.contract import MeasurementSettings, Workload  # noqa: E402
 from autotune.core.stats import paired_ratio  # noqa: E402
 from autotune.requests.request import load_request  # noqa: E402
-from workers.cache import WorkloadStore  # noqa: E402
+from workers.cache import WorkloadCache  # noqa: E402
 from workers.measuring.contention import ContentionProbe  # noqa: E402
 
 EXAMPLES = {
@@ -123,7 +123,7 @@ def recheck(
     share of the cores other processes used meanwhile."""
     from workers.measuring.evaluate import tile_batch
 
-    loaded = WorkloadStore().get(workload(example))
+    loaded = WorkloadCache().get(workload(example))
     entrants = []
     for config in (baseline, chosen):
         parsed = loaded.parse(config)

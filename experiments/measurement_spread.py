@@ -37,7 +37,7 @@ from autotune.core.contract import (  # noqa: E402
     Workload,
 )
 from workers.building.runtimes import machine_profile  # noqa: E402
-from workers.cache import WorkloadStore  # noqa: E402
+from workers.cache import WorkloadCache  # noqa: E402
 from workers.runner import run_trial  # noqa: E402
 
 BASE_CONFIGS: dict[str, dict[str, ConfigValue]] = {
@@ -99,7 +99,7 @@ def trial(config: dict[str, ConfigValue], number: int) -> TrialSpec:
 
 
 def run(configs: dict[str, dict[str, ConfigValue]], repeats: int) -> dict[str, Repeats]:
-    store = WorkloadStore()
+    store = WorkloadCache()
     results = {name: Repeats() for name in configs}
     number = 0
     for name, config in configs.items():

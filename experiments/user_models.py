@@ -242,7 +242,7 @@ def reload_check(tuned_file: Path, request: dict[str, Any], tuned: dict[str, Any
     shown side by side, not divided)."""
     import autotune
     from autotune.core.contract import DataRef, MetricRef, ModelRef, Workload
-    from workers.cache import WorkloadStore
+    from workers.cache import WorkloadCache
     from workers.measuring.evaluate import resolve_metric, tile_batch
 
     workload = Workload(
@@ -250,7 +250,7 @@ def reload_check(tuned_file: Path, request: dict[str, Any], tuned: dict[str, Any
         data=DataRef.model_validate(request["data"]),
         metric=MetricRef.model_validate(request["metric"]),
     )
-    loaded = WorkloadStore().get(workload)
+    loaded = WorkloadCache().get(workload)
     inputs = loaded.data.inputs
     reference = loaded.reference_outputs()  # its session is gone before the timed calls
     with autotune.load(tuned_file) as model:

@@ -22,7 +22,7 @@ from autotune.core.contract import (
 from autotune.core.errors import AutotuneError
 from workers.artifacts import export_artifact
 from workers.building.runtimes import machine_profile
-from workers.cache import WorkloadStore
+from workers.cache import WorkloadCache
 from workers.head_to_head import run_head_to_head
 from workers.inspection import inspect_workload
 from workers.loading.blobs import Blob, localize
@@ -46,7 +46,7 @@ class TrialWorker:
             os.sched_setaffinity(0, cpus)  # disjoint from the other slots' cores
         self.memory_limit_mb = memory_limit_mb
         self.node_id = node_id
-        self.store = WorkloadStore()
+        self.store = WorkloadCache()
 
     def profile(self) -> HardwareProfile:
         """The hardware of the node this worker runs on (`workers.building.probe`)."""

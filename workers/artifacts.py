@@ -18,26 +18,26 @@ from workers.building.pruning import pruned_skeleton
 from workers.building.runtimes import Session, build_session, opened
 from workers.building.transforms import TRANSFORMS
 from workers.building.variants import BuildContext, OnnxVariant, TorchVariant, Variant
-from workers.cache import WorkloadStore, default_store
+from workers.cache import WorkloadCache, default_cache
 from workers.loading.workloads import load_onnx, load_torch
 
 
 def export_artifact(
-    spec: TrialSpec, out_dir: str, store: WorkloadStore | None = None
+    spec: TrialSpec, out_dir: str, store: WorkloadCache | None = None
 ) -> ArtifactInfo:
     """Write the configuration's optimized model into `out_dir`, as its engine exports it
     (`workers.building.exports`)."""
-    loaded = (store or default_store()).get(spec.workload)
+    loaded = (store or default_cache()).get(spec.workload)
     config = loaded.parse(spec.config)
     directory = Path(out_dir)
     directory.mkdir(parents=True, exist_ok=True)
     return engine_of(config.engine).export(loaded, spec, config, directory)
 
 
-def evaluate_artifact(path: str, workload: Workload, store: WorkloadStore | None = None) -> float:
+def evaluate_artifact(path: str, workload: Workload, store: WorkloadCache | None = None) -> float:
     """Reload an exported artifact (its file or its directory) and return its quality on the
     workload's data with the workload's metric, batched as trials are."""
-    loaded = (store or default_store()).get(workload)
+    loaded = (store or default_cache()).get(workload)
     session, _ = load_artifact(path, workload.python_path)
     with opened(session):
         return loaded.score(session)

@@ -146,7 +146,7 @@ def _check_metric_fits_data(metric: QualityMetric, data: EvalData) -> None:
         )
 
 
-class WorkloadStore:
+class WorkloadCache:
     """The most recently used workloads of this process, keyed by their definition and the
     size and modification time of the files they name (a changed file is reloaded)."""
 
@@ -169,9 +169,9 @@ class WorkloadStore:
 
 
 @cache
-def default_store() -> WorkloadStore:
+def default_cache() -> WorkloadCache:
     """The cache of the module-level functions (a TrialWorker holds its own)."""
-    return WorkloadStore()
+    return WorkloadCache()
 
 
 def _fingerprint(workload: Workload) -> str:

@@ -33,7 +33,7 @@ from autotune.core.contract import (
 )
 from autotune.core.knobs.config import TrialConfig
 from workers.building.runtimes import helper_pids, opened
-from workers.cache import LoadedWorkload, WorkloadStore, default_store
+from workers.cache import LoadedWorkload, WorkloadCache, default_cache
 from workers.measuring.contention import ContentionProbe, gpu_watch_for
 from workers.measuring.energy import EnergyMeter, EnergyReading, cpu_seconds_with, select_meter
 from workers.measuring.meters import Measurement, measure, summarize, warm_up
@@ -89,11 +89,11 @@ def block_settings(settings: MeasurementSettings, round_seconds: float) -> Measu
     )
 
 
-def run_head_to_head(spec: HeadToHeadSpec, store: WorkloadStore | None = None) -> HeadToHeadResult:
+def run_head_to_head(spec: HeadToHeadSpec, store: WorkloadCache | None = None) -> HeadToHeadResult:
     """Measure the entrants in interleaved rounds. An entrant that cannot be built or run
     gets its failure as its outcome; the others go on."""
     started = time.perf_counter()
-    loaded = (store or default_store()).get(spec.workload)
+    loaded = (store or default_cache()).get(spec.workload)
     settings = spec.measurement
     live: dict[int, _Live] = {}
     failed: dict[int, EntrantOutcome] = {}

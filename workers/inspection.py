@@ -5,7 +5,7 @@ from __future__ import annotations
 from autotune.core.contract import ModelInfo, Workload
 from autotune.core.errors import RequestError
 from workers.building.runtimes import Session
-from workers.cache import LoadedWorkload, WorkloadStore, default_store
+from workers.cache import LoadedWorkload, WorkloadCache, default_cache
 from workers.measuring.evaluate import run_all
 from workers.measuring.footprint import activation_bytes_per_sample, parameter_bytes
 
@@ -13,14 +13,14 @@ from workers.measuring.footprint import activation_bytes_per_sample, parameter_b
 PROBE_SAMPLES = 4
 
 
-def inspect_workload(workload: Workload, store: WorkloadStore | None = None) -> ModelInfo:
+def inspect_workload(workload: Workload, store: WorkloadCache | None = None) -> ModelInfo:
     """Load the model and data, run the unmodified model on a few samples and describe them.
 
     Raises RequestError (field, rule, value) for a missing or corrupt file, an entry point that
     does not resolve or returns the wrong thing, empty or mismatched data, a metric the data
     cannot support, or a model that does not run on the data.
     """
-    loaded = (store or default_store()).get(workload)
+    loaded = (store or default_cache()).get(workload)
     session = _reference_session(loaded)
     _probe(loaded, session)
     return ModelInfo(

@@ -37,7 +37,7 @@ from autotune.core.knobs import ENGINES
 from autotune.core.knobs.config import TrialConfig
 from autotune.core.stats import median_ci_relative_half_width
 from workers.building.runtimes import Session, helper_pids, machine_profile, opened
-from workers.cache import LoadedWorkload, WorkloadStore, default_store
+from workers.cache import LoadedWorkload, WorkloadCache, default_cache
 from workers.measuring.contention import check_contention, probe_for, waited_for_quiet
 from workers.measuring.energy import EnergyMeter, cpu_seconds_with, select_meter
 from workers.measuring.evaluate import SUBSET_CONFIDENCE, tile_batch
@@ -46,13 +46,13 @@ from workers.measuring.meters import Measurement, PeakMemorySampler, measure, sl
 logger = logging.getLogger(__name__)
 
 
-def run_trial(spec: TrialSpec, store: WorkloadStore | None = None) -> TrialResult:
+def run_trial(spec: TrialSpec, store: WorkloadCache | None = None) -> TrialResult:
     """Build the configuration's variant, judge its accuracy and measure it. Never raises for a
     failing candidate: the failure becomes the result's status and reason."""
     started = time.perf_counter()
     clock = PhaseClock()
     try:
-        result = _measure(spec, store or default_store(), clock)
+        result = _measure(spec, store or default_cache(), clock)
     except Exception as error:
         status, reason = classify_failure(error)
         logger.info("trial %s of %s ended %s: %s", spec.trial_number, spec.study, status, reason)
@@ -124,7 +124,7 @@ def _is_out_of_memory(error: Exception) -> bool:
     return type(error).__module__.startswith("onnxruntime") and "Failed to allocate" in str(error)
 
 
-def _measure(spec: TrialSpec, store: WorkloadStore, clock: PhaseClock) -> TrialResult:
+def _measure(spec: TrialSpec, store: WorkloadCache, clock: PhaseClock) -> TrialResult:
     """The trial's result: measured in full, or screened out by a short window first."""
     loaded = store.get(spec.workload)
     config = loaded.parse(spec.config)

@@ -62,6 +62,8 @@ from autotune.core.contract import (
     Workload,
 )
 from autotune.core.errors import RequestError
+from autotune.core.knobs import DEFAULTS
+from autotune.core.knobs.config import default_engine
 from autotune.core.metrics import (
     ACCURACY,
     LATENCY_P50,
@@ -92,7 +94,8 @@ METRIC_COLUMNS = frozenset(TrialMetrics.model_fields)
 TEXT_METRICS = frozenset({"energy_source", "stopped_by"})
 
 
-BASELINE_VALUES = ("fp32", "none", "torch_eager")
+# The knobs' defaults and a torch model's default engine: what the unmodified model runs.
+BASELINE_VALUES = (*DEFAULTS.values(), default_engine("torch"))
 
 
 NOT_IN_TABLE = "not in the replay table"

@@ -14,11 +14,11 @@ from autotune.core.contract import DataRef, MetricRef, ModelRef, Workload
 from autotune.core.errors import RequestError
 from tests.workers.conftest import digits_workload
 from workers import inspect_workload
-from workers.cache import WorkloadStore
+from workers.cache import WorkloadCache
 
 
 def inspect(workload: Workload):  # type: ignore[no-untyped-def]
-    return inspect_workload(workload, WorkloadStore())
+    return inspect_workload(workload, WorkloadCache())
 
 
 def assert_rejected(workload: Workload, field: str, rule_part: str) -> RequestError:

@@ -16,10 +16,10 @@ from workers.building.knobs.openvino import OpenVinoSession
 from workers.building.ort_session import OnnxRuntimeSession
 from workers.building.runtimes import opened
 from workers.building.torch_sessions import TorchCompileSession, TorchEagerSession
-from workers.cache import WorkloadStore
+from workers.cache import WorkloadCache
 from workers.predictor import load_predictor
 
-STORE = WorkloadStore()
+STORE = WorkloadCache()
 
 CASES: list[Any] = [
     (

@@ -32,11 +32,11 @@ from tests.workers.conftest import (
     spec_for,
 )
 from workers import evaluate_artifact, export_artifact, run_trial
-from workers.cache import LoadedWorkload, WorkloadStore
+from workers.cache import LoadedWorkload, WorkloadCache
 from workers.measuring.energy import EnergyReading
 from workers.runner import is_device_fault, scan_batches, story
 
-STORE = WorkloadStore(capacity=4)  # shared, so each variant is built and evaluated once
+STORE = WorkloadCache(capacity=4)  # shared, so each variant is built and evaluated once
 
 
 def run(
@@ -154,7 +154,7 @@ def failing_workload(tmp_path: Path, make_module: Callable[[str], str], raised: 
 
 def test_a_model_that_raises_is_an_error(tmp_path: Path, make_module: Callable[[str], str]) -> None:
     workload = failing_workload(tmp_path, make_module, "RuntimeError('kernel exploded')")
-    result = run_trial(spec_for(workload, {}), WorkloadStore())
+    result = run_trial(spec_for(workload, {}), WorkloadCache())
     assert result.status == "error"
     assert result.reason == "RuntimeError: kernel exploded"
     assert result.metrics is None and result.variant_key == variant_key({})
@@ -180,17 +180,17 @@ def test_a_long_traceback_keeps_its_end() -> None:
 
 def test_running_out_of_memory_is_oom(tmp_path: Path, make_module: Callable[[str], str]) -> None:
     workload = failing_workload(tmp_path, make_module, "MemoryError('no room')")
-    assert run_trial(spec_for(workload, {}), WorkloadStore()).status == "oom"
+    assert run_trial(spec_for(workload, {}), WorkloadCache()).status == "oom"
 
 
 def test_torch_out_of_memory_is_oom(tmp_path: Path, make_module: Callable[[str], str]) -> None:
     workload = failing_workload(tmp_path, make_module, "torch.OutOfMemoryError('device full')")
-    assert run_trial(spec_for(workload, {}), WorkloadStore()).status == "oom"
+    assert run_trial(spec_for(workload, {}), WorkloadCache()).status == "oom"
 
 
 def test_a_bad_workload_is_an_error_not_an_exception(tmp_path: Path) -> None:
     workload = digits_workload(model=ModelRef(onnx=str(tmp_path / "absent.onnx")))
-    result = run_trial(spec_for(workload, {}), WorkloadStore())
+    result = run_trial(spec_for(workload, {}), WorkloadCache())
     assert result.status == "error" and "RequestError" in (result.reason or "")
 
 
@@ -214,7 +214,7 @@ def test_accuracy_is_evaluated_once_per_variant(monkeypatch: pytest.MonkeyPatch)
         return real_score(self, session)  # type: ignore[arg-type]
 
     monkeypatch.setattr(LoadedWorkload, "score", counting_score)
-    store = WorkloadStore()
+    store = WorkloadCache()
     variant: dict[str, ConfigValue] = {"prune.method": "magnitude", "prune.ratio": 0.2}
     first = run_trial(spec_for(digits_workload(), {**variant, "batch.size": 1}), store)
     second = run_trial(
@@ -291,7 +291,7 @@ def test_an_exported_artifact_reproduces_the_trial_accuracy(
     trial = ok(config)
     artifact = export_artifact(spec_for(digits_workload(), config), str(tmp_path), STORE)
     assert Path(artifact.path).parent == tmp_path
-    fresh = WorkloadStore()  # as a different worker process would
+    fresh = WorkloadCache()  # as a different worker process would
     accuracy = evaluate_artifact(artifact.path, digits_workload(), fresh)
     assert abs(accuracy - trial.metrics.accuracy) <= 1e-9  # type: ignore[union-attr]
     assert evaluate_artifact(str(tmp_path), digits_workload(), fresh) == accuracy
@@ -311,7 +311,7 @@ def test_the_onnx_artifact_is_the_file_the_trial_ran(tmp_path: Path) -> None:
     assert Path(artifact.path).read_bytes() in ran.values()
     assert artifact.sha256 == hashlib.sha256(Path(artifact.path).read_bytes()).hexdigest()
     again = export_artifact(
-        spec_for(digits_workload(), config), str(tmp_path / "b"), WorkloadStore()
+        spec_for(digits_workload(), config), str(tmp_path / "b"), WorkloadCache()
     )
     assert again.sha256 == artifact.sha256, (
         "a worker that never ran the trial exports the same file"

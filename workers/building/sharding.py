@@ -38,11 +38,11 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from autotune.core.errors import Unsupported
+from autotune.core.knobs import ENGINES
 from autotune.core.knobs.config import TrialConfig
 from workers.building.sharding_plan import plan_pairs, sample_inputs
 from workers.building.torch_io import first_tensor, module_device, module_on, to_numpy, torch_inputs
 from workers.building.torch_kernels import check_attention_used, kernels_for, sdpa_unsupported
-from workers.building.torch_sessions import compile_module
 from workers.building.variants import BuildContext, TorchVariant, Variant
 
 if TYPE_CHECKING:
@@ -85,8 +85,8 @@ def tensor_parallel_session(
     variant: Variant, config: TrialConfig, source: ModelSource | None
 ) -> TensorParallelSession:
     key = f"shard.tensor_parallel={config.tensor_parallel}"
-    if config.engine != "torch_eager":
-        raise Unsupported(f"{key} runs with runtime.engine=torch_eager")
+    if "tensor_parallel" not in ENGINES[config.engine].applies:
+        raise Unsupported(f"{key}: runtime.engine={config.engine} does not shard")
     if not isinstance(variant, TorchVariant):
         raise Unsupported(f"{key} shards torch models only")
     if source is None:
@@ -330,12 +330,18 @@ def _stop_workers(
 
 
 class DataParallelSession:
-    """`config.data_parallel` replicas of the variant, replica i on cuda:i (compiled when the
-    engine is torch_compile); each call splits the batch across them."""
+    """`config.data_parallel` replicas of the variant, replica i on cuda:i, each made ready to
+    call by the engine (`prepare`: as it is, or compiled); each call splits the batch across
+    them."""
 
     fixed_batch: int | None = None
 
-    def __init__(self, variant: TorchVariant, config: TrialConfig) -> None:
+    def __init__(
+        self,
+        variant: TorchVariant,
+        config: TrialConfig,
+        prepare: Callable[[torch.nn.Module], Callable[[torch.Tensor], Any]],
+    ) -> None:
         import torch
 
         self.replicas = config.data_parallel
@@ -343,11 +349,7 @@ class DataParallelSession:
         self._modules = [module_on(variant.module, device) for device in self._devices]
         self._input_dtype = variant.input_dtype
         self._kernels = kernels_for(config)
-        self._forwards: list[Callable[[torch.Tensor], Any]] = list(self._modules)
-        if config.engine == "torch_compile":
-            torch._dynamo.reset()
-            mode = str(config.option("runtime.compile_mode"))
-            self._forwards = [compile_module(m, mode) for m in self._modules]
+        self._forwards = [prepare(module) for module in self._modules]
         self._attention_unchecked = config.sdpa_backend != "auto"
 
     def run(self, batch: np.ndarray) -> np.ndarray:

@@ -102,7 +102,10 @@ def test_a_worker_killed_while_starting_is_replaced_and_the_study_goes_on(
     assert outcome.tuned is not None and outcome.n_trials == 3
     stored = stored_trials(f"sqlite:///{tmp_path / 'study.db'}", "digits-test")
     trials = {t.number: t for t in stored}
-    assert {t.state for t in trials.values()} == {"complete"}
+    # Each trial ended with its own outcome (a short window may screen one out: pruned); none
+    # is left failed or running by the killed workers.
+    assert {t.state for t in trials.values()} <= {"complete", "pruned"}
+    assert trials[0].state == "complete"
     assert trials[0].marks.baseline and trials[0].attempt == 1
     assert all(trials[n].attempt == 0 for n in trials if n != 0)
 

@@ -27,9 +27,9 @@ from workers.building.pruning import (
     sparsify_2_4,
 )
 from workers.building.variants import BuildContext, OnnxVariant, TorchVariant
-from workers.cache import WorkloadStore
+from workers.cache import WorkloadCache
 
-STORE = WorkloadStore(capacity=4)
+STORE = WorkloadCache(capacity=4)
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -243,7 +243,7 @@ def test_a_structured_artifact_rebuilds_the_smaller_layers(tmp_path: Path, preci
     assert trial.status == "ok" and trial.metrics is not None, trial.reason
     artifact = export_artifact(spec_for(digits_workload(), config), str(tmp_path), STORE)
     assert load_file(artifact.path)["classifier.1.weight"].shape == (48, 24 * 16)
-    accuracy = evaluate_artifact(artifact.path, digits_workload(), WorkloadStore())
+    accuracy = evaluate_artifact(artifact.path, digits_workload(), WorkloadCache())
     assert accuracy == trial.metrics.accuracy
 
 

@@ -30,9 +30,9 @@ from workers.building.quantization import (
 )
 from workers.building.runtimes import machine_target
 from workers.building.variants import BuildContext, OnnxVariant, TorchVariant
-from workers.cache import WorkloadStore
+from workers.cache import WorkloadCache
 
-STORE = WorkloadStore(capacity=4)
+STORE = WorkloadCache(capacity=4)
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -239,11 +239,11 @@ def test_a_static_int8_trial_and_its_artifact(tmp_path: Path) -> None:
     assert abs(trial.metrics.accuracy - fp32.metrics.accuracy) <= 0.01
     artifact = export_artifact(spec_for(digits_workload(), STATIC), str(tmp_path / "a"), STORE)
     assert artifact.format == "onnx" and "QuantizeLinear" in ops(Path(artifact.path).read_bytes())
-    assert evaluate_artifact(artifact.path, digits_workload(), WorkloadStore()) == (
+    assert evaluate_artifact(artifact.path, digits_workload(), WorkloadCache()) == (
         trial.metrics.accuracy
     )
     again = export_artifact(
-        spec_for(digits_workload(), STATIC), str(tmp_path / "b"), WorkloadStore()
+        spec_for(digits_workload(), STATIC), str(tmp_path / "b"), WorkloadCache()
     )
     assert again.sha256 == artifact.sha256, "calibration is deterministic"
 
@@ -386,8 +386,8 @@ def test_int4_weight_only_runs_a_real_trial_on_matmul_weights(tmp_path: Path) ->
         "batch.size": 8,
     }
 
-    result = run_trial(spec_for(workload, config), WorkloadStore())
-    variant = WorkloadStore().get(workload).variant_for(parse_config(config, "onnx"))
+    result = run_trial(spec_for(workload, config), WorkloadCache())
+    variant = WorkloadCache().get(workload).variant_for(parse_config(config, "onnx"))
 
     assert result.status == "ok", result.reason
     assert result.metrics is not None and 0.98 < result.metrics.accuracy < 1.0

@@ -22,7 +22,7 @@ from workers.building.runtimes import build_session, check_runtime
 from workers.building.sharding import ModelSource, TensorParallelSession, tensor_parallel_session
 from workers.building.sharding_plan import find_linear_pairs, plan_pairs
 from workers.building.variants import BuildContext, TorchVariant
-from workers.cache import WorkloadStore
+from workers.cache import WorkloadCache
 from workers.loading.workloads import load_torch, torch_sha256
 
 MLP_ENTRY_POINT = "tests.workers.building.test_sharding:build_mlp"
@@ -182,7 +182,7 @@ def test_two_way_tensor_parallel_matches_one_process(
 
 @pytest.mark.slow
 def test_a_tensor_parallel_trial_is_measured(sessions: list[TensorParallelSession]) -> None:
-    store = WorkloadStore()
+    store = WorkloadCache()
     plain = run_trial(spec_for(digits_workload(), {"batch.size": 4}), store)
     sharded = run_trial(
         spec_for(digits_workload(), {"batch.size": 4, "shard.tensor_parallel": 2}), store
@@ -258,7 +258,7 @@ def test_tensor_parallel_trials_that_are_unsupported(
 ) -> None:
     result = run_trial(
         spec_for(digits_workload(), {"shard.tensor_parallel": 2, **config}),  # type: ignore[dict-item]
-        WorkloadStore(),
+        WorkloadCache(),
     )
     assert result.status == "unsupported" and reason_part in (result.reason or "")
     assert sessions == [], "refused before any process started"
@@ -285,7 +285,7 @@ def test_two_way_tensor_parallel_over_nccl(sessions: list[TensorParallelSession]
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_a_data_parallel_trial_on_two_gpus() -> None:
     config = {"shard.data_parallel": 2, "runtime.device": "cuda", "batch.size": 8}
-    result = run_trial(spec_for(digits_workload(), config), WorkloadStore())  # type: ignore[arg-type]
+    result = run_trial(spec_for(digits_workload(), config), WorkloadCache())  # type: ignore[arg-type]
     assert result.status == "ok", result.reason
 
 

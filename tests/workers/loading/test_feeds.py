@@ -17,7 +17,7 @@ from autotune.core.errors import RequestError, Unsupported
 from tests.workers.conftest import REPO, digits_workload, spec_for
 from workers import run_trial
 from workers.building.ort_session import OnnxRuntimeSession
-from workers.cache import WorkloadStore
+from workers.cache import WorkloadCache
 from workers.inspection import inspect_workload
 from workers.loading.feeds import InputSpec, feed, pack, packed_outputs
 from workers.measuring.evaluate import fidelity
@@ -170,24 +170,24 @@ def test_data_that_does_not_fit_is_refused_before_any_trial(
     missing = tmp_path / "missing.npz"
     np.savez(missing, features=np.zeros((8, FEATURES)))
     with pytest.raises(RequestError) as raised:
-        inspect_workload(workload(model_file, missing), WorkloadStore())
+        inspect_workload(workload(model_file, missing), WorkloadCache())
     assert raised.value.field == "data.npz"
     assert "'token_ids' (int64 [?, 5]) is missing from the data" in str(raised.value)
 
     misshaped = named_data(tmp_path / "misshaped.npz", token_ids=np.zeros((SAMPLES, 7), np.int64))
     with pytest.raises(RequestError, match=r"'token_ids' \(int64 \[\?, 5\]\) does not fit"):
-        inspect_workload(workload(model_file, misshaped), WorkloadStore())
+        inspect_workload(workload(model_file, misshaped), WorkloadCache())
 
 
 def test_accuracy_judges_the_output_the_request_names(model_file: Path, tmp_path: Path) -> None:
     data = named_data(tmp_path / "d.npz")
     with pytest.raises(RequestError, match="name the one that accuracy judges as metric.output"):
-        inspect_workload(workload(model_file, data, MetricRef(kind="accuracy")), WorkloadStore())
+        inspect_workload(workload(model_file, data, MetricRef(kind="accuracy")), WorkloadCache())
     with pytest.raises(RequestError, match="'logits' is not an output of the model"):
         named = MetricRef(kind="accuracy", output="logits")
-        inspect_workload(workload(model_file, data, named), WorkloadStore())
+        inspect_workload(workload(model_file, data, named), WorkloadCache())
     scores = MetricRef(kind="accuracy", output="scores")
-    info = inspect_workload(workload(model_file, data, scores), WorkloadStore())
+    info = inspect_workload(workload(model_file, data, scores), WorkloadCache())
     assert info.has_labels
     result = run_trial(spec_for(workload(model_file, data, scores), {}))
     assert result.status == "ok", result.reason
@@ -236,7 +236,7 @@ def test_an_entry_point_may_return_a_dict_of_named_inputs(
         metric=MetricRef(kind="fidelity"),
         python_path=[str(REPO), str(tmp_path)],
     )
-    assert inspect_workload(loaded, WorkloadStore()).n_samples == SAMPLES
+    assert inspect_workload(loaded, WorkloadCache()).n_samples == SAMPLES
 
 
 def test_a_tuned_artifact_of_such_a_model_predicts_from_named_arrays(
@@ -248,7 +248,7 @@ def test_a_tuned_artifact_of_such_a_model_predicts_from_named_arrays(
     data = np.load(named_data(tmp_path / "d.npz"))
     config: dict[str, ConfigValue] = {"runtime.engine": "onnxruntime", "batch.size": 8}
     spec = spec_for(workload(model_file, tmp_path / "d.npz"), config)
-    info = export_artifact(spec, str(tmp_path / "artifact"), WorkloadStore())
+    info = export_artifact(spec, str(tmp_path / "artifact"), WorkloadCache())
     inputs = {"features": data["features"], "token_ids": data["token_ids"]}
     with load_predictor(info.path) as predictor:
         outputs = predictor.predict(inputs)

@@ -22,7 +22,7 @@ from tests.workers.hf_models import (
     vit_directory,
 )
 from workers import export_artifact, inspect_workload, run_trial
-from workers.cache import WorkloadStore
+from workers.cache import WorkloadCache
 from workers.predictor import load_predictor
 
 
@@ -57,7 +57,7 @@ def test_text_is_tokenized_by_the_models_tokenizer_to_the_sequence_length(
 ) -> None:
     from transformers import AutoTokenizer
 
-    loaded = WorkloadStore().get(embeddings_workload(encoder, sentences, length=12))
+    loaded = WorkloadCache().get(embeddings_workload(encoder, sentences, length=12))
     expected = AutoTokenizer.from_pretrained(str(encoder))(
         SENTENCES, padding="max_length", truncation=True, max_length=12
     )["input_ids"]
@@ -70,8 +70,8 @@ def test_embeddings_are_mean_pooled_over_the_real_tokens(encoder: Path, sentence
     """The padding a sequence length adds does not change a sentence's embedding."""
     from transformers import AutoModel, AutoTokenizer
 
-    short = WorkloadStore().get(embeddings_workload(encoder, sentences, length=12))
-    long = WorkloadStore().get(embeddings_workload(encoder, sentences, length=40))
+    short = WorkloadCache().get(embeddings_workload(encoder, sentences, length=12))
+    long = WorkloadCache().get(embeddings_workload(encoder, sentences, length=40))
     with torch.no_grad():
         first = short.model.module(torch.from_numpy(short.data.inputs)).numpy()
         second = long.model.module(torch.from_numpy(long.data.inputs)).numpy()
@@ -94,7 +94,7 @@ def test_embeddings_are_mean_pooled_over_the_real_tokens(encoder: Path, sentence
 def test_an_embedding_model_is_measured_on_each_engine(
     encoder: Path, sentences: Path, config: dict
 ) -> None:
-    result = run_trial(spec_for(embeddings_workload(encoder, sentences), config), WorkloadStore())
+    result = run_trial(spec_for(embeddings_workload(encoder, sentences), config), WorkloadCache())
     assert result.status == "ok", result.reason
     assert result.metrics is not None and result.metrics.accuracy > 0.9
 
@@ -106,10 +106,10 @@ def test_a_classifier_is_judged_against_labels_or_by_agreement(
     labels = tmp_path / "labels.txt"
     labels.write_text("\n".join(str(i % 3) for i in range(len(SENTENCES))) + "\n")
     labelled = workload(model, DataRef(text=str(sentences), labels=str(labels)), "accuracy")
-    info = inspect_workload(labelled, WorkloadStore())
+    info = inspect_workload(labelled, WorkloadCache())
     assert info.has_labels and info.input_shape == [64]  # the model's longest, under 128
     agreed = workload(model, DataRef(text=str(sentences)), "agreement")
-    result = run_trial(spec_for(agreed, {"runtime.engine": "onnxruntime"}), WorkloadStore())
+    result = run_trial(spec_for(agreed, {"runtime.engine": "onnxruntime"}), WorkloadCache())
     assert result.status == "ok", result.reason
     assert result.metrics is not None and result.metrics.accuracy == 1.0
 
@@ -117,10 +117,10 @@ def test_a_classifier_is_judged_against_labels_or_by_agreement(
 def test_an_image_classifier_takes_its_processors_pixels(tmp_path: Path) -> None:
     model = ModelRef(hf=str(vit_directory(tmp_path / "vit")), task="image-classification")
     images = image_directory(tmp_path / "images", count=4)
-    loaded = WorkloadStore().get(workload(model, DataRef(images=str(images)), "agreement"))
+    loaded = WorkloadCache().get(workload(model, DataRef(images=str(images)), "agreement"))
     assert loaded.data.inputs.shape == (4, 3, 32, 32)
     assert loaded.data.inputs.dtype == np.float32
-    result = run_trial(spec_for(loaded.workload, {"batch.size": 2}), WorkloadStore())
+    result = run_trial(spec_for(loaded.workload, {"batch.size": 2}), WorkloadCache())
     assert result.status == "ok", result.reason
 
 
@@ -129,9 +129,9 @@ def test_a_tuned_hf_artifact_reloads_as_measured(
 ) -> None:
     config = {"runtime.engine": "torch_eager", "prune.method": "magnitude", "prune.ratio": 0.3}
     spec = spec_for(embeddings_workload(encoder, sentences), config)
-    trial = run_trial(spec, WorkloadStore())
-    export_artifact(spec, str(tmp_path / "out"), WorkloadStore())
-    inputs = WorkloadStore().get(spec.workload).data.inputs
+    trial = run_trial(spec, WorkloadCache())
+    export_artifact(spec, str(tmp_path / "out"), WorkloadCache())
+    inputs = WorkloadCache().get(spec.workload).data.inputs
     with load_predictor(str(tmp_path / "out")) as predictor:
         outputs = predictor.predict(inputs)
     assert outputs.shape == (len(SENTENCES), 32)
@@ -176,6 +176,6 @@ def test_a_model_and_data_that_do_not_go_together_are_refused_before_any_trial(
         python_path=[str(Path(__file__).resolve().parents[3])],
     )  # fmt: skip
     with pytest.raises(RequestError) as raised:
-        inspect_workload(bad, WorkloadStore())
+        inspect_workload(bad, WorkloadCache())
     assert raised.value.field == field
     assert rule in raised.value.rule

@@ -18,7 +18,7 @@ from workers import run_trial
 from workers.building.ort_session import OnnxRuntimeSession
 from workers.building.pruning import onnx_weight_initializers, prune_onnx
 from workers.building.quantization import quantize_onnx_int8
-from workers.cache import WorkloadStore
+from workers.cache import WorkloadCache
 from workers.loading.onnx_normalize import constants_to_initializers, normalize_onnx
 from workers.loading.workloads import load_onnx
 
@@ -84,7 +84,7 @@ def test_a_loaded_model_with_constant_weights_prunes_and_quantizes(
 
 def test_trials_on_such_a_model_are_measured(constant_weights_file: Path) -> None:
     workload = digits_workload(model=ModelRef(onnx=str(constant_weights_file)))
-    store = WorkloadStore()
+    store = WorkloadCache()
     configs: list[dict[str, ConfigValue]] = [
         {"prune.method": "magnitude", "prune.ratio": 0.3},
         {"precision.mode": "int8_dynamic"},

@@ -3,7 +3,8 @@ build their sessions."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import Unsupported
 from autotune.core.knobs.engines import (
@@ -20,6 +21,8 @@ from workers.building.knobs.base import EngineImplementation, implements, prunin
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    import torch
 
     from autotune.core.contract import ArtifactInfo, TrialSpec
     from autotune.core.knobs.config import TrialConfig
@@ -66,11 +69,17 @@ class TorchEngineImplementation(EngineImplementation):
 
         torch_variant = torch_variant_of(variant, self.name)
         if config.data_parallel > 1:
-            return DataParallelSession(torch_variant, config)
+            return DataParallelSession(torch_variant, config, self.replica_forward(config))
         return self.single_session(torch_variant, config)
 
     def single_session(self, variant: TorchVariant, config: TrialConfig) -> Session:
         raise NotImplementedError
+
+    def replica_forward(
+        self, config: TrialConfig
+    ) -> Callable[[torch.nn.Module], Callable[[torch.Tensor], Any]]:
+        """How a data-parallel replica is made ready to call: as it is."""
+        return lambda module: module
 
 
 @implements
@@ -90,6 +99,18 @@ class TorchEagerImplementation(TorchEngineImplementation, TorchEager):
 
 @implements
 class TorchCompileImplementation(TorchEngineImplementation, TorchCompile):
+    def replica_forward(
+        self, config: TrialConfig
+    ) -> Callable[[torch.nn.Module], Callable[[torch.Tensor], Any]]:
+        """Each replica compiled in the configuration's mode."""
+        import torch
+
+        from workers.building.torch_sessions import compile_module
+
+        torch._dynamo.reset()
+        mode = str(config.option(COMPILE_MODE.key))
+        return lambda module: compile_module(module, mode)
+
     def single_session(self, variant: TorchVariant, config: TrialConfig) -> Session:
         from workers.building.torch_kernels import kernels_for
         from workers.building.torch_sessions import TorchCompileSession
