@@ -51,6 +51,36 @@ def pareto_front(candidates: Sequence[Candidate], metrics: Sequence[Metric]) -> 
     ]
 
 
+class RunningFront:
+    """The feasible Pareto front of a growing set of trials, kept up to date one new trial at
+    a time (each is compared with the front, not with every trial before it); equal points
+    all stay, as in `pareto_front`."""
+
+    def __init__(self, metrics: Sequence[Metric]) -> None:
+        self._metrics = list(metrics)
+        self._seen: dict[int, Candidate] = {}
+        self._front: list[tuple[tuple[float, ...], Candidate]] = []
+
+    def update(self, completed: Mapping[int, Candidate]) -> list[Candidate]:
+        """The front of `completed` (trial number -> candidate), which holds every trial
+        given before; a trial told again with other figures rebuilds the front."""
+        if any(completed.get(n) is not c for n, c in self._seen.items()):
+            self._seen, self._front = {}, []
+        for number, candidate in completed.items():
+            if number not in self._seen:
+                self._seen[number] = candidate
+                if candidate.feasible:
+                    self._add(candidate)
+        return [c for _, c in self._front]
+
+    def _add(self, candidate: Candidate) -> None:
+        point = _oriented(candidate, self._metrics)
+        if any(dominates(kept, point) for kept, _ in self._front):
+            return
+        self._front = [(kept, c) for kept, c in self._front if not dominates(point, kept)]
+        self._front.append((point, candidate))
+
+
 def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -> float:
     """The hypervolume that smaller-is-better `points` dominate up to `reference`; points not
     strictly better than it in every objective add nothing."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.conclusion.conclude import Conclusion, TuneOutcome
-from autotune.conclusion.front import by_contribution, pareto_front
+from autotune.conclusion.front import RunningFront, by_contribution
 from autotune.core.contract import ConfigValue, Screen, ScreenObjective, TrialResult, TrialSpec
 from autotune.core.errors import AutotuneError, Interrupted
 from autotune.core.metrics import ACCURACY, OBJECTIVES, Direction, with_derived
@@ -66,6 +66,7 @@ class Coordinator:
         if not self.tuning.profile.gpus:  # on a GPU, a batch's memory is the device's
             self.state.oom.budget_mb = self.executor.trial_memory_mb
         self.state.calls.max_call_ms = self.tuning.request.measurement.max_call_ms
+        self._running_front = RunningFront([OBJECTIVES[o] for o in self.tuning.request.objectives])
         self.teller = Teller(
             self.tuning.request,
             self.store,
@@ -205,8 +206,8 @@ class Coordinator:
 
     def _front(self) -> list[dict[str, ConfigValue]]:
         objectives = [OBJECTIVES[o] for o in self.tuning.request.objectives]
-        feasible = [c for c in self.state.completed.values() if c.feasible]
-        return [c.config for c in by_contribution(pareto_front(feasible, objectives), objectives)]
+        front = self._running_front.update(self.state.completed)
+        return [c.config for c in by_contribution(front, objectives)]
 
     def _start(self, record: TrialRecord) -> None:
         """Answer the trial without measuring it where possible, else submit it."""
@@ -255,8 +256,7 @@ class Coordinator:
         if request.measurement.screen_seconds is None:
             return None
         objectives = [OBJECTIVES[o] for o in request.objectives]
-        feasible = [c for c in self.state.completed.values() if c.feasible]
-        front = [with_derived(c.metrics) for c in pareto_front(feasible, objectives)]
+        front = [with_derived(c.metrics) for c in self._running_front.update(self.state.completed)]
         if not front:
             return None
         return Screen(

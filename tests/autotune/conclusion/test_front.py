@@ -1,7 +1,9 @@
+import numpy as np
 import pytest
 
 from autotune.conclusion.front import (
     Candidate,
+    RunningFront,
     by_contribution,
     dominates,
     hypervolume,
@@ -146,3 +148,20 @@ def test_front_by_hypervolume_contribution() -> None:
     ordered = by_contribution(front, [latency, energy])
     assert [c.trial_number for c in ordered] == [1, 0, 2]
     assert by_contribution(front[:1], [latency, energy]) == front[:1]
+
+
+def test_a_running_front_is_the_front_of_every_trial_told_so_far() -> None:
+    rng = np.random.default_rng(3)
+    objectives = [OBJECTIVES["accuracy"], OBJECTIVES["latency"]]
+    running = RunningFront(objectives)
+    completed: dict[int, Candidate] = {}
+    for number in range(200):
+        accuracy, p95 = (float(v) for v in rng.integers(0, 12, 2))
+        completed[number] = Candidate(
+            number, {}, {"accuracy": accuracy, "latency_p95_ms": p95}, bool(number % 5)
+        )
+        feasible = [c for c in completed.values() if c.feasible]
+        assert running.update(completed) == pareto_front(feasible, objectives)
+    best = Candidate(7, {}, {"accuracy": 99.0, "latency_p95_ms": 0.0}, True)
+    completed[7] = best  # told again, with other figures: the front is rebuilt
+    assert running.update(completed) == [best]
