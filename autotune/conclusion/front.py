@@ -23,12 +23,12 @@ if TYPE_CHECKING:
 def _oriented(candidate: Candidate, metrics: Sequence[Metric]) -> tuple[float, ...]:
     """Values turned so that smaller is better for every metric."""
     return tuple(
-        -_value(candidate, m) if m.direction is Direction.MAXIMIZE else _value(candidate, m)
+        -value_of(candidate, m) if m.direction is Direction.MAXIMIZE else value_of(candidate, m)
         for m in metrics
     )
 
 
-def _value(candidate: Candidate, metric: Metric) -> Any:
+def value_of(candidate: Candidate, metric: Metric) -> Any:
     """A trial recorded before a derived metric existed has it derived (`with_derived`)."""
     if metric.name in candidate.metrics:
         return candidate.metrics[metric.name]

@@ -446,7 +446,13 @@ def derived(metrics: Mapping[str, Any], study: Study) -> dict[str, Any]:
 def with_derived(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """`metrics` with what derives from a trial's own figures alone where it is missing (a
     record made before that metric existed)."""
-    return {**derived(metrics, Study()), **{k: v for k, v in metrics.items() if v is not None}}
+    figures = dict(metrics)
+    for metric in METRICS.values():
+        if metric.derive is not None and figures.get(metric.name) is None:
+            value = metric.derive(figures, Study())
+            if value is not None:
+                figures[metric.name] = value
+    return figures
 
 
 def measured_only(metrics: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.conclusion.conclude import Conclusion, TuneOutcome
-from autotune.conclusion.front import RunningFront, by_contribution
+from autotune.conclusion.front import RunningFront, by_contribution, value_of
 from autotune.core.contract import ConfigValue, Screen, ScreenObjective, TrialResult, TrialSpec
 from autotune.core.errors import AutotuneError, Interrupted
-from autotune.core.metrics import ACCURACY, OBJECTIVES, Direction, with_derived
+from autotune.core.metrics import ACCURACY, OBJECTIVES, Direction
 from autotune.results.leases import Heartbeat, Owner
 from autotune.results.records import TrialMarks, TrialRecord
 from autotune.search.answers import Answers
@@ -256,7 +256,7 @@ class Coordinator:
         if request.measurement.screen_seconds is None:
             return None
         objectives = [OBJECTIVES[o] for o in request.objectives]
-        front = [with_derived(c.metrics) for c in self._running_front.update(self.state.completed)]
+        front = self._running_front.update(self.state.completed)
         if not front:
             return None
         return Screen(
@@ -268,7 +268,7 @@ class Coordinator:
                 )
                 for m in objectives
             ],
-            front=[[float(figures[m.name]) for m in objectives] for figures in front],
+            front=[[float(value_of(c, m)) for m in objectives] for c in front],
             margin=request.measurement.screen_margin,
         )
 

@@ -39,7 +39,7 @@ DEFAULTS: dict[str, str] = {DEVICE_KEY: "cpu", PRECISION_KEY: "fp32", PRUNE_KEY:
 @dataclass(frozen=True)
 class Target:
     """What a configuration is judged against before anything is built: the hardware's
-    capabilities (`autotune.space.hardware.CAPABILITIES` names and the engines' own) and the
+    capabilities (`autotune.core.contract.CAPABILITIES` names and the engines' own) and the
     model's format (None while planning without a model: anything a model could use)."""
 
     capabilities: frozenset[str]
