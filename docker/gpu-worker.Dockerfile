@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The GPU worker image: a Ray node that runs trials on NVIDIA GPUs, with CUDA torch,
 # onnxruntime-gpu, NVML and torchao (the project's `gpu` extra). It is also where the
-# hardware is known: the control plane places a probe on each worker node (workers.probe),
+# hardware is known: the control plane places a probe on each worker node (workers.building.probe),
 # and the space (fp16, fp8, CUDA graphs, TensorRT, sharding), the trial slots and the tuned
 # file's hardware come from what this node reports, never from the control plane's machine.
 #
