@@ -33,7 +33,7 @@ from autotune.core.contract import (
     Workload,
 )
 from autotune.core.errors import AutotuneError, MeasurementContended, NoFeasibleConfiguration
-from autotune.core.metrics import OBJECTIVES, Study, constraint_violations, derived
+from autotune.core.metrics import OBJECTIVES, constraint_violations, derived
 from autotune.requests.request import TuningRequest
 from autotune.results.records import Candidate, StoredRevalidation
 
@@ -240,7 +240,7 @@ class Revalidator:
         a head-to-head holds every finalist's session at once."""
         if outcome.metrics is None:
             return None
-        study = Study(baseline.metrics["accuracy"], self.request.cost.price_per_hour)
+        study = self.request.study(baseline.metrics["accuracy"])
         metrics = derived(outcome.metrics.model_dump(), study)
         metrics["peak_memory_mb"] = candidate.metrics["peak_memory_mb"]
         return self._with(candidate, metrics)

@@ -90,6 +90,10 @@ def onnx_sha256(file: Path, external: dict[str, Path]) -> str:
     return files_sha256([file, *sorted(set(external.values()))])
 
 
+def file_sha256(path: Path) -> str:
+    return files_sha256([path])
+
+
 def files_sha256(files: list[Path]) -> str:
     digest = hashlib.sha256()
     for file in files:

@@ -30,7 +30,15 @@ from autotune.core.contract import (
     Workload,
 )
 from autotune.core.errors import RequestError
-from autotune.core.metrics import BOUNDS, OBJECTIVES, SELECTIONS, Bound, Metric, selection_objective
+from autotune.core.metrics import (
+    BOUNDS,
+    OBJECTIVES,
+    SELECTIONS,
+    Bound,
+    Metric,
+    Study,
+    selection_objective,
+)
 
 REQUIRED_UNLESS_REPLAY = "is required (except with --replay)"
 
@@ -306,6 +314,10 @@ class TuningRequest(Strict):
         used += [(f"selection.weights: {o}", OBJECTIVES[o]) for o in self.selection.weights or {}]
         bounds = self.constraints.model_dump(exclude_none=True)
         return used + [(f"constraints.{name}", BOUNDS[name].metric) for name in bounds]
+
+    def study(self, baseline_accuracy: float) -> Study:
+        """What this request's derived metrics are derived with (`Metric.derive`)."""
+        return Study(baseline_accuracy, self.cost.price_per_hour)
 
     def workload(self, base_dir: Path) -> Workload:
         """The workload with file paths resolved against the request file's directory.

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 from autotune.core.errors import RequestError
+from autotune.core.model_files import file_sha256
 
 if TYPE_CHECKING:
     import onnx
@@ -278,12 +279,6 @@ def directory_sha256(directory: Path) -> str:
         digest.update(f"{file.relative_to(directory).as_posix()}\0".encode())
         digest.update(file_sha256(file).encode())
     return digest.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    from autotune.core.model_files import files_sha256
-
-    return files_sha256([path])
 
 
 def model_file_sha256(path: Path) -> str:

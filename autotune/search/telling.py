@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autotune.core.contract import TrialResult, TrialSpec
-from autotune.core.metrics import OBJECTIVES, Study, constraint_violations, derived
+from autotune.core.metrics import OBJECTIVES, constraint_violations, derived
 from autotune.requests.request import TuningRequest
 from autotune.results.records import Outcome, TrialRecord
 from autotune.search.state import SearchState
@@ -47,8 +47,7 @@ class Teller:
             if baseline_accuracy is None:
                 assert state.baseline is not None and state.baseline.metrics is not None
                 baseline_accuracy = float(state.baseline.metrics["accuracy"])
-            study = Study(baseline_accuracy, request.cost.price_per_hour)
-            metrics = derived(figures.model_dump(), study)
+            metrics = derived(figures.model_dump(), request.study(baseline_accuracy))
         if result.metrics is not None and metrics is not None:  # a screening is not judged
             bounds = request.constraints.model_dump(exclude_none=True)
             violations = constraint_violations(bounds, metrics)

@@ -30,6 +30,7 @@ from autotune.core.artifacts import (
     installed_distribution,
 )
 from autotune.core.knobs import ENGINE_KEY, ENGINES
+from autotune.core.knobs.config import default_engine
 from autotune.core.knobs.engines import ORT_GRAPH_LEVELS, ORT_PROVIDERS
 
 SERVING_LOADER = "workers.serving"
@@ -40,7 +41,7 @@ def model_directory(artifact_dir: Path, into: Path) -> Path:
     `into`, or `artifact_dir` itself where its engine serves the files as they are."""
     onnx_file = artifact_dir / ONNX_ARTIFACT
     config = _config(artifact_dir)
-    engine = ENGINES.get(str(config.get(ENGINE_KEY, "onnxruntime")))
+    engine = ENGINES.get(str(config.get(ENGINE_KEY, default_engine("onnx"))))
     if not onnx_file.is_file() or engine is None or engine.served_as == "files":
         return artifact_dir
     example, signature = _example_and_signature(artifact_dir)

@@ -9,7 +9,6 @@ re-applies the precision deterministically. Beside either, `variant.json`: the c
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from autotune.core.artifacts import (
 )
 from autotune.core.contract import ArtifactInfo, TrialSpec
 from autotune.core.knobs.config import TrialConfig
+from autotune.core.model_files import file_sha256
 from workers.building.variants import OnnxVariant, TorchVariant
 
 if TYPE_CHECKING:
@@ -79,11 +79,3 @@ def export_torch(
 
 def describe(directory: Path, description: dict[str, Any]) -> None:
     (directory / VARIANT_FILE).write_text(json.dumps(description, indent=2, sort_keys=True))
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -58,9 +58,7 @@ def build_variant(original: Variant, config: TrialConfig, context: BuildContext)
 
 @register_transform("prune")
 def prune(variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
-    if not config.prunes:
-        return variant
-    return pruning_of(config.prune_method).build(variant, config, context)
+    return pruning_of(config.prune_method).apply(variant, config, context)
 
 
 @register_transform("export_onnx")

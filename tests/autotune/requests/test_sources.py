@@ -23,13 +23,13 @@ from safetensors.numpy import save as save_safetensors
 
 from autotune.core.contract import ModelRef
 from autotune.core.errors import RequestError
+from autotune.core.model_files import file_sha256
 from autotune.requests.checks import resolve_under_root
 from autotune.requests.sources import download_registered, materialize, source_fingerprint
 from autotune.requests.uploads import (
     ACCEPTED,
     ModelStore,
     UploadTooLarge,
-    file_sha256,
     model_file_sha256,
 )
 from autotune.tracking.registry import register_tuned, resolve_registered

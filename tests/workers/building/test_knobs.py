@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from autotune.core.knobs import ENGINES, PRECISIONS, PRUNINGS, Precision, register
-from autotune.core.knobs.base import Knob, all_knobs
 from workers.building.knobs import (
     EngineImplementation,
     PrecisionImplementation,
@@ -63,17 +62,3 @@ def test_an_implementation_needs_a_declaration_and_is_registered_once() -> None:
 
     with pytest.raises(ValueError, match="precision.mode=fp32 is already implemented"):
         implements(SecondFp32)
-
-
-def test_the_declarations_are_the_implementations_knobs() -> None:
-    declared = {(k.key, k.name) for k in all_knobs()}
-    implemented = {(k.key, k.name) for k in _implementations()}
-    assert declared == implemented
-
-
-def _implementations() -> list[Knob]:
-    return [
-        *(engine_of(n) for n in ENGINES),
-        *(precision_of(n) for n in PRECISIONS),
-        *(pruning_of(n) for n in PRUNINGS),
-    ]

@@ -53,6 +53,10 @@ class PrecisionImplementation(Precision):
 class PruningImplementation(Pruning):
     """Prunes the fp32 model in its own format (before an ONNX export)."""
 
+    def apply(self, variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+        """The variant pruned where this configuration removes anything, else itself."""
+        return self.build(variant, config, context) if self.prunes(config) else variant
+
     def build(self, variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
         raise NotImplementedError
 

@@ -50,10 +50,8 @@ class TorchEngineImplementation(EngineImplementation):
         from workers.loading.workloads import TorchModel
 
         assert isinstance(loaded.model, TorchModel)  # parse_config refuses torch_eager for ONNX
-        pruned = loaded.original_variant()
-        if config.prunes:
-            context = BuildContext(sample_inputs=loaded.data.inputs[:1])
-            pruned = pruning_of(config.prune_method).build(pruned, config, context)
+        context = BuildContext(sample_inputs=loaded.data.inputs[:1])
+        pruned = pruning_of(config.prune_method).apply(loaded.original_variant(), config, context)
         return export_torch(
             torch_variant_of(pruned, self.name), loaded.model.entry_point, spec, directory
         )
