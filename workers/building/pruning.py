@@ -53,14 +53,18 @@ def prune_torch(module: torch.nn.Module, ratio: float) -> torch.nn.Module:
 
 
 def prune_onnx(model_bytes: bytes, ratio: float) -> bytes:
-    """The ONNX counterpart of `prune_torch`, over Conv/Gemm/MatMul weight initializers."""
+    """The ONNX counterpart of `prune_torch`, over Conv/Gemm/MatMul weight initializers, those
+    of nodes inside If/Loop/Scan subgraphs included."""
     import onnx
     from onnx import numpy_helper
 
     model = onnx.load_model_from_string(model_bytes)
     weights = onnx_weight_initializers(model)
     if not weights:
-        raise Unsupported("prune.method=magnitude: the model has no Conv/Gemm/MatMul weights")
+        raise Unsupported(
+            "prune.method=magnitude: the model has no Conv/Gemm/MatMul weights, in its main "
+            "graph or inside If/Loop/Scan subgraphs"
+        )
     arrays = [numpy_helper.to_array(tensor) for tensor in weights]
     for tensor, pruned in zip(weights, _zero_smallest(arrays, ratio), strict=True):
         tensor.CopyFrom(numpy_helper.from_array(pruned, tensor.name))
@@ -68,17 +72,59 @@ def prune_onnx(model_bytes: bytes, ratio: float) -> bytes:
 
 
 def onnx_weight_initializers(model: onnx.ModelProto) -> list[onnx.TensorProto]:
-    """Floating-point initializers used as the weight of a Conv/Gemm/MatMul node."""
+    """Floating-point initializers used as the weight of a Conv/Gemm/MatMul node, in the main
+    graph or in a subgraph (an If branch, a Loop or Scan body), each once. A subgraph's node
+    may name an initializer of its own graph or of an enclosing one."""
     from onnx import TensorProto
 
     floating = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
-    initializers = {tensor.name: tensor for tensor in model.graph.initializer}
-    names: dict[str, None] = {}
-    for node in model.graph.node:
+    found: dict[int, onnx.TensorProto] = {}
+    for tensor in _weights_in(model.graph, []):
+        if tensor.data_type in floating:
+            found.setdefault(id(tensor), tensor)
+    return list(found.values())
+
+
+def _weights_in(
+    graph: onnx.GraphProto, outer: list[dict[str, onnx.TensorProto | None]]
+) -> list[onnx.TensorProto]:
+    """The initializers `graph`'s weight inputs name, its subgraphs' included; `outer` holds
+    the enclosing graphs' names, innermost last (None: a value, not an initializer)."""
+    local: dict[str, onnx.TensorProto | None] = {value.name: None for value in graph.input}
+    local.update((name, None) for node in graph.node for name in node.output)
+    local.update((tensor.name, tensor) for tensor in graph.initializer)
+    scopes = [*outer, local]
+    weights = []
+    for node in graph.node:
         for index in _ONNX_WEIGHT_INPUTS.get(node.op_type, ()):
-            if index < len(node.input) and node.input[index] in initializers:
-                names[node.input[index]] = None
-    return [initializers[n] for n in names if initializers[n].data_type in floating]
+            tensor = _visible(scopes, node.input[index]) if index < len(node.input) else None
+            if tensor is not None:
+                weights.append(tensor)
+        for subgraph in _subgraphs(node):
+            weights.extend(_weights_in(subgraph, scopes))
+    return weights
+
+
+def _visible(
+    scopes: list[dict[str, onnx.TensorProto | None]], name: str
+) -> onnx.TensorProto | None:
+    """What `name` means where the innermost scope is: an inner name hides an outer one."""
+    for scope in reversed(scopes):
+        if name in scope:
+            return scope[name]
+    return None
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    from onnx import AttributeProto
+
+    graphs = []
+    for attribute in node.attribute:
+        if attribute.type == AttributeProto.GRAPH:
+            graphs.append(attribute.g)
+        elif attribute.type == AttributeProto.GRAPHS:
+            graphs.extend(attribute.graphs)
+    return graphs
 
 
 def _zero_smallest(arrays: list[np.ndarray], ratio: float) -> list[np.ndarray]:
