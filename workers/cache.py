@@ -21,6 +21,7 @@ from workers.measuring.evaluate import (
     SUBSET_CONFIDENCE,
     QualityMetric,
     SubsetScore,
+    VariantQuality,
     hoeffding_slack,
     resolve_metric,
     run_all,
@@ -39,7 +40,7 @@ class LoadedWorkload:
     model: LoadedModel
     data: EvalData
     metric: QualityMetric
-    accuracy_by_variant: dict[str, float] = field(default_factory=dict)
+    quality_by_variant: dict[str, VariantQuality] = field(default_factory=dict)
     onnx_by_variant: dict[str, bytes] = field(default_factory=dict)
     _reference_outputs: np.ndarray | None = None
 
@@ -99,9 +100,21 @@ class LoadedWorkload:
 
     def score(self, session: Session) -> float:
         """The workload's quality metric for the variant behind `session`."""
+        return self.judge(session).accuracy
+
+    def judge(self, session: Session) -> VariantQuality:
+        """The workload's quality metric for the variant behind `session`, with how it was
+        judged and, where the outputs look like class scores, the top-1 agreement beside it."""
         outputs = run_all(session, self.data.inputs)
         reference = self.reference_outputs() if self.metric.needs_reference else None
-        return self.metric.score(outputs, self.data.labels, reference)
+        score = self.metric.score(outputs, self.data.labels, reference)
+        figures: dict[str, float | str] = {
+            "accuracy_judged_by": self.metric.judged_by(outputs if reference is None else reference)
+        }
+        agreement = None if reference is None else self.metric.agreement_beside(outputs, reference)
+        if agreement is not None:
+            figures["top1_agreement"] = agreement
+        return VariantQuality(score, figures)
 
     def subset_score(self, session: Session) -> SubsetScore | None:
         """The metric on the first evaluation samples, with its distribution-free upper bound
@@ -118,18 +131,18 @@ class LoadedWorkload:
         slack = hoeffding_slack(self.metric.sample_range, size, SUBSET_CONFIDENCE)
         return SubsetScore(score, score + slack, size, n)
 
-    def accuracy(self, config: TrialConfig, session: Session) -> float:
-        if config.variant_id not in self.accuracy_by_variant:
-            self.accuracy_by_variant[config.variant_id] = self.score(session)
-        return self.accuracy_by_variant[config.variant_id]
+    def quality(self, config: TrialConfig, session: Session) -> VariantQuality:
+        if config.variant_id not in self.quality_by_variant:
+            self.quality_by_variant[config.variant_id] = self.judge(session)
+        return self.quality_by_variant[config.variant_id]
 
 
 def load_workload(workload: Workload) -> LoadedWorkload:
     """Load and cross-check model, data and metric; raises RequestError on bad input."""
     metric = resolve_metric(workload.metric, workload.python_path)
-    data = load_data(workload.data, workload.python_path, workload.model)
-    _check_metric_fits_data(metric, data)
     model = load_model(workload.model, workload.python_path)
+    data = load_data(workload.data, workload.python_path, workload.model, model)
+    _check_metric_fits_data(metric, data)
     return LoadedWorkload(workload=workload, model=model, data=data, metric=metric)
 
 

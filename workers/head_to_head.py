@@ -36,6 +36,7 @@ from workers.building.runtimes import helper_pids, opened
 from workers.cache import LoadedWorkload, WorkloadCache, default_cache
 from workers.measuring.contention import ContentionProbe, gpu_watch_for
 from workers.measuring.energy import EnergyMeter, EnergyReading, cpu_seconds_with, select_meter
+from workers.measuring.evaluate import VariantQuality
 from workers.measuring.meters import Measurement, measure, summarize, warm_up
 from workers.runner import (
     check_concurrency,
@@ -214,9 +215,8 @@ def _outcome(one: _Live, peak_memory_mb: float) -> EntrantOutcome:
     assert one.meter is not None  # every live entrant has timed at least one block
     energy = EnergyReading(one.joules, one.seconds, one.idle_power_w)
     measured = Measurement(latency=latency, energy=energy, window_calls=one.window_calls)
-    metrics = trial_metrics(
-        one.entrant.known_accuracy, measured, one.config.batch_size, peak_memory_mb, one.meter
-    )
+    quality = VariantQuality(one.entrant.known_accuracy, one.entrant.known_quality)
+    metrics = trial_metrics(quality, measured, one.config.batch_size, peak_memory_mb, one.meter)
     return EntrantOutcome(
         trial_number=one.entrant.trial_number, status="ok", rounds=one.rounds, metrics=metrics
     )

@@ -11,7 +11,7 @@ import numpy as np
 from autotune.core.knobs.config import TrialConfig
 from workers.artifacts import load_artifact
 from workers.building.runtimes import Session, close_session
-from workers.loading.feeds import pack
+from workers.loading.feeds import pack, pack_inputs
 from workers.measuring.evaluate import run_all
 
 
@@ -26,10 +26,19 @@ class Predictor:
 
     def predict(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
         """The model's output for every input, in order: `inputs` is one array, or for a model
-        with several inputs a dict of arrays by input name; several outputs come back as one
-        structured array with a field per output."""
-        batch = pack(inputs) if isinstance(inputs, Mapping) else np.asarray(inputs)
-        return run_all(self.session, batch, self.batch_size)
+        with several inputs a dict of arrays by input name, each in the model's own layout (a
+        state batched on its second axis, a scalar given once); several outputs come back as
+        one structured array with a field per output that has a batch axis, that axis first."""
+        return run_all(self.session, self.records(inputs), self.batch_size)
+
+    def records(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
+        if not isinstance(inputs, Mapping):
+            return np.asarray(inputs)
+        declared = getattr(self.session, "inputs", None)
+        if declared is None:
+            return pack(inputs)
+        arrays = {name: np.asarray(array) for name, array in inputs.items()}
+        return pack_inputs(arrays, declared)
 
     def close(self) -> None:
         close_session(self.session)

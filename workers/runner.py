@@ -36,11 +36,12 @@ from autotune.core.errors import (
 from autotune.core.knobs import ENGINES
 from autotune.core.knobs.config import TrialConfig
 from autotune.core.stats import median_ci_relative_half_width
+from workers.building.failures import is_out_of_memory
 from workers.building.runtimes import Session, helper_pids, machine_profile, opened
 from workers.cache import LoadedWorkload, WorkloadCache, default_cache
 from workers.measuring.contention import check_contention, probe_for, waited_for_quiet
 from workers.measuring.energy import EnergyMeter, cpu_seconds_with, select_meter
-from workers.measuring.evaluate import SUBSET_CONFIDENCE, tile_batch
+from workers.measuring.evaluate import SUBSET_CONFIDENCE, VariantQuality, tile_batch
 from workers.measuring.meters import Measurement, PeakMemorySampler, measure, slow_call_ns, warm_up
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ def classify_failure(error: Exception) -> tuple[TrialStatus, str]:
         return "too_slow", str(error)
     if isinstance(error, AccuracyBelowFloor):
         return "infeasible", str(error)
-    if _is_out_of_memory(error):
+    if is_out_of_memory(error):
         return "oom", f"{type(error).__name__}: {error}"
     return "error", f"{type(error).__name__}: {error}"
 
@@ -111,19 +112,6 @@ def is_device_fault(error: Exception) -> bool:
     return isinstance(error, RuntimeError) and str(error).startswith("CUDA error")
 
 
-def _is_out_of_memory(error: Exception) -> bool:
-    torch = sys.modules.get("torch")
-    if isinstance(error, MemoryError):
-        return True
-    if torch is not None and isinstance(error, torch.OutOfMemoryError):
-        return True
-    # torch's CPU allocator raises a plain RuntimeError when the heap is exhausted.
-    if isinstance(error, RuntimeError) and "can't allocate memory" in str(error):
-        return True
-    # onnxruntime reports a failed allocation as a generic RuntimeException with this text.
-    return type(error).__module__.startswith("onnxruntime") and "Failed to allocate" in str(error)
-
-
 def _measure(spec: TrialSpec, store: WorkloadCache, clock: PhaseClock) -> TrialResult:
     """The trial's result: measured in full, or screened out by a short window first."""
     loaded = store.get(spec.workload)
@@ -140,11 +128,12 @@ def _measure(spec: TrialSpec, store: WorkloadCache, clock: PhaseClock) -> TrialR
         memory.watch(helpers)
         call = partial(session.run, timing_batch(loaded, session, config))
         # The spec's figure wins over this process's cache: the coordinator's is authoritative.
-        accuracy = spec.known_accuracy
-        if accuracy is None:
+        if spec.known_accuracy is not None:
+            quality = VariantQuality(spec.known_accuracy, spec.known_quality)
+        else:
             clock.enter("accuracy_s")
             check_subset_accuracy(loaded, session, spec.accuracy_floor)
-            accuracy = loaded.accuracy(config, session)
+            quality = loaded.quality(config, session)
         clock.enter("timing_s")
         warm_up(call, settings.warmup_iters, config.concurrency, slow_call_ns(settings))
         probe = probe_for(settings, config, helpers)
@@ -155,7 +144,7 @@ def _measure(spec: TrialSpec, store: WorkloadCache, clock: PhaseClock) -> TrialR
         screened: Screened | None = None
         try:
             probe.start()
-            screened = screen(call, spec, config, accuracy, meter, memory)
+            screened = screen(call, spec, config, quality, meter, memory)
             if screened is None:
                 measured = measure(call, settings, meter, config.concurrency)
             contention = probe.stop(config.threads, waited)
@@ -171,7 +160,7 @@ def _measure(spec: TrialSpec, store: WorkloadCache, clock: PhaseClock) -> TrialR
         return TrialResult.for_spec(
             spec, "screened", screened.reason, provenance=provenance, screening=screened.figures
         )
-    metrics = trial_metrics(accuracy, measured, config.batch_size, peak_mb, meter)
+    metrics = trial_metrics(quality, measured, config.batch_size, peak_mb, meter)
     if device_memory.peak_mb is not None:
         metrics = metrics.model_copy(update={"peak_device_memory_mb": device_memory.peak_mb})
     result = TrialResult.for_spec(spec, "ok", None, 0.0, metrics, provenance)
@@ -207,7 +196,7 @@ def screen(
     call: Callable[[], object],
     spec: TrialSpec,
     config: TrialConfig,
-    accuracy: float,
+    quality: VariantQuality,
     meter: EnergyMeter,
     memory: PeakMemorySampler,
 ) -> Screened | None:
@@ -231,7 +220,7 @@ def screen(
     spread = median_ci_relative_half_width(measured.latency.latencies_ms)
     if not math.isfinite(spread):
         return None
-    figures = trial_metrics(accuracy, measured, config.batch_size, memory.peak_mb, meter)
+    figures = trial_metrics(quality, measured, config.batch_size, memory.peak_mb, meter)
     point = spec.screen.dominating(figures, spread)
     if point is None:
         return None
@@ -338,7 +327,7 @@ def timing_batch(loaded: LoadedWorkload, session: Session, config: TrialConfig) 
 
 
 def trial_metrics(
-    accuracy: float,
+    quality: VariantQuality,
     measured: Measurement,
     batch_size: int,
     peak_memory_mb: float,
@@ -350,7 +339,8 @@ def trial_metrics(
     window_samples = batch_size * measured.window_calls
     above_idle = energy.above_idle_joules
     return TrialMetrics(
-        accuracy=accuracy,
+        accuracy=quality.accuracy,
+        **quality.figures,  # type: ignore[arg-type]
         latency_p50_ms=latency.p50_ms,
         latency_p90_ms=latency.p90_ms,
         latency_p95_ms=latency.p95_ms,

@@ -25,9 +25,12 @@ class ServedModel:
         inputs = model_input if isinstance(model_input, Mapping) else np.asarray(model_input)
         outputs = self.predictor.predict(inputs)
         names = outputs.dtype.names
+        declared = getattr(self.predictor.session, "outputs", [])
+        axes = {spec.name: spec.batch_axis for spec in declared if spec.batch_axis is not None}
         if names is None:
-            return {self.output_names[0]: outputs} if self.output_names else outputs
-        return {name: outputs[name] for name in names}
+            name = next(iter(axes), self.output_names[0] if self.output_names else None)
+            return outputs if name is None else {name: np.moveaxis(outputs, 0, axes.get(name, 0))}
+        return {name: np.moveaxis(outputs[name], 0, axes.get(name, 0)) for name in names}
 
 
 def _load_pyfunc(data_path: str) -> ServedModel:

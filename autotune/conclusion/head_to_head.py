@@ -33,7 +33,7 @@ from autotune.core.contract import (
     Workload,
 )
 from autotune.core.errors import AutotuneError, MeasurementContended, NoFeasibleConfiguration
-from autotune.core.metrics import OBJECTIVES, constraint_violations, derived
+from autotune.core.metrics import OBJECTIVES, constraint_violations, derived, variant_quality
 from autotune.requests.request import TuningRequest
 from autotune.results.records import Candidate, StoredRevalidation
 
@@ -212,6 +212,7 @@ class Revalidator:
                     trial_number=c.trial_number,
                     config=c.config,
                     known_accuracy=float(c.metrics["accuracy"]),
+                    known_quality=variant_quality(c.metrics),
                 )
                 for c in entrants
             ],

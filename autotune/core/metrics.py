@@ -183,6 +183,20 @@ ACCURACY = register_metric(
         description="the request's quality metric (top-1, fidelity or the user's)",
         label="accuracy",
         number_format=".4f",
+        qualifier="accuracy_judged_by",
+        from_variant=True,
+    )
+)
+TOP1_AGREEMENT = register_metric(
+    Metric(
+        "top1_agreement",
+        "fraction",
+        Direction.MAXIMIZE,
+        aggregation="share of the evaluation samples",
+        description="the share of samples whose top-1 class is the unmodified model's, "
+        "reported beside fidelity or a custom metric where the outputs look like class scores",
+        label="top-1 agreement",
+        number_format=".4f",
         from_variant=True,
     )
 )
@@ -464,6 +478,18 @@ def measured_only(metrics: Mapping[str, Any]) -> dict[str, Any]:
 def _against_baseline(name: str) -> bool:
     metric = METRICS.get(name)
     return metric is not None and metric.against_baseline
+
+
+def variant_quality(metrics: Mapping[str, Any]) -> dict[str, float | str]:
+    """What a trial measured of its model variant's quality besides its accuracy (measured once
+    a variant, and told to the variant's later trials with the accuracy)."""
+    names = [
+        metric.name
+        for metric in METRICS.values()
+        if metric.from_variant and metric.derive is None and metric is not ACCURACY
+    ]
+    names.append(str(ACCURACY.qualifier))
+    return {name: metrics[name] for name in names if metrics.get(name) is not None}
 
 
 def selection_objective(strategy: str) -> Metric:

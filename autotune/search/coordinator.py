@@ -19,6 +19,7 @@ from autotune.conclusion.conclude import Conclusion, TuneOutcome
 from autotune.conclusion.front import RunningFront, by_contribution, value_of
 from autotune.core.contract import ConfigValue, Screen, ScreenObjective, TrialResult, TrialSpec
 from autotune.core.errors import AutotuneError, Interrupted
+from autotune.core.knobs import variant_key
 from autotune.core.metrics import ACCURACY, OBJECTIVES, Direction
 from autotune.results.leases import Heartbeat, Owner
 from autotune.results.records import TrialMarks, TrialRecord
@@ -224,7 +225,8 @@ class Coordinator:
             state.ready.append(answer.result)
             return
         known = self.answers.known_accuracy(spec, record)
-        spec = spec.model_copy(update={"known_accuracy": known})
+        quality = self.state.quality.get(variant_key(spec.config), {}) if known is not None else {}
+        spec = spec.model_copy(update={"known_accuracy": known, "known_quality": quality})
         state.running[record.number] = (record, spec)
         self.executor.submit(spec)
 
@@ -306,7 +308,7 @@ class Coordinator:
         figures = result.metrics or result.screening
         if figures is not None:
             state.calls.measured(spec.config, figures.latency_p50_ms)
-            state.accuracy.setdefault(result.variant_key, figures.accuracy)
+            state.learn_quality(result.variant_key, figures)
         if result.call_ms_by_batch:
             state.calls.baseline_ms = dict(result.call_ms_by_batch)
         if record.marks.baseline and state.baseline is None:
@@ -374,5 +376,5 @@ class Coordinator:
         held, state.held = state.held, []
         for record, spec, result in held:
             if result.metrics is not None:
-                state.accuracy.setdefault(result.variant_key, result.metrics.accuracy)
+                state.learn_quality(result.variant_key, result.metrics)
             self.teller.tell(record, spec, result)

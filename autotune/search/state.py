@@ -9,8 +9,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.core.contract import TrialResult, TrialSpec
+from autotune.core.contract import TrialMetrics, TrialResult, TrialSpec
 from autotune.core.knobs import variant_key
+from autotune.core.metrics import variant_quality
 from autotune.results.records import Candidate, TrialRecord
 from autotune.strategies import Answer
 
@@ -178,6 +179,8 @@ class SearchState:
     # Trials answered from another trial's measurement: number -> "<study>#<trial>".
     reused_from: dict[int, str] = field(default_factory=dict)
     accuracy: dict[str, float] = field(default_factory=dict)
+    # What else was measured of each variant's quality, told with its accuracy.
+    quality: dict[str, dict[str, float | str]] = field(default_factory=dict)
     # Variants a subset of the data showed below the accuracy the constraints allow.
     infeasible: set[str] = field(default_factory=set)
     oom: OomLimit = field(default_factory=OomLimit)
@@ -216,19 +219,29 @@ class SearchState:
                 self.oom.measured(record.config, float(record.metrics["peak_memory_mb"]))
             if (record.has_metrics or record.screened) and record.measured and record.metrics:
                 self.calls.measured(record.config, float(record.metrics["latency_p50_ms"]))
-        self.accuracy = self._comparable_accuracy(records)
+        comparable = self._comparable(records)
+        self.accuracy, self.quality = {}, {}
+        for record in comparable:
+            assert record.metrics is not None  # comparable records have metrics
+            self.accuracy[str(record.variant_key)] = float(record.metrics["accuracy"])
+            self.quality[str(record.variant_key)] = variant_quality(record.metrics)
 
-    def _comparable_accuracy(self, records: list[TrialRecord]) -> dict[str, float]:
-        """Accuracy measured so far per variant, from trials measured like the baseline (same
-        model, software and hardware): a figure from another setting is not reused."""
+    def learn_quality(self, variant: str, figures: TrialMetrics) -> None:
+        """A variant's quality, as a trial measured it (the first figure stays)."""
+        self.accuracy.setdefault(variant, figures.accuracy)
+        self.quality.setdefault(variant, variant_quality(figures.model_dump()))
+
+    def _comparable(self, records: list[TrialRecord]) -> list[TrialRecord]:
+        """The trials whose accuracy is reused for their variant: measured like the baseline
+        (same model, software and hardware); a figure from another setting is not reused."""
         if self.baseline is None:
-            return {}
+            return []
         reference = _comparable(self.baseline)
-        return {
-            str(r.variant_key): float(r.metrics["accuracy"])
+        return [
+            r
             for r in records
             if (r.has_metrics or r.screened) and r.metrics and _comparable(r) == reference
-        }
+        ]
 
     def excluded(self, max_drop: float | None) -> set[str]:
         """The variants known to violate the accuracy bound: measured so, or shown so by a

@@ -34,6 +34,7 @@ from tests.workers.conftest import (
 from workers import evaluate_artifact, export_artifact, run_trial
 from workers.cache import LoadedWorkload, WorkloadCache
 from workers.measuring.energy import EnergyReading
+from workers.measuring.evaluate import VariantQuality
 from workers.runner import is_device_fault, scan_batches, story
 
 STORE = WorkloadCache(capacity=4)  # shared, so each variant is built and evaluated once
@@ -207,13 +208,13 @@ def test_known_accuracy_skips_evaluation(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_accuracy_is_evaluated_once_per_variant(monkeypatch: pytest.MonkeyPatch) -> None:
     scored: list[int] = []
-    real_score = LoadedWorkload.score
+    real_judge = LoadedWorkload.judge
 
-    def counting_score(self: LoadedWorkload, session: object) -> float:
+    def counting_judge(self: LoadedWorkload, session: object) -> VariantQuality:
         scored.append(1)
-        return real_score(self, session)  # type: ignore[arg-type]
+        return real_judge(self, session)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(LoadedWorkload, "score", counting_score)
+    monkeypatch.setattr(LoadedWorkload, "judge", counting_judge)
     store = WorkloadCache()
     variant: dict[str, ConfigValue] = {"prune.method": "magnitude", "prune.ratio": 0.2}
     first = run_trial(spec_for(digits_workload(), {**variant, "batch.size": 1}), store)

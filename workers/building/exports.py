@@ -53,13 +53,7 @@ def write_examples(model_bytes: bytes, inputs: np.ndarray, directory: Path) -> N
 
     session = OnnxRuntimeSession(model_bytes, threads=1)
     fed = feed(np.ascontiguousarray(inputs), session.inputs)
-    outputs = session.run(inputs)
-    names = outputs.dtype.names
-    by_name = (
-        {session.output_names[0]: outputs}
-        if names is None
-        else {name: outputs[name] for name in names}
-    )
+    by_name = session.run_fed(fed)
     np.savez(directory / INPUT_EXAMPLE_FILE, **fed)  # type: ignore[arg-type]
     np.savez(directory / OUTPUT_EXAMPLE_FILE, **by_name)  # type: ignore[arg-type]
 

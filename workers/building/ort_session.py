@@ -9,7 +9,7 @@ import numpy as np
 
 from autotune.core.errors import Unsupported
 from autotune.core.knobs.engines import ORT_GRAPH_LEVELS, ORT_PROVIDERS
-from workers.loading.feeds import InputSpec, feed, packed_outputs
+from workers.loading.feeds import InputSpec, batch_axes, feed, model_fixed_batch, packed_outputs
 
 # onnxruntime's input type names and the numpy dtype fed to each.
 _ORT_INPUT_TYPES = {
@@ -56,19 +56,33 @@ class OnnxRuntimeSession:
                 f"runtime.provider={provider}: onnxruntime could not start {providers[0]} and "
                 f"fell back to {', '.join(self.providers)}"
             )
-        self.inputs = [_input_spec(port) for port in self._session.get_inputs()]
-        self.output_names = [port.name for port in self._session.get_outputs()]
-        self.fixed_batch: int | None = self.inputs[0].fixed_batch
+        self.inputs, self.outputs = batch_axes(
+            [_input_spec(port) for port in self._session.get_inputs()],
+            [_port_spec(port, np.float32) for port in self._session.get_outputs()],
+        )
+        self.fixed_batch: int | None = model_fixed_batch(self.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return [spec.name for spec in self.outputs]
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         outputs = self._session.run(None, feed(batch, self.inputs))
-        return packed_outputs(self.output_names, outputs)
+        return packed_outputs(self.outputs, outputs, batch.shape[0])
+
+    def run_fed(self, fed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every output by name, as the model gives it, for a feed of its inputs."""
+        return dict(zip(self.output_names, self._session.run(None, fed), strict=True))
 
 
 def _input_spec(port: Any) -> InputSpec:
     dtype = _ORT_INPUT_TYPES.get(port.type)
     if dtype is None:
         raise Unsupported(f"the model's input '{port.name}' has type {port.type}, not supported")
+    return _port_spec(port, dtype)
+
+
+def _port_spec(port: Any, dtype: type[np.generic]) -> InputSpec:
     shape = (
         None if port.shape is None else tuple(d if isinstance(d, int) else None for d in port.shape)
     )

@@ -20,7 +20,7 @@ import numpy as np
 
 from autotune.core.errors import Unsupported
 from workers.building.variants import TorchVariant
-from workers.loading.feeds import InputSpec, feed
+from workers.loading.feeds import feed, graph_inputs, model_fixed_batch
 
 if TYPE_CHECKING:
     import onnx
@@ -190,8 +190,8 @@ def calibration_reader(model: onnx.ModelProto, samples: np.ndarray) -> Any:
     there are fewer)."""
     from onnxruntime.quantization import CalibrationDataReader
 
-    inputs = [_input_spec(value) for value in _graph_inputs(model)]
-    fixed = inputs[0].fixed_batch
+    inputs = graph_inputs(model)
+    fixed = model_fixed_batch(inputs)
     size = fixed or min(CALIBRATION_BATCH, len(samples))
     if len(samples) < size:
         raise Unsupported(
@@ -209,23 +209,6 @@ def calibration_reader(model: onnx.ModelProto, samples: np.ndarray) -> Any:
             return next(self._batches, None)
 
     return Batches()
-
-
-def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
-    from onnx import helper
-
-    tensor_type = value.type.tensor_type
-    dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).type
-    if not tensor_type.HasField("shape"):
-        return InputSpec(value.name, dtype, None)
-    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
-    return InputSpec(value.name, dtype, dims)
-
-
-def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """The graph inputs that are not initializers (older exporters list weights as inputs)."""
-    initializers = {tensor.name for tensor in model.graph.initializer}
-    return [value for value in model.graph.input if value.name not in initializers]
 
 
 def convert_onnx_fp16(model_bytes: bytes) -> bytes:

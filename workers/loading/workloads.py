@@ -22,7 +22,7 @@ from autotune.core.model_files import (
     onnx_sha256,
     resolve_entry_point,
 )
-from workers.loading.feeds import pack
+from workers.loading.feeds import InputSpec, graph_ports, pack, pack_inputs
 from workers.loading.onnx_normalize import normalize_onnx
 
 if TYPE_CHECKING:
@@ -190,11 +190,17 @@ def _load_external_data(model: onnx.ModelProto, file: Path, field: str) -> None:
         raise RequestError(field, f"external data must load ({error})", str(file)) from error
 
 
-def load_data(ref: DataRef, python_path: list[str], model: ModelRef) -> EvalData:
+def load_data(
+    ref: DataRef, python_path: list[str], model: ModelRef, loaded: LoadedModel | None = None
+) -> EvalData:
     """The evaluation data; text and images are prepared by `model`'s own tokenizer or image
-    processor, so they need a Hugging Face model."""
+    processor, so they need a Hugging Face model. Named arrays for an ONNX model (`loaded`)
+    are read in its own layout: each input's batch axis where the model declares it, its
+    constants (`ref.constants`, or zero-dimensional arrays) given once, and inputs it can be
+    fed zeros for left out (`workers.loading.feeds.pack_inputs`)."""
+    declared = declared_ports(loaded)
     if ref.npz is not None:
-        inputs, labels = _read_npz(ref.npz)
+        inputs, labels = _read_npz(ref.npz, declared, ref.constants)
         field = "data.npz"
     elif ref.entry_point is not None:
         field = "data.entry_point"
@@ -202,7 +208,24 @@ def load_data(ref: DataRef, python_path: list[str], model: ModelRef) -> EvalData
     else:
         field = "data.text" if ref.text is not None else "data.images"
         inputs, labels = _hf_data(ref, model, field)
-    return _checked_data(inputs, labels, field)
+    if ref.constants and declared is None:
+        raise RequestError(
+            "data.constants", "must name inputs of an ONNX model", sorted(ref.constants)
+        )
+    return _checked_data(inputs, labels, field, declared, ref.constants)
+
+
+Ports = tuple[list[InputSpec], list[InputSpec]]
+
+
+def declared_ports(model: LoadedModel | None) -> Ports | None:
+    """The inputs and outputs an ONNX model declares (None for a torch model: it takes one
+    array)."""
+    if not isinstance(model, OnnxModel):
+        return None
+    import onnx
+
+    return graph_ports(onnx.load_model_from_string(model.model_bytes))
 
 
 def _hf_data(ref: DataRef, model: ModelRef, field: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -221,29 +244,30 @@ def _hf_data(ref: DataRef, model: ModelRef, field: str) -> tuple[np.ndarray, np.
     return inputs, labels
 
 
-def _read_npz(path: str) -> tuple[Any, Any]:
+def _read_npz(path: str, declared: Ports | None, constants: dict[str, Any]) -> tuple[Any, Any]:
     if not Path(path).is_file():
         raise RequestError("data.npz", "file must exist", path)
+    one_array = declared is None or (len(declared[0]) == 1 and not constants)
     try:
         with np.load(path, allow_pickle=False) as archive:
             labels = archive["labels"] if "labels" in archive.files else None
-            if "inputs" in archive.files:
+            if "inputs" in archive.files and one_array:
                 return archive["inputs"], labels
             named = {name: archive[name] for name in archive.files if name != "labels"}
     except Exception as error:
         raise RequestError(
             "data.npz", f"must be a readable .npz without pickled objects ({error})", path
         ) from error
-    if not named:
+    first = declared[0][0].name if declared and declared[0] else None
+    if "inputs" in named and first is not None and first not in named:
+        named[first] = named.pop("inputs")  # the first input's, the others given
+    if not named and not constants:
         raise RequestError(
             "data.npz",
             "must hold an array named 'inputs', or one array per model input named like it",
             path,
         )
-    try:
-        return pack(named), labels
-    except ValueError as error:
-        raise RequestError("data.npz", str(error), sorted(named)) from error
+    return named, labels
 
 
 def _call_data_entry_point(entry_point: str, python_path: list[str]) -> tuple[Any, Any]:
@@ -255,12 +279,15 @@ def _call_data_entry_point(entry_point: str, python_path: list[str]) -> tuple[An
     return result
 
 
-def _checked_data(inputs: Any, labels: Any, field: str) -> EvalData:
+def _checked_data(
+    inputs: Any,
+    labels: Any,
+    field: str,
+    declared: Ports | None = None,
+    constants: dict[str, Any] | None = None,
+) -> EvalData:
     if isinstance(inputs, dict) and all(isinstance(a, np.ndarray) for a in inputs.values()):
-        try:
-            inputs = pack(inputs)  # one array per model input, by name
-        except ValueError as error:
-            raise RequestError(field, str(error), sorted(inputs)) from error
+        inputs = _records(inputs, field, declared, constants or {})
     if not isinstance(inputs, np.ndarray) or inputs.ndim < 1:
         raise RequestError(
             field,
@@ -279,3 +306,19 @@ def _checked_data(inputs: Any, labels: Any, field: str) -> EvalData:
         # Models take float32; float64 is merely numpy's default.
         inputs = inputs.astype(np.float32, copy=False)
     return EvalData(inputs=np.ascontiguousarray(inputs), labels=labels, field=field)
+
+
+def _records(
+    arrays: dict[str, np.ndarray],
+    field: str,
+    declared: Ports | None,
+    constants: dict[str, Any],
+) -> np.ndarray:
+    """One array per model input by name, as records (`workers.loading.feeds`)."""
+    try:
+        if declared is None:
+            return pack(arrays)
+        given = {name: np.asarray(value) for name, value in constants.items()}
+        return pack_inputs(arrays, declared[0], given, declared[1])
+    except ValueError as error:
+        raise RequestError(field, str(error), sorted({*arrays, *constants})) from error

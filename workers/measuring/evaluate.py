@@ -8,8 +8,8 @@ int8 quantization picks activation scales per batch, so batch composition change
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -24,6 +24,16 @@ Score = Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], float]
 
 
 @dataclass(frozen=True)
+class VariantQuality:
+    """A model variant's accuracy (the request's quality metric) and what else was measured
+    of its quality (`autotune.core.metrics.variant_quality`: top-1 agreement, how the
+    accuracy was judged), by TrialMetrics field."""
+
+    accuracy: float
+    figures: Mapping[str, float | str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class QualityMetric:
     kind: str
     needs_labels: bool
@@ -33,6 +43,42 @@ class QualityMetric:
     # per-sample scores (a subset's figure then has a distribution-free interval); None for a
     # metric that is not known to be one (a custom metric).
     sample_range: float | None = None
+    output: str | None = None  # of a model with several outputs, the one judged
+    entry_point: str | None = None  # a custom metric's
+
+    def judged(self, outputs: np.ndarray) -> np.ndarray:
+        """The outputs this metric judges: `output` of several, else all of them."""
+        names = outputs.dtype.names
+        if self.output is None or names is None:
+            return outputs
+        if self.output not in names:
+            raise ValueError(
+                f"metric.output {self.output!r} is not an output of the model ({', '.join(names)})"
+            )
+        return outputs[self.output]
+
+    def judged_by(self, reference: np.ndarray) -> str:
+        """How this metric judges the model whose unmodified outputs are `reference`, in words
+        (the tuned file's `accuracy_judged_by`)."""
+        judged = self.judged(reference)
+        output = "" if self.output is None else f" of '{self.output}'"
+        if self.kind == "fidelity":
+            return f"fidelity to the unmodified model's outputs: {fidelity_form(judged)}"
+        if self.kind == "agreement":
+            return f"top-1 agreement{output} with the unmodified model"
+        if self.kind == "accuracy":
+            return f"top-1 accuracy{output} against the labels"
+        return f"the custom metric {self.entry_point}{output}"
+
+    def agreement_beside(self, outputs: np.ndarray, reference: np.ndarray) -> float | None:
+        """Top-1 agreement with the unmodified model, reported beside a metric that is not a
+        top-1 figure where the judged output looks like class scores; else None."""
+        if self.kind in ("accuracy", "agreement"):
+            return None
+        judged = self.judged(reference)
+        if not looks_like_class_scores(judged):
+            return None
+        return agreement(self.judged(outputs), judged)
 
 
 def top1_accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
@@ -57,20 +103,68 @@ def agreement(outputs: np.ndarray, reference: np.ndarray) -> float:
     return float(np.mean(outputs.argmax(axis=1) == reference.argmax(axis=1)))
 
 
+# A sample's output needs this many values for the cosine of two of them to say how much it
+# changed: of one value the cosine is only its sign, of two it is blind to most changes.
+MIN_COSINE_VALUES = 8
+
+
 def fidelity(outputs: np.ndarray, reference: np.ndarray) -> float:
-    """Mean cosine similarity of each sample's flattened outputs to the reference outputs; for
-    a model with several outputs, the mean over them."""
+    """How close the outputs are to the reference outputs, sample by sample, in [-1, 1]: of
+    an output with at least MIN_COSINE_VALUES values a sample, the cosine similarity of each
+    sample's values to the reference's; of a shorter one (a score, a probability, a few
+    logits), 1 - each sample's squared error over the reference's mean squared sample
+    (`relative_error_scores`). The mean over the samples; for a model with several outputs,
+    the mean over them (`fidelity_form` says which form judged which output)."""
     if outputs.dtype.names is not None:
         return float(
             np.mean([fidelity(outputs[name], reference[name]) for name in outputs.dtype.names])
         )
     actual = outputs.reshape(outputs.shape[0], -1).astype(np.float64)
     expected = reference.reshape(reference.shape[0], -1).astype(np.float64)
+    if expected.shape[1] < MIN_COSINE_VALUES:
+        return float(np.mean(relative_error_scores(actual, expected)))
     norms = np.linalg.norm(actual, axis=1) * np.linalg.norm(expected, axis=1)
     dots = np.sum(actual * expected, axis=1)
     both_zero = (np.linalg.norm(actual, axis=1) == 0) & (np.linalg.norm(expected, axis=1) == 0)
     cosines = np.where(both_zero, 1.0, dots / np.maximum(norms, np.finfo(np.float64).tiny))
     return float(np.mean(cosines))
+
+
+def relative_error_scores(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Per sample, 1 - its squared error over the reference's mean squared sample, clipped to
+    [-1, 1]: 1 where unchanged, 0 where the error is as large as a typical reference value,
+    -1 where it is larger still. The scale is the whole reference's, so a value near zero
+    (a probability of 0.002) is not judged by its own tiny size alone."""
+    errors = np.sum((actual - expected) ** 2, axis=1)
+    scale = float(np.mean(np.sum(expected**2, axis=1)))
+    if scale == 0.0:
+        return np.where(errors == 0.0, 1.0, -1.0)
+    return np.clip(1.0 - errors / scale, -1.0, 1.0)
+
+
+def fidelity_form(reference: np.ndarray, name: str = "output") -> str:
+    """Which form of `fidelity` judges each output of the reference, in words."""
+    names = reference.dtype.names
+    if names is not None:
+        return "; ".join(fidelity_form(reference[field], field) for field in names)
+    values = int(np.prod(reference.shape[1:], dtype=np.int64))
+    if values < MIN_COSINE_VALUES:
+        return (
+            f"'{name}' ({values} value{'s' if values != 1 else ''} a sample): 1 - squared "
+            "error / the reference's mean squared sample"
+        )
+    return f"'{name}' ({values} values a sample): cosine similarity per sample"
+
+
+def looks_like_class_scores(outputs: np.ndarray) -> bool:
+    """Whether an output is one row of two or more floating scores a sample, as a classifier's
+    logits or probabilities are."""
+    return (
+        outputs.dtype.names is None
+        and outputs.ndim == 2
+        and outputs.shape[1] >= 2
+        and (outputs.dtype.kind == "f")
+    )
 
 
 def _refuse_several(kind: str, outputs: np.ndarray) -> None:
@@ -82,30 +176,22 @@ def _refuse_several(kind: str, outputs: np.ndarray) -> None:
 
 
 def resolve_metric(ref: MetricRef, python_path: list[str]) -> QualityMetric:
-    metric = _resolve_kind(ref, python_path)
+    metric = replace(_resolve_kind(ref, python_path), output=ref.output)
     if ref.output is None:
         return metric
-    return replace(metric, score=_of_output(metric.score, ref.output))
+    return replace(metric, score=_of_output(metric))
 
 
-def _of_output(score: Score, name: str) -> Score:
-    """`score` applied to the model's output `name` (of several; a model with one output has
+def _of_output(metric: QualityMetric) -> Score:
+    """The metric's score applied to its `output` (of several; a model with one output has
     only that one)."""
-
-    def picked(outputs: np.ndarray) -> np.ndarray:
-        names = outputs.dtype.names
-        if names is None:
-            return outputs
-        if name not in names:
-            raise ValueError(
-                f"metric.output {name!r} is not an output of the model ({', '.join(names)})"
-            )
-        return outputs[name]
+    score = metric.score
 
     def scored(
         outputs: np.ndarray, labels: np.ndarray | None, reference: np.ndarray | None
     ) -> float:
-        return score(picked(outputs), labels, None if reference is None else picked(reference))
+        picked = None if reference is None else metric.judged(reference)
+        return score(metric.judged(outputs), labels, picked)
 
     return scored
 
@@ -113,7 +199,7 @@ def _of_output(score: Score, name: str) -> Score:
 def _resolve_kind(ref: MetricRef, python_path: list[str]) -> QualityMetric:
     if ref.kind == "accuracy":
         return QualityMetric("accuracy", True, False, _score_accuracy, sample_range=1.0)
-    if ref.kind == "fidelity":  # a cosine similarity per sample
+    if ref.kind == "fidelity":  # a score in [-1, 1] per sample
         return QualityMetric("fidelity", False, True, _against_reference(fidelity), 2.0)
     if ref.kind == "agreement":
         return QualityMetric("agreement", False, True, _against_reference(agreement), 1.0)
@@ -121,7 +207,9 @@ def _resolve_kind(ref: MetricRef, python_path: list[str]) -> QualityMetric:
     function = resolve_entry_point(ref.entry_point, python_path, "metric.entry_point")
     if not callable(function):
         raise RequestError("metric.entry_point", "must name a callable", ref.entry_point)
-    return QualityMetric("custom", False, True, _checked_custom(function))
+    return QualityMetric(
+        "custom", False, True, _checked_custom(function), entry_point=ref.entry_point
+    )
 
 
 def _score_accuracy(outputs: np.ndarray, labels: np.ndarray | None, _: np.ndarray | None) -> float:

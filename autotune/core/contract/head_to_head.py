@@ -9,6 +9,7 @@ from autotune.core.contract.measurement import MeasurementSettings
 from autotune.core.contract.refs import Strict
 from autotune.core.contract.trials import (
     Contention,
+    KnownQuality,
     Provenance,
     TrialMetrics,
     TrialStatus,
@@ -23,6 +24,10 @@ class Entrant(Strict):
     trial_number: int
     config: dict[str, ConfigValue]
     known_accuracy: float
+    known_quality: KnownQuality = Field(
+        default_factory=dict,
+        description="the variant's other quality figures, measured with its known_accuracy",
+    )
 
 
 class HeadToHeadSpec(Strict):

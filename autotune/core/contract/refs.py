@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -104,6 +104,11 @@ class DataRef(Strict):
     )
     labels: str | None = Field(
         default=None, description="for 'text' or 'images': one integer label a line, in order"
+    )
+    constants: dict[str, int | float | list[Any]] = Field(
+        default_factory=dict,
+        description="inputs fed the same value for every batch, by input name (e.g. a sample "
+        "rate: {sr: 16000}); a number or a nested list, cast to the input's type",
     )
 
     @model_validator(mode="after")

@@ -30,6 +30,9 @@ class Workload(Strict):
 # configuration's optimized model (built and saved, not measured). Finalists are re-measured
 # through a `HeadToHeadSpec`.
 SpecPurpose = Literal["search", "export"]
+# A variant's quality figures besides its accuracy, by metric name (top-1 agreement, how the
+# accuracy was judged).
+KnownQuality = dict[str, float | str]
 
 
 class TrialSpec(Strict):
@@ -42,6 +45,11 @@ class TrialSpec(Strict):
     measurement: MeasurementSettings = MeasurementSettings()
     known_accuracy: float | None = Field(
         default=None, description="accuracy already measured for this variant; skips evaluation"
+    )
+    known_quality: KnownQuality = Field(
+        default_factory=dict,
+        description="the variant's other quality figures, measured with its known_accuracy "
+        "(autotune.core.metrics.variant_quality)",
     )
     timeout_s: float | None = Field(
         default=None, gt=0, description="wall time after which the executor stops the trial"
@@ -126,6 +134,16 @@ EnergySource = Literal["nvml", "rapl", "estimate"]
 
 class TrialMetrics(Strict):
     accuracy: float
+    accuracy_judged_by: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="how accuracy was judged: the metric and, for fidelity, its form per output",
+    )
+    top1_agreement: float | None = Field(
+        default=None,
+        description="the share of samples whose top-1 class is the unmodified model's, beside "
+        "a metric that is not top-1 where the judged output looks like class scores",
+    )
     latency_p50_ms: float
     latency_p90_ms: float
     latency_p95_ms: float
@@ -311,6 +329,11 @@ class ModelInfo(Strict):
         ge=0,
         description="sum of every module's output at batch 1: an upper bound on what eager "
         "inference keeps alive per sample (None where it cannot be observed)",
+    )
+    engine_refusals: dict[str, str] = Field(
+        default_factory=dict,
+        description="engine -> why it cannot convert this model, from a check the node ran "
+        "while inspecting it (OpenVINO reads an ONNX model); the space leaves the engine out",
     )
 
 

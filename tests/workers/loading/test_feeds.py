@@ -118,16 +118,17 @@ def test_what_does_not_fit_names_the_input_its_shape_and_type() -> None:
 
 
 def test_several_outputs_come_back_as_one_array_by_name() -> None:
-    both = packed_outputs(["a", "b"], [np.ones((4, 2)), np.zeros((4, 1))])
+    declared = [InputSpec("a", np.float32, (None, 2)), InputSpec("b", np.float32, (None, 1))]
+    both = packed_outputs(declared, [np.ones((4, 2)), np.zeros((4, 1))], rows=4)
     assert both.dtype.names == ("a", "b") and both.shape == (4,)
-    # an output without the samples' axis is left out
-    only = packed_outputs(["a", "b"], [np.ones((4, 2)), np.zeros(7)])
+    # an output without the samples on its batch axis is left out
+    only = packed_outputs(declared, [np.ones((4, 2)), np.zeros(7)], rows=4)
     assert only.dtype.names is None and only.shape == (4, 2)
 
 
 def test_fidelity_over_several_outputs_is_their_mean() -> None:
-    reference = pack({"a": np.ones((3, 2)), "b": np.ones((3, 2))})
-    half = pack({"a": np.ones((3, 2)), "b": np.tile([1.0, -1.0], (3, 1))})  # cosine 0 for b
+    reference = pack({"a": np.ones((3, 8)), "b": np.ones((3, 8))})
+    half = pack({"a": np.ones((3, 8)), "b": np.tile([1.0, -1.0], (3, 4))})  # cosine 0 for b
     assert fidelity(reference, reference) == pytest.approx(1.0)
     assert fidelity(half, reference) == pytest.approx(0.5)
 

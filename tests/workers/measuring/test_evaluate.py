@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from workers.measuring.evaluate import (
+    MIN_COSINE_VALUES,
     fidelity,
+    fidelity_form,
     hoeffding_slack,
     run_all,
     subset_size,
@@ -24,15 +26,37 @@ def test_top1_accuracy_refuses_outputs_without_a_class_axis() -> None:
 
 
 def test_fidelity_is_the_mean_cosine_similarity() -> None:
-    reference = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 4.0], [0.0, 0.0]])
+    pairs = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 4.0], [0.0, 0.0]])
+    reference = np.tile(pairs, (1, MIN_COSINE_VALUES // 2))  # long enough for a cosine
     assert fidelity(reference, reference) == pytest.approx(1.0)
     assert fidelity(-reference[:3], reference[:3]) == pytest.approx(-1.0)
-    rotated = np.array([[0.0, 1.0], [2.0, 0.0], [-4.0, 3.0], [0.0, 0.0]])
+    turned = np.array([[0.0, 1.0], [2.0, 0.0], [-4.0, 3.0], [0.0, 0.0]])
+    rotated = np.tile(turned, (1, MIN_COSINE_VALUES // 2))
     assert fidelity(rotated, reference) == pytest.approx(0.25)  # three orthogonal, two zeros
 
 
+def test_fidelity_sees_a_change_of_a_one_value_output() -> None:
+    """A probability near 0.002 a sample: the cosine of one-value vectors is their sign, so
+    every positive output would score 1; the error form sees the change."""
+    rng = np.random.default_rng(0)
+    reference = rng.uniform(0.001, 0.003, (64, 1))
+    assert fidelity(reference, reference) == pytest.approx(1.0)
+    assert fidelity(np.full_like(reference, 0.9), reference) == pytest.approx(-1.0)
+    near = reference * (1 + rng.normal(0, 0.01, reference.shape))  # 1% noise
+    assert 0.999 < fidelity(near, reference) < 1.0
+    off = reference * 1.5  # half as much again: squared error a quarter of the scale
+    assert fidelity(off, reference) == pytest.approx(0.75, abs=0.05)
+    assert "1 value a sample): 1 - squared error" in fidelity_form(reference)
+
+
+def test_fidelity_of_a_few_logits_is_not_blind_to_scale() -> None:
+    reference = np.array([[2.0, -1.0], [0.5, 1.5], [-1.0, 0.0]])
+    assert fidelity(reference * 3, reference) < 0  # a cosine would call it 1.0
+    assert "cosine" in fidelity_form(np.zeros((2, MIN_COSINE_VALUES)))
+
+
 def test_fidelity_flattens_each_sample() -> None:
-    reference = np.arange(24, dtype=np.float32).reshape(2, 3, 4) + 1
+    reference = np.arange(24, dtype=np.float32).reshape(2, 3, 4) + 1  # 12 values a sample
     assert fidelity(reference * 3, reference) == pytest.approx(1.0)
 
 
