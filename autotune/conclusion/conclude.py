@@ -14,7 +14,7 @@ from autotune.conclusion.head_to_head import Revalidation, Revalidator
 from autotune.conclusion.tuned_file import ConstraintOutcome, TunedConfig, reported
 from autotune.core.contract import ArtifactInfo, HardwareProfile, ModelInfo, TrialSpec, Workload
 from autotune.core.errors import NoFeasibleConfiguration
-from autotune.core.metrics import BOUNDS, OBJECTIVES
+from autotune.core.metrics import BOUNDS, OBJECTIVES, TOP1_AGREEMENT
 from autotune.requests.request import TuningRequest
 from autotune.results.records import Candidate
 from autotune.tracking import is_number
@@ -107,6 +107,9 @@ class Conclusion:
         outcome.baseline = revalidation.baseline
         artifact = self._export(chosen)
         outcome.tuned = self._tuned_config(revalidation, artifact.path)
+        agreement = agreement_note(self.request.metric.kind, chosen.metrics)
+        if agreement is not None:
+            outcome.notes.append(agreement)
         tags.update(
             {
                 "chosen_trial": str(chosen.trial_number),
@@ -185,3 +188,16 @@ class Conclusion:
 
 def prefixed(prefix: str, metrics: dict[str, Any]) -> dict[str, float]:
     return {f"{prefix}.{k}": float(v) for k, v in metrics.items() if is_number(v)}
+
+
+def agreement_note(kind: str, metrics: dict[str, Any]) -> str | None:
+    """Where the model's outputs look like class scores and the request judged it otherwise
+    than by top-1, what the chosen configuration's top-1 agreement is, and how to judge by it."""
+    agreement = metrics.get(TOP1_AGREEMENT.name)
+    if agreement is None:
+        return None
+    return (
+        f"the outputs look like class scores: the chosen configuration's top-1 class is the "
+        f"unmodified model's on {agreement:.1%} of the samples ({kind} {metrics['accuracy']:.4f});"
+        " where the top-1 class is what counts, judge by it: metric: {kind: agreement}"
+    )

@@ -34,7 +34,7 @@ from tests.workers.conftest import (
 from workers import evaluate_artifact, export_artifact, run_trial
 from workers.cache import LoadedWorkload, WorkloadCache
 from workers.measuring.energy import EnergyReading
-from workers.measuring.evaluate import VariantQuality
+from workers.measuring.evaluate import VariantQuality, run_all
 from workers.runner import is_device_fault, scan_batches, story
 
 STORE = WorkloadCache(capacity=4)  # shared, so each variant is built and evaluated once
@@ -596,3 +596,25 @@ def test_known_accuracy_wins_over_the_cached_accuracy(fp32_accuracy: float) -> N
     assert told is not None and told.accuracy == 0.123
     again = ok({**config, "batch.size": 7}).metrics
     assert again is not None and again.accuracy == measured, "the told figure is not cached"
+
+
+def test_top1_agreement_is_reported_beside_fidelity_for_class_scores() -> None:
+    """The digits model's outputs are ten class scores a sample: judged by fidelity, a trial
+    also says how often its top-1 class is the unmodified model's, and how it was judged."""
+    workload = digits_workload(metric=MetricRef(kind="fidelity"))
+    store = WorkloadCache()
+    pruned = run_trial(
+        spec_for(workload, {"batch.size": 8, "prune.method": "magnitude", "prune.ratio": 0.9}),
+        store,
+    ).metrics
+    assert pruned is not None and pruned.top1_agreement is not None
+    loaded = store.get(workload)
+    session = loaded.session_for(loaded.parse({"prune.method": "magnitude", "prune.ratio": 0.9}))
+    outputs = run_all(session, loaded.data.inputs)
+    reference = loaded.reference_outputs()
+    expected = float(np.mean(outputs.argmax(axis=1) == reference.argmax(axis=1)))
+    assert pruned.top1_agreement == pytest.approx(expected) and expected < 1.0
+    assert "'output' (10 values a sample): cosine" in (pruned.accuracy_judged_by or "")
+    labels = run_trial(spec_for(digits_workload(), {"batch.size": 8}), store).metrics
+    assert labels is not None and labels.top1_agreement is None  # accuracy is already top-1
+    assert labels.accuracy_judged_by == "top-1 accuracy against the labels"

@@ -128,6 +128,31 @@ def test_a_known_variant_is_not_evaluated_again() -> None:
     assert known[tuple(INT8.items())] is None
 
 
+def test_a_known_variant_is_told_its_other_quality_figures_too() -> None:
+    """Top-1 agreement and how accuracy was judged are the variant's, like its accuracy: a
+    later trial of the variant that skips evaluation reports them as the first measured."""
+
+    def reply(spec: TrialSpec) -> TrialMetrics:
+        metrics = measured(spec)
+        if spec.known_accuracy is not None:  # as a worker does: the told figures, not new ones
+            return metrics.model_copy(
+                update={"accuracy": spec.known_accuracy, **spec.known_quality}
+            )
+        figures = {"top1_agreement": 0.974, "accuracy_judged_by": "fidelity: cosine"}
+        return metrics.model_copy(update=figures)
+
+    rig = make_rig(executor=ScriptedExecutor(reply), trials=2)
+    rig.queue(EIGHT)
+    rig.search()
+    [later] = [s for s in rig.executor.submitted if s.config == EIGHT]
+    assert later.known_quality == {
+        "top1_agreement": 0.974,
+        "accuracy_judged_by": "fidelity: cosine",
+    }
+    for record in rig.records():
+        assert record.metrics is not None and record.metrics["top1_agreement"] == 0.974
+
+
 # -- the budget --------------------------------------------------------------------------
 
 
