@@ -42,6 +42,14 @@ if TYPE_CHECKING:
     from autotune.results.store import ResultStore
 
 
+# Where the headline's figures come from (the report's `headline_from`).
+CONFIRMING = (
+    "a confirming head-to-head of the chosen configuration and the baseline, in fresh builds "
+    "and rounds: the rounds that chose it among several finalists do not also rate it"
+)
+DECIDING = "the rounds that decided"
+
+
 @dataclass
 class Revalidation:
     chosen: Candidate
@@ -127,6 +135,14 @@ class Revalidator:
         request = self.request
         decision = decide(kept, outcomes, request.selection, baseline.config)
         chosen = decision.chosen
+        confirmed = None
+        if chosen.trial_number != baseline.trial_number and len(kept) > 1:
+            confirmed = self._confirmed(chosen, baseline)
+        if confirmed is not None:
+            compared = confirmed
+            outcomes = {o.trial_number: o for o in compared.entrants}
+            base_outcome = outcomes[baseline.trial_number]
+            chosen = self._remeasured(chosen, outcomes[chosen.trial_number], baseline) or chosen
         summary = headline(
             outcomes[chosen.trial_number],
             base_outcome,
@@ -140,6 +156,7 @@ class Revalidator:
             "comparisons": comparisons,
             "contention": contention_summary(compared.contention),
             "leader": decision.leader.trial_number,
+            "headline_from": CONFIRMING if confirmed is not None else DECIDING,
             "chosen": chosen.trial_number,
             "chosen_because": decision.because,
             "tied_with": decision.tied_with,
@@ -199,7 +216,17 @@ class Revalidator:
         bounds = self.request.constraints.model_dump(exclude_none=True)
         return with_metrics(candidate, metrics, constraint_violations(bounds, metrics))
 
-    def _head_to_head(self, baseline: Candidate, finalists: list[Candidate]) -> HeadToHeadResult:
+    def _confirmed(self, chosen: Candidate, baseline: Candidate) -> HeadToHeadResult | None:
+        """The chosen configuration and the baseline again, in fresh rounds with fresh builds:
+        the rounds that picked it among several favour it by the luck of their noise (the
+        winner's curse), so they do not also give its headline. None where either one fails
+        to run again (the deciding rounds then give it)."""
+        confirming = self._head_to_head(baseline, [chosen], "confirming the choice")
+        return confirming if all(o.status == "ok" for o in confirming.entrants) else None
+
+    def _head_to_head(
+        self, baseline: Candidate, finalists: list[Candidate], purpose: str = ""
+    ) -> HeadToHeadResult:
         """The baseline and the finalists in interleaved rounds on one slot."""
         entrants: list[Candidate] = [baseline]
         entrants += [c for c in finalists if c.trial_number != baseline.trial_number]
@@ -222,7 +249,8 @@ class Revalidator:
             timeout_s=self.request.budget.trial_timeout_s * len(entrants),
         )
         self.on_phase(
-            f"head to head: baseline and {len(entrants) - 1} finalists, {validation.rounds} rounds"
+            f"head to head{f' ({purpose})' if purpose else ''}: baseline and "
+            f"{len(entrants) - 1} finalists, {validation.rounds} rounds"
         )
         result = self.executor.compare(spec)
         contended = [c for c in result.contention if c.contended]

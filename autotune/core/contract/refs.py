@@ -85,6 +85,16 @@ class ModelRef(Strict):
         return self
 
 
+# The largest magnitude of a number given as a constant input: finite, as every number of a
+# request is.
+MAX_CONSTANT = 1e15
+ConstantValue = (
+    Annotated[int, Field(ge=-MAX_CONSTANT, le=MAX_CONSTANT)]
+    | Annotated[float, Field(ge=-MAX_CONSTANT, le=MAX_CONSTANT)]
+    | list[Any]
+)
+
+
 class DataRef(Strict):
     """Evaluation data: an .npz with arrays 'inputs' (and 'labels'), an entry point returning
     (inputs, labels) as numpy arrays (labels may be None), or, for a Hugging Face model, text
@@ -105,7 +115,7 @@ class DataRef(Strict):
     labels: str | None = Field(
         default=None, description="for 'text' or 'images': one integer label a line, in order"
     )
-    constants: dict[str, int | float | list[Any]] = Field(
+    constants: dict[str, ConstantValue] = Field(
         default_factory=dict,
         description="inputs fed the same value for every batch, by input name (e.g. a sample "
         "rate: {sr: 16000}); a number or a nested list, cast to the input's type",

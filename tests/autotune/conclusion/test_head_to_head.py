@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from autotune.conclusion.head_to_head import Revalidator
+import pytest
+
+from autotune.conclusion.head_to_head import CONFIRMING, Revalidator
 from autotune.core.contract import EntrantOutcome, HeadToHeadResult, HeadToHeadSpec, TrialMetrics
 from autotune.core.metrics import Study, derived
 from autotune.execution.base import Executor
@@ -92,3 +94,39 @@ def test_a_stored_decision_for_the_baseline_is_reused() -> None:
     again = checker.revalidate([FINALIST], THE_BASELINE)
     assert first.chosen.trial_number == again.chosen.trial_number == 0
     assert again.reused
+
+
+class ComparingTwice(Comparing):
+    """The first head-to-head as scripted; every later one with `then`."""
+
+    def __init__(self, first: dict[int, list[float]], then: dict[int, list[float]]) -> None:
+        super().__init__(first)
+        self.then = then
+        self.specs: list[HeadToHeadSpec] = []
+
+    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
+        self.specs.append(spec)
+        if len(self.specs) > 1:
+            self.p95_per_round = self.then
+        return super().compare(spec)
+
+
+def test_the_headline_comes_from_fresh_rounds_not_from_those_that_chose() -> None:
+    """The deciding rounds favoured the finalist by luck (2x); fresh rounds of it and the
+    baseline alone measure 1.2x: the headline is the fresh rounds' figure."""
+    checker = revalidator({})
+    rounds = checker.request.validation.rounds
+    modest = [p / 1.2 for p in SLOW]
+    executor = ComparingTwice(
+        {0: SLOW[:rounds], 3: FAST[:rounds]}, {0: SLOW[:rounds], 3: modest[:rounds]}
+    )
+    checker.executor = cast(Executor, executor)
+    revalidation = checker.revalidate([FINALIST], THE_BASELINE)
+    assert revalidation.chosen.trial_number == 3
+    assert [len(spec.entrants) for spec in executor.specs] == [2, 2]
+    p95 = revalidation.headline.ratios["latency_p95_ms"]
+    assert p95.ratio == pytest.approx(1 / 1.2)
+    assert revalidation.report["headline_from"] == CONFIRMING
+    assert revalidation.chosen.metrics["latency_p95_ms"] == pytest.approx(
+        sorted(modest[:rounds])[rounds // 2]
+    )

@@ -116,6 +116,8 @@ def test_accuracy_drop_is_added_against_the_baseline_and_stripped_again() -> Non
 def test_reported_metrics_keep_the_tuned_file_order() -> None:
     assert reported_metrics() == (
         "accuracy",
+        "accuracy_judged_by",
+        "top1_agreement",
         "accuracy_drop",
         "latency_p50_ms",
         "latency_p90_ms",
