@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from autotune.core.contract import ModelInfo, Workload
 from autotune.core.errors import RequestError
+from workers.building.knobs.base import ENGINE_IMPLEMENTATIONS
 from workers.building.runtimes import Session
 from workers.cache import LoadedWorkload, WorkloadCache, default_cache
+from workers.loading.workloads import OnnxModel
 from workers.measuring.evaluate import run_all
 from workers.measuring.footprint import activation_bytes_per_sample, parameter_bytes
 
@@ -33,7 +35,21 @@ def inspect_workload(workload: Workload, store: WorkloadCache | None = None) -> 
         activation_bytes_per_sample=activation_bytes_per_sample(
             loaded.model, loaded.data.inputs[:1]
         ),
+        engine_refusals=engine_refusals(loaded),
     )
+
+
+def engine_refusals(loaded: LoadedWorkload) -> dict[str, str]:
+    """Engine -> why it cannot convert the model, where the engine has a cheap check for it
+    (`EngineImplementation.conversion_problem`). A torch model is exported to ONNX for each
+    variant, which is not cheap, so it is not checked here: its trials find out."""
+    if not isinstance(loaded.model, OnnxModel):
+        return {}
+    problems = {
+        name: engine.conversion_problem(loaded.model.model_bytes)
+        for name, engine in ENGINE_IMPLEMENTATIONS.items()
+    }
+    return {name: problem for name, problem in problems.items() if problem is not None}
 
 
 def _reference_session(loaded: LoadedWorkload) -> Session:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -39,6 +40,26 @@ class SpaceError(RequestError):
 
 class Unsupported(AutotuneError):
     """A transform or runtime cannot build this configuration; the trial is pruned, not failed."""
+
+
+class CannotConvert(Unsupported):
+    """An engine cannot convert this model into its own form (an op it has no rule for).
+    Conversion comes before any of the engine's options applies, so no option, thread count
+    or batch size changes it; `engine_that_cannot_convert` reads the engine back from the
+    reason a trial recorded."""
+
+    def __init__(self, engine: str, label: str, detail: str) -> None:
+        super().__init__(f"runtime.engine={engine}: {label} {_CANNOT_CONVERT} ({detail})")
+
+
+_CANNOT_CONVERT = "cannot convert this model"
+_CANNOT_CONVERT_REASON = re.compile(rf"runtime\.engine=(\S+): .*? {_CANNOT_CONVERT} \(")
+
+
+def engine_that_cannot_convert(reason: str | None) -> str | None:
+    """The engine a `CannotConvert` reason names, or None for any other reason."""
+    found = _CANNOT_CONVERT_REASON.match(reason or "")
+    return None if found is None else found.group(1)
 
 
 class MeasurementContended(AutotuneError):

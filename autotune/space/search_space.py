@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from autotune.core.contract import CAPABILITIES, ConfigValue, HardwareProfile, ModelInfo, Strict
 from autotune.core.errors import SpaceError
-from autotune.core.knobs import Target
+from autotune.core.knobs import ENGINE_KEY, Target
 from autotune.space import knob_rules
 
 if TYPE_CHECKING:
@@ -310,7 +310,7 @@ def _filter_dimension(
     if values is not None:
         kept = []
         for value in values:
-            reason = _value_exclusion(dim, value, target, limit)
+            reason = _value_exclusion(dim, value, target, limit) or _refusal(dim, value, model)
             if reason is None:
                 kept.append(value)
             else:
@@ -333,6 +333,13 @@ def _value_exclusion(
     if limit is not None and isinstance(value, int | float) and value > limit:
         return f"exceeds {dim.at_most} = {limit}"
     return None
+
+
+def _refusal(dim: Dimension, value: ConfigValue, model: ModelInfo | None) -> str | None:
+    """Why the inspection found that this engine cannot convert the model, if it did."""
+    if model is None or dim.name != ENGINE_KEY:
+        return None
+    return model.engine_refusals.get(str(value))
 
 
 def _baseline(dim: Dimension, values: list[ConfigValue] | None) -> ConfigValue | None:

@@ -49,7 +49,7 @@ class OnnxRuntimeSession:
         options.graph_optimization_level = getattr(
             onnxruntime.GraphOptimizationLevel, ORT_GRAPH_LEVELS[graph_opt]
         )
-        self._session = onnxruntime.InferenceSession(model_bytes, options, providers=providers)
+        self._session = _loaded(model_bytes, options, providers)
         self.providers: list[str] = list(self._session.get_providers())
         if providers[0] not in self.providers:
             raise Unsupported(
@@ -73,6 +73,22 @@ class OnnxRuntimeSession:
     def run_fed(self, fed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Every output by name, as the model gives it, for a feed of its inputs."""
         return dict(zip(self.output_names, self._session.run(None, fed), strict=True))
+
+
+def _loaded(model_bytes: bytes, options: Any, providers: list[str]) -> Any:
+    """The inference session; `Unsupported` where no kernel of the providers runs one of the
+    model's nodes (an op, or an op at a type, that onnxruntime does not implement there)."""
+    import onnxruntime
+    from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as NoKernel
+
+    try:
+        return onnxruntime.InferenceSession(model_bytes, options, providers=providers)
+    except NoKernel as error:
+        detail = str(error).partition("NOT_IMPLEMENTED : ")[2] or str(error)
+        raise Unsupported(
+            f"runtime.engine=onnxruntime: no kernel of {', '.join(providers)} runs a node of "
+            f"this model ({detail})"
+        ) from error
 
 
 def _input_spec(port: Any) -> InputSpec:

@@ -31,6 +31,12 @@ class EngineImplementation(Engine):
         """Raise `Unsupported` for what only this machine can tell (a device or provider that
         is not there); run right before the session is built."""
 
+    def conversion_problem(self, onnx_model: bytes) -> str | None:
+        """Why this engine cannot convert this ONNX model (an `Unsupported` reason), from a
+        check cheap enough to run when a workload is inspected; None where it can, or where no
+        such check exists."""
+        return None
+
     def session(self, variant: Variant, config: TrialConfig) -> Session:
         raise NotImplementedError
 

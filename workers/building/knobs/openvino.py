@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autotune.core.errors import Unsupported
+from autotune.core.errors import CannotConvert, Unsupported
 from autotune.core.knobs.openvino import OV_PERFORMANCE_HINT, OV_PRECISIONS, OV_STREAMS, OpenVino
+from workers.building.failures import is_out_of_memory
 from workers.building.knobs.base import implements
 from workers.building.knobs.engines import OnnxEngineImplementation, onnx_bytes_of
 from workers.loading.feeds import InputSpec, feed, packed_outputs
@@ -61,6 +63,17 @@ class OpenVinoImplementation(OnnxEngineImplementation, OpenVino):
         if not has_cpu:
             raise Unsupported(f"{self.key}={self.name}: OpenVINO reports no CPU device")
 
+    def conversion_problem(self, onnx_model: bytes) -> str | None:
+        try:
+            import openvino
+
+            read_onnx(openvino.Core(), onnx_model)
+        except ImportError:
+            return None
+        except CannotConvert as refusal:
+            return str(refusal)
+        return None
+
     def session(self, variant: Variant, config: TrialConfig) -> Session:
         return OpenVinoSession(
             onnx_bytes_of(variant, self.name),
@@ -98,16 +111,16 @@ class OpenVinoSession:
         if precision_hint not in OV_PRECISIONS:
             raise Unsupported(f"precision.mode={precision_hint} does not run on openvino")
         core = openvino.Core()
-        model = core.read_model(io.BytesIO(model_bytes))
+        model = read_onnx(core, model_bytes)
         asked = {
             "threads": str(threads),
             "precision": OV_PRECISIONS[precision_hint],
             "hint": performance_hint,
             "streams": str(streams),
         }
-        self._compiled: Any = core.compile_model(
+        self._compiled: Any = _compiled_on_cpu(
+            core,
             model,
-            "CPU",
             {
                 props.inference_num_threads: threads,
                 hints.inference_precision: getattr(openvino.Type, asked["precision"]),
@@ -134,6 +147,48 @@ class OpenVinoSession:
             request = self._per_thread.request = self._compiled.create_infer_request()
         results = request.infer(feed(batch, self.inputs))
         return packed_outputs(self._output_names, [results[port] for port in self._outputs])
+
+
+def read_onnx(core: Any, model_bytes: bytes) -> Any:
+    """The ONNX model as OpenVINO's own; `CannotConvert` where its ONNX frontend refuses the
+    model (an op it has no rule for)."""
+    try:
+        return core.read_model(io.BytesIO(model_bytes))
+    except RuntimeError as error:
+        if is_out_of_memory(error):
+            raise
+        raise CannotConvert(OpenVino.name, "OpenVINO", _one_line(error)) from error
+
+
+def _compiled_on_cpu(core: Any, model: Any, properties: dict[Any, Any]) -> Any:
+    try:
+        return core.compile_model(model, "CPU", properties)
+    except RuntimeError as error:
+        if is_out_of_memory(error):
+            raise
+        raise Unsupported(
+            f"runtime.engine={OpenVino.name}: OpenVINO's CPU plugin cannot compile this model "
+            f"({_one_line(error)})"
+        ) from error
+
+
+# Lines of OpenVINO's messages that say where in its sources a check failed, not what failed.
+_SOURCE_NOISE = re.compile(
+    r"Exception from src/|Check '.*' failed at |FrontEnd API failed with |To facilitate |"
+    r"Model wasn't fully converted"
+)
+
+
+def _one_line(error: BaseException) -> str:
+    """OpenVINO's multi-line message as one line: the summary of the ops that failed to
+    convert where it has one, else its first line that is not a source location."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    summary = lines[lines.index("Summary:") + 1 :] if "Summary:" in lines else []
+    failed = [line.removeprefix("-- ") for line in summary if line.startswith("-- ")]
+    if failed:
+        return "; ".join(failed)
+    meaningful = [line for line in lines if not _SOURCE_NOISE.match(line)]
+    return (meaningful or lines or [type(error).__name__])[0]
 
 
 # The applied property -> the setting it comes from, for refusals.
