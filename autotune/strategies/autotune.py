@@ -3,25 +3,11 @@
 - A designed initial set follows the baseline: each precision on each engine at one batch
   size, everything else as the baseline runs. It tells early which model variants keep their
   accuracy and which kernels are fast.
-- The batch size follows what the request asks for (`batch_lean`). Latency per call (the p95
-  of one batch) grows with the batch, while latency per sample, throughput and energy per
-  sample improve with it, so the two views want opposite ends of the range. A request leans
-  per sample when it selects `highest_throughput` or `lowest_energy`, or when its objectives
-  name only per-sample figures (`throughput`, `latency_per_sample`, `energy`) and not
-  `latency`: the designed set runs where those points will be, at the smallest batch size
-  whose time per sample is within 5% of the best the baseline showed (the baseline reads its
-  call time at each batch size, up to `measurement.max_call_ms`; nothing else is proposed
-  before it ends); past it a larger batch buys little per sample and costs long calls. It
-  leans per call when it selects `lowest_latency` or its objectives name `latency` and no
-  per-sample figure: the designed set runs at the smallest batch size (batch 1 in the
-  bundled spaces), since a large batch cannot win on the p95 of one call. When both
-  leanings are present the per-sample one wins: `highest_throughput` is never a default, and
-  under per-sample-only objectives a batch-1 point is dominated by the same variant at a
-  larger batch, so a per-call selection never gets to pick it. A weighted selection leans as
-  its heavier weights do. Objectives that name both views (the default: accuracy, latency
-  and energy) have a front that spans both ends of the range, so there is no leaning: the
-  designed set uses the middle batch size, and only the order of two batch sizes the same
-  step away follows the selection.
+- The batch size follows how it moves the request's objectives and constraints
+  (`autotune.strategies.batch_sizes`): where a larger batch can only be dominated (the p95
+  per call is the only time objective), the designed set, the local search and the sampler
+  keep to the smallest batch size; otherwise the designed set runs at the end of the range
+  the request leans to, or in the middle without a leaning.
 - Then a Pareto local search: the unmeasured neighbours (one dimension changed) of the
   feasible front found so far, the point with the largest hypervolume contribution first;
   nearest first (one step along a numeric dimension before two), and at each step
@@ -29,23 +15,24 @@
   before the model variant. With a leaning, a batch-size step toward its end of the range
   comes first and one away from it only after the other kernel choices of that step;
   without one, of two batch sizes the same step away the one on the selection's side comes
-  first (the smaller one where the selection has no side).
+  first (the smaller one where the selection has no side). Where larger batches are
+  dominated, a batch size is only stepped down, straight to the smallest, and no
+  configuration is proposed whose sibling at a smaller batch size is known.
   Every few proposals, and whenever the front has no unmeasured neighbour left, the sampler
   proposes.
 - A proposal that repeats a finished configuration is told from that trial without being
   measured; one that repeats a configuration still being measured waits for that measurement.
 - A configuration whose model variant already violates `max_accuracy_drop` is not measured:
   accuracy depends only on the variant. Nor is one that differs only in throughput dimensions
-  from a configuration that could not be built: batch size and threads do not decide that;
-  nor, where the engine could not convert the model, in that engine's own options (OpenVINO's
-  hint and streams), which apply only to a converted model.
+  from a configuration that could not be built: batch size and threads do not decide that.
 - The sampler is multivariate TPE for mixed categorical spaces, with a constant liar so that
-  several slots do not propose the same point.
+  several slots do not propose the same point; where larger batches are dominated it leaves
+  the batch size at the smallest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,14 +43,21 @@ from autotune.core.contract import (
     TrialResult,
     TrialSpec,
 )
-from autotune.core.errors import engine_that_cannot_convert
-from autotune.core.knobs import ENGINE_KEY, ENGINES, variant_key
-from autotune.core.metrics import OBJECTIVES, Lean, selection_objective
+from autotune.core.knobs import variant_key
 from autotune.results.optuna_store import producible
 from autotune.strategies.base import Answer, Proposal, Strategy, register_strategy
+from autotune.strategies.batch_sizes import (
+    BATCH,
+    BatchSteps,
+    as_number,
+    designed_batch,
+    request_lean,
+    smaller_batches,
+    smallest_batches,
+)
 
 if TYPE_CHECKING:
-    from autotune.requests.request import Selection, TuningRequest
+    from autotune.requests.request import TuningRequest
     from autotune.results.records import TrialRecord
     from autotune.space.search_space import EffectiveSpace
 
@@ -76,73 +70,32 @@ SAMPLER_EVERY = 4
 THROUGHPUT_DIMENSIONS = ("batch.size", "runtime.threads")
 ACCURACY_VIOLATION = "its variant violates the accuracy constraint"
 UNSUPPORTED_LIKE = "differs only in batch size or threads from unsupported trial"
-UNCONVERTIBLE_LIKE = (
-    "differs only in batch size, threads or its engine's options from unsupported trial"
-)
 
 ConfigKey = tuple[tuple[str, Any], ...]
-
-BATCH = "batch.size"
-# A per-sample request's designed set runs at the smallest batch within this fraction of the
-# best time per sample the baseline showed.
-NEAR_BEST_PER_SAMPLE = 0.05
 
 
 def config_key(config: dict[str, Any]) -> ConfigKey:
     return tuple(sorted(config.items()))
 
 
-def make_strategy_sampler(seed: int | None) -> Any:
+def make_strategy_sampler(seed: int | None, fixed: dict[str, ConfigValue] | None = None) -> Any:
+    """TPE, with the parameters in `fixed` held at their values."""
     import warnings
 
     import optuna
 
     with warnings.catch_warnings():
-        # `group` is marked experimental; autotune's tests pin the behaviour it relies on.
+        # `group` and the partly fixed sampler are marked experimental; autotune's tests pin
+        # the behaviour it relies on.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
+        tpe = optuna.samplers.TPESampler(
             multivariate=True,
             group=True,
             constant_liar=True,
             n_startup_trials=STARTUP_TRIALS,
             seed=seed,
         )
-
-
-def batch_lean(selection: Selection, objectives: Sequence[str]) -> Lean | None:
-    """The batch-size end a request favours (see the module's docstring): None when its
-    objectives name both views (its front spans both ends); else per sample when its
-    selection or its objectives lean so, else per call when either does, else None."""
-    named = {lean for o in objectives if (lean := OBJECTIVES[o].lean) is not None}
-    if len(named) > 1:
-        return None
-    leans = {_selection_lean(selection), *named}
-    if "per_sample" in leans:
-        return "per_sample"
-    return "per_call" if "per_call" in leans else None
-
-
-def step_preference(selection: Selection, objectives: Sequence[str]) -> Lean | None:
-    """Which of two batch sizes the same step away the local search tries first: the
-    request's lean, or where its objectives span both views, its selection's."""
-    return batch_lean(selection, objectives) or _selection_lean(selection)
-
-
-def _selection_lean(selection: Selection) -> Lean | None:
-    if selection.strategy != "weighted":
-        return selection_objective(selection.strategy).lean
-    totals = {"per_sample": 0.0, "per_call": 0.0}
-    for objective, weight in (selection.weights or {}).items():
-        lean = OBJECTIVES[objective].lean
-        if lean is not None:
-            totals[lean] += weight
-    if totals["per_sample"] == totals["per_call"]:
-        return None
-    return "per_sample" if totals["per_sample"] > totals["per_call"] else "per_call"
-
-
-def request_lean(request: TuningRequest | None) -> Lean | None:
-    return None if request is None else batch_lean(request.selection, request.objectives)
+        return optuna.samplers.PartialFixedSampler(fixed, tpe) if fixed else tpe
 
 
 def designed_configs(
@@ -158,7 +111,7 @@ def designed_configs(
     choices = space.choices()
     batch: dict[str, ConfigValue] = {}
     if BATCH in choices:
-        batches = sorted(choices[BATCH], key=_number)
+        batches = sorted(choices[BATCH], key=as_number)
         max_call_ms = None if request is None else request.measurement.max_call_ms
         times = call_ms_by_batch or {}
         batch[BATCH] = designed_batch(batches, request_lean(request), times, max_call_ms)
@@ -169,32 +122,6 @@ def designed_configs(
             if config != baseline and config not in designed and producible(space, config):
                 designed.append(config)
     return designed
-
-
-def designed_batch(
-    batches: list[ConfigValue],
-    lean: Lean | None,
-    call_ms_by_batch: dict[int, float],
-    max_call_ms: float | None = None,
-) -> ConfigValue:
-    """The smallest batch size when the request leans per call, the middle one without a
-    lean. Leaning per sample: the smallest whose time per sample, on the baseline's call
-    times by batch size, is within `NEAR_BEST_PER_SAMPLE` of the best of them (past it a
-    larger batch buys little and costs long calls); the largest without those times. Never
-    one at or past a batch whose baseline call took longer than `max_call_ms`: then the
-    largest batch below it."""
-    over = [b for b, ms in call_ms_by_batch.items() if max_call_ms is not None and ms > max_call_ms]
-    within = [b for b in batches if not over or _number(b) < min(over)] or batches[:1]
-    if lean is None:
-        middle = _number(batches[len(batches) // 2])
-        return max((b for b in within if _number(b) <= middle), key=_number, default=within[0])
-    if lean == "per_call":
-        return within[0]
-    per_sample = {b: ms / b for b, ms in call_ms_by_batch.items() if b in within and b > 0}
-    if not per_sample:
-        return within[-1]
-    best = min(per_sample.values())
-    return min(b for b, t in per_sample.items() if t <= best * (1 + NEAR_BEST_PER_SAMPLE))
 
 
 def changed(
@@ -219,10 +146,6 @@ def changed(
 
 def _alternatives(choices: dict[str, list[ConfigValue]], name: str) -> list[dict[str, ConfigValue]]:
     return [{name: value} for value in choices[name]] if name in choices else [{}]
-
-
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) else 0.0
 
 
 @dataclass(frozen=True)
@@ -252,7 +175,7 @@ class Outcome:
 class Ledger:
     """Per configuration: the trial that answered it, or ours that is measuring it now, and
     the configurations proposed. The `request` orders batch-size steps in the local
-    search (`batch_lean`)."""
+    search (`batch_sizes.batch_lean`), and says whether larger batches are dominated."""
 
     space: EffectiveSpace
     designed: list[dict[str, ConfigValue]]
@@ -261,17 +184,7 @@ class Ledger:
     in_flight: dict[ConfigKey, int] = field(default_factory=dict)
     proposed: set[ConfigKey] = field(default_factory=set)
     unsupported: dict[ConfigKey, Outcome] = field(default_factory=dict)
-    unconvertible: dict[ConfigKey, Outcome] = field(default_factory=dict)
     _searched: int = 0
-
-    @property
-    def lean(self) -> Lean | None:
-        return request_lean(self.request)
-
-    @property
-    def preference(self) -> Lean | None:
-        request = self.request
-        return None if request is None else step_preference(request.selection, request.objectives)
 
     def load(self, records: list[TrialRecord]) -> None:
         """The outcomes a resumed study already holds."""
@@ -287,7 +200,7 @@ class Ledger:
             )
             self.finished.setdefault(config_key(record.config), outcome)
             if outcome.status == "unsupported":
-                self._rule_out(record.config, outcome)
+                self.unsupported.setdefault(_build_key(record.config), outcome)
 
     def settle(self, number: int, spec: TrialSpec, result: TrialResult) -> None:
         """Record how trial `number` ended."""
@@ -299,13 +212,7 @@ class Ledger:
             outcome = Outcome(number, result.status, result.reason, figures, result.provenance)
             self.finished.setdefault(key, outcome)
             if result.status == "unsupported":
-                self._rule_out(spec.config, outcome)
-
-    def _rule_out(self, config: dict[str, ConfigValue], outcome: Outcome) -> None:
-        if engine_that_cannot_convert(outcome.reason) == config.get(ENGINE_KEY):
-            self.unconvertible.setdefault(_conversion_key(config), outcome)
-        else:
-            self.unsupported.setdefault(_build_key(config), outcome)
+                self.unsupported.setdefault(_build_key(spec.config), outcome)
 
     def next_proposal(
         self,
@@ -323,10 +230,13 @@ class Ledger:
         self._searched += 1
         if self._searched % SAMPLER_EVERY == 0:
             return None
+        steps = BatchSteps.of(self.request)
         for point in front():
-            for option in self._neighbours(point):
+            for option in self._neighbours(point, steps):
                 key = config_key(option)
                 if self._known(key) or variant_key(option) in excluded or blocked(option):
+                    continue
+                if steps.larger_dominated and self._smaller_batch_known(option):
                     continue
                 if self.unsupported_like(option) is None and producible(self.space, option):
                     self.proposed.add(key)
@@ -335,17 +245,18 @@ class Ledger:
 
     def unsupported_like(self, config: dict[str, ConfigValue]) -> Outcome | None:
         """A finished trial that could not be built and differs from `config` only in
-        throughput dimensions, or, where its engine could not convert the model, also in that
-        engine's options."""
-        like = self.unsupported.get(_build_key(config))
-        return like if like is not None else self.unconvertible.get(_conversion_key(config))
+        throughput dimensions."""
+        return self.unsupported.get(_build_key(config))
 
-    def _neighbours(self, config: dict[str, ConfigValue]) -> list[dict[str, ConfigValue]]:
+    def _neighbours(
+        self, config: dict[str, ConfigValue], steps: BatchSteps
+    ) -> list[dict[str, ConfigValue]]:
         """Configurations one categorical dimension away (see `changed`), nearest first: a
         numeric value one step along its dimension before two steps, and at each step
         throughput dimensions, then other kernel choices, then the model variant. With a
-        `lean`, a batch size away from its end of the range comes after the kernel choices."""
-        lean, preference = self.lean, self.preference
+        lean, a batch size away from its end of the range comes after the kernel choices.
+        Where larger batches are dominated, a batch size is only stepped down, the smallest
+        first (`BatchSteps.rank`)."""
         ranked: list[tuple[tuple[int, int, bool, int], dict[str, ConfigValue]]] = []
         for position, dim in enumerate(self.space.dimensions):
             if (
@@ -355,30 +266,47 @@ class Ledger:
                 or not dim.active(config)
             ):
                 continue
-            here = dim.values.index(config[dim.name])
-            numeric = all(isinstance(v, int | float) for v in dim.values)
-            for index, value in enumerate(dim.values):
-                if index != here:
-                    step = abs(index - here) if numeric else 1
-                    kind = _neighbour_class(dim.name)
-                    against = dim.name == BATCH and _against(preference, config[dim.name], value)
-                    if against and _against(lean, config[dim.name], value):
-                        kind = 2
-                    order = (step, kind, against, position)
-                    ranked.append((order, changed(self.space, config, {dim.name: value})))
+            for value in dim.values:
+                if value == config[dim.name]:
+                    continue
+                order = _step_order(dim.values, dim.name, config[dim.name], value, steps)
+                if order is not None:
+                    option = changed(self.space, config, {dim.name: value})
+                    ranked.append(((*order, position), option))
         ranked.sort(key=lambda pair: pair[0])
         return [option for _, option in ranked]
+
+    def _smaller_batch_known(self, config: dict[str, ConfigValue]) -> bool:
+        """Whether the same configuration at a smaller batch size was measured, or is being
+        measured or proposed."""
+        return any(
+            self._known(config_key(changed(self.space, config, {BATCH: batch})))
+            for batch in smaller_batches(self.space, config)
+        )
 
     def _known(self, key: ConfigKey) -> bool:
         return key in self.finished or key in self.in_flight or key in self.proposed
 
 
-def _against(lean: Lean | None, here: ConfigValue, there: ConfigValue) -> bool:
-    """Whether a batch size step from `here` to `there` moves away from the lean's end."""
-    if lean is None:
-        return False
-    larger = _number(there) > _number(here)
-    return larger if lean == "per_call" else not larger
+def _step_order(
+    values: list[ConfigValue],
+    name: str,
+    here: ConfigValue,
+    there: ConfigValue,
+    steps: BatchSteps,
+) -> tuple[int, int, bool] | None:
+    """How near a step from `here` to `there` along dimension `name` ranks: its length, its
+    class (`_neighbour_class`) and whether it moves away from the preferred end of the batch
+    range; None for a batch-size step not taken."""
+    kind = _neighbour_class(name)
+    if name != BATCH:
+        numeric = all(isinstance(v, int | float) for v in values)
+        return abs(values.index(there) - values.index(here)) if numeric else 1, kind, False
+    rank = steps.rank(values, here, there)
+    if rank is None:
+        return None
+    step, against_lean, against_preference = rank
+    return step, 2 if against_lean and against_preference else kind, against_preference
 
 
 def _neighbour_class(name: str) -> int:
@@ -395,22 +323,6 @@ def _build_key(config: dict[str, ConfigValue]) -> ConfigKey:
     return config_key({k: v for k, v in config.items() if k not in THROUGHPUT_DIMENSIONS})
 
 
-def _like(unbuildable: Outcome) -> str:
-    """Why a configuration the `unbuildable` trial rules out is skipped."""
-    converts = engine_that_cannot_convert(unbuildable.reason) is None
-    like = UNSUPPORTED_LIKE if converts else UNCONVERTIBLE_LIKE
-    return f"{like} #{unbuildable.trial_number}: {unbuildable.reason}"
-
-
-def _conversion_key(config: dict[str, ConfigValue]) -> ConfigKey:
-    """`_build_key` less the options of the configuration's engine: they apply only once the
-    engine has converted the model (`autotune.core.errors.CannotConvert`)."""
-    engine = ENGINES.get(str(config.get(ENGINE_KEY)))
-    options = {option.key for option in engine.options} if engine is not None else set()
-    ignored = {*THROUGHPUT_DIMENSIONS, *options}
-    return config_key({k: v for k, v in config.items() if k not in ignored})
-
-
 @register_strategy
 class AutotuneStrategy(Strategy):
     """autotune's own strategy (see the module's docstring)."""
@@ -423,7 +335,9 @@ class AutotuneStrategy(Strategy):
         self.ledger = Ledger(space, designed_configs(space, request), request)
 
     def sampler(self) -> Any:
-        return make_strategy_sampler(self.seed)
+        """TPE; where larger batches are dominated, held to the smallest batch size."""
+        dominated = BatchSteps.of(self.request).larger_dominated
+        return make_strategy_sampler(self.seed, smallest_batches(self.space) if dominated else None)
 
     def start(self, records: list[TrialRecord]) -> None:
         self.ledger.load(records)
@@ -447,14 +361,14 @@ class AutotuneStrategy(Strategy):
 
     def answer(self, study: str, spec: TrialSpec, excluded: set[str]) -> Answer | None:
         """Not measured: a variant known to violate the accuracy bound, a configuration that
-        could not be built at another batch size or thread count (or, where its engine could
-        not convert the model, with other options of that engine), or one that was (or is
+        could not be built at another batch size or thread count, or one that was (or is
         being) measured."""
         if variant_key(spec.config) in excluded:
             return Answer(TrialResult.for_spec(spec, "skipped", ACCURACY_VIOLATION))
         unbuildable = self.ledger.unsupported_like(spec.config)
         if unbuildable is not None:
-            return Answer(TrialResult.for_spec(spec, "skipped", _like(unbuildable)))
+            reason = f"{UNSUPPORTED_LIKE} #{unbuildable.trial_number}: {unbuildable.reason}"
+            return Answer(TrialResult.for_spec(spec, "skipped", reason))
         key = config_key(spec.config)
         outcome = self.ledger.finished.get(key)
         if outcome is not None:

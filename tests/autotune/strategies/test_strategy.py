@@ -23,11 +23,11 @@ from autotune.strategies.autotune import (
     SAMPLER_EVERY,
     UNSUPPORTED_LIKE,
     Ledger,
-    batch_lean,
     config_key,
     designed_configs,
 )
 from autotune.strategies.autotune import NAME as STRATEGY
+from autotune.strategies.batch_sizes import batch_lean
 from autotune.tuning import TuneOptions, run_tune
 from tests.autotune.coordinator_support import small_space
 from tests.autotune.execution.test_replay import (
@@ -213,8 +213,15 @@ def request(**fields: Any) -> TuningRequest:
 
 
 PER_CALL = request(objectives=["accuracy", "latency"])  # lowest_latency, the default
+# A bound per sample keeps larger batches within the front's reach beside latency per call.
+AT_LEAST = {"min_throughput_per_s": 100.0}
+PER_CALL_BOUNDED_PER_SAMPLE = request(objectives=["accuracy", "latency"], constraints=AT_LEAST)
 THROUGHPUT_MINDED = [
-    request(objectives=["accuracy", "latency"], selection={"strategy": "highest_throughput"}),
+    request(
+        objectives=["accuracy", "latency"],
+        selection={"strategy": "highest_throughput"},
+        constraints=AT_LEAST,
+    ),
     request(objectives=["accuracy", "throughput"]),
     request(objectives=["accuracy", "latency_per_sample", "energy"]),
 ]
@@ -226,33 +233,41 @@ def chosen(strategy: str, **weights: float) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("objectives", "selection", "lean"),
+    ("objectives", "selection", "bounds", "lean"),
     [
         # the defaults, lowest_latency over accuracy, latency and energy: a front over both
         # views spans both ends of the batch range, whatever the selection
-        (None, None, None),
-        (None, chosen("highest_throughput"), None),
-        (["accuracy", "latency", "throughput"], None, None),
-        (None, chosen("weighted", throughput=2, latency=1), None),
-        (["accuracy", "latency"], None, "per_call"),
-        (["accuracy", "latency"], chosen("highest_accuracy"), "per_call"),
-        (["accuracy", "latency"], chosen("highest_throughput"), "per_sample"),
-        (["accuracy", "energy"], chosen("lowest_energy"), "per_sample"),
-        (["accuracy", "throughput"], None, "per_sample"),
-        (["accuracy", "latency_per_sample"], None, "per_sample"),
-        (["accuracy"], chosen("highest_throughput"), "per_sample"),
-        (["accuracy"], chosen("highest_accuracy"), None),
-        (["accuracy"], chosen("weighted", throughput=2, latency=1), "per_sample"),
-        (["accuracy"], chosen("weighted", latency_per_sample=1, latency=2), "per_call"),
-        (["accuracy"], chosen("weighted", accuracy=1), None),
+        (None, None, [], None),
+        (None, chosen("highest_throughput"), [], None),
+        (["accuracy", "latency", "throughput"], None, [], None),
+        (None, chosen("weighted", throughput=2, latency=1), [], None),
+        (["accuracy", "latency"], None, [], "per_call"),
+        (["accuracy", "latency"], chosen("highest_accuracy"), [], "per_call"),
+        # latency per call the only time objective: a larger batch is dominated, whatever
+        # the selection picks from the front; a bound per sample keeps larger batches
+        (["accuracy", "latency"], chosen("highest_throughput"), [], "per_call"),
+        (["accuracy", "latency"], chosen("highest_throughput"), ["max_latency_p95_ms"], "per_call"),
+        (["accuracy", "latency"], chosen("highest_throughput"), [*AT_LEAST], "per_sample"),
+        (["accuracy", "latency"], None, [*AT_LEAST], "per_call"),
+        (["accuracy", "energy"], chosen("lowest_energy"), [], "per_sample"),
+        (["accuracy", "throughput"], None, [], "per_sample"),
+        (["accuracy", "latency_per_sample"], None, [], "per_sample"),
+        (["accuracy"], chosen("highest_throughput"), [], "per_sample"),
+        (["accuracy"], chosen("highest_accuracy"), [], None),
+        (["accuracy"], chosen("weighted", throughput=2, latency=1), [], "per_sample"),
+        (["accuracy"], chosen("weighted", latency_per_sample=1, latency=2), [], "per_call"),
+        (["accuracy"], chosen("weighted", accuracy=1), [], None),
     ],
 )
-def test_batch_lean_follows_the_selection_and_objectives(
-    objectives: list[str] | None, selection: dict[str, Any] | None, lean: str | None
+def test_batch_lean_follows_the_selection_objectives_and_bounds(
+    objectives: list[str] | None,
+    selection: dict[str, Any] | None,
+    bounds: list[str],
+    lean: str | None,
 ) -> None:
     fields = {"objectives": objectives, "selection": selection}
     parsed = request(**{k: v for k, v in fields.items() if v is not None})
-    assert batch_lean(parsed.selection, parsed.objectives) == lean
+    assert batch_lean(parsed.selection, parsed.objectives, bounds) == lean
 
 
 def test_designed_set_runs_large_batches_for_throughput_and_batch_one_per_call() -> None:
@@ -305,8 +320,8 @@ def test_a_per_sample_design_runs_where_the_baseline_time_per_sample_levels_off(
     [
         # per sample: toward the larger batch first, the smaller only after the kernel choice
         (THROUGHPUT_MINDED[0], [64, "basic", 1]),
-        # per call: the other way round
-        (PER_CALL, [1, "basic", 64]),
+        # per call, where a bound per sample keeps larger batches: the other way round
+        (PER_CALL_BOUNDED_PER_SAMPLE, [1, "basic", 64]),
         # neither: both batch sizes one step away, in the space's order, then the kernel
         (None, [1, 64, "basic"]),
         # objectives over both views: both batch sizes before the kernel choice, the
