@@ -21,7 +21,7 @@ from autotune.core.knobs.openvino import OV_PERFORMANCE_HINT, OV_PRECISIONS, OV_
 from workers.building.failures import is_out_of_memory
 from workers.building.knobs.base import implements
 from workers.building.knobs.engines import OnnxEngineImplementation, onnx_bytes_of
-from workers.loading.feeds import InputSpec, feed, packed_outputs
+from workers.loading.feeds import InputSpec, batch_axes, feed, model_fixed_batch, packed_outputs
 
 if TYPE_CHECKING:
     from autotune.core.knobs.config import TrialConfig
@@ -135,10 +135,12 @@ class OpenVinoSession:
             "streams": str(self._compiled.get_property(props.num_streams())),
         }
         _refuse_unapplied(asked, self.applied)
-        self.inputs = [_input_spec(port) for port in self._compiled.inputs]
         self._outputs = list(self._compiled.outputs)
-        self._output_names = [port.get_any_name() for port in self._outputs]
-        self.fixed_batch: int | None = self.inputs[0].fixed_batch
+        self.inputs, self.outputs = batch_axes(
+            [_input_spec(port) for port in self._compiled.inputs],
+            [_port_spec(port, port.get_any_name(), np.float32) for port in self._outputs],
+        )
+        self.fixed_batch: int | None = model_fixed_batch(self.inputs)
         self._per_thread = threading.local()
 
     def run(self, batch: np.ndarray) -> np.ndarray:
@@ -146,7 +148,8 @@ class OpenVinoSession:
         if request is None:
             request = self._per_thread.request = self._compiled.create_infer_request()
         results = request.infer(feed(batch, self.inputs))
-        return packed_outputs(self._output_names, [results[port] for port in self._outputs])
+        arrays = [results[port] for port in self._outputs]
+        return packed_outputs(self.outputs, arrays, batch.shape[0])
 
 
 def read_onnx(core: Any, model_bytes: bytes) -> Any:
@@ -215,6 +218,10 @@ def _input_spec(port: Any) -> InputSpec:
     dtype = _OV_INPUT_TYPES.get(type_name)
     if dtype is None:
         raise Unsupported(f"the model's input '{name}' has type {type_name}, not supported")
+    return _port_spec(port, name, dtype)
+
+
+def _port_spec(port: Any, name: str, dtype: type[np.generic]) -> InputSpec:
     shape = port.get_partial_shape()
     if shape.rank.is_dynamic:
         return InputSpec(name, dtype, None)
