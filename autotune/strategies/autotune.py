@@ -24,7 +24,9 @@
   measured; one that repeats a configuration still being measured waits for that measurement.
 - A configuration whose model variant already violates `max_accuracy_drop` is not measured:
   accuracy depends only on the variant. Nor is one that differs only in throughput dimensions
-  from a configuration that could not be built: batch size and threads do not decide that.
+  from a configuration that could not be built: batch size and threads do not decide that;
+  nor, where the engine could not convert the model, in that engine's own options (OpenVINO's
+  hint and streams), which apply only to a converted model.
 - The sampler is multivariate TPE for mixed categorical spaces, with a constant liar so that
   several slots do not propose the same point; where larger batches are dominated it leaves
   the batch size at the smallest.
@@ -43,7 +45,8 @@ from autotune.core.contract import (
     TrialResult,
     TrialSpec,
 )
-from autotune.core.knobs import variant_key
+from autotune.core.errors import engine_that_cannot_convert
+from autotune.core.knobs import ENGINE_KEY, ENGINES, variant_key
 from autotune.results.optuna_store import producible
 from autotune.strategies.base import Answer, Proposal, Strategy, register_strategy
 from autotune.strategies.batch_sizes import (
@@ -70,6 +73,9 @@ SAMPLER_EVERY = 4
 THROUGHPUT_DIMENSIONS = ("batch.size", "runtime.threads")
 ACCURACY_VIOLATION = "its variant violates the accuracy constraint"
 UNSUPPORTED_LIKE = "differs only in batch size or threads from unsupported trial"
+UNCONVERTIBLE_LIKE = (
+    "differs only in batch size, threads or its engine's options from unsupported trial"
+)
 
 ConfigKey = tuple[tuple[str, Any], ...]
 
@@ -184,6 +190,7 @@ class Ledger:
     in_flight: dict[ConfigKey, int] = field(default_factory=dict)
     proposed: set[ConfigKey] = field(default_factory=set)
     unsupported: dict[ConfigKey, Outcome] = field(default_factory=dict)
+    unconvertible: dict[ConfigKey, Outcome] = field(default_factory=dict)
     _searched: int = 0
 
     def load(self, records: list[TrialRecord]) -> None:
@@ -200,7 +207,7 @@ class Ledger:
             )
             self.finished.setdefault(config_key(record.config), outcome)
             if outcome.status == "unsupported":
-                self.unsupported.setdefault(_build_key(record.config), outcome)
+                self._rule_out(record.config, outcome)
 
     def settle(self, number: int, spec: TrialSpec, result: TrialResult) -> None:
         """Record how trial `number` ended."""
@@ -212,7 +219,13 @@ class Ledger:
             outcome = Outcome(number, result.status, result.reason, figures, result.provenance)
             self.finished.setdefault(key, outcome)
             if result.status == "unsupported":
-                self.unsupported.setdefault(_build_key(spec.config), outcome)
+                self._rule_out(spec.config, outcome)
+
+    def _rule_out(self, config: dict[str, ConfigValue], outcome: Outcome) -> None:
+        if engine_that_cannot_convert(outcome.reason) == config.get(ENGINE_KEY):
+            self.unconvertible.setdefault(_conversion_key(config), outcome)
+        else:
+            self.unsupported.setdefault(_build_key(config), outcome)
 
     def next_proposal(
         self,
@@ -245,8 +258,10 @@ class Ledger:
 
     def unsupported_like(self, config: dict[str, ConfigValue]) -> Outcome | None:
         """A finished trial that could not be built and differs from `config` only in
-        throughput dimensions."""
-        return self.unsupported.get(_build_key(config))
+        throughput dimensions, or, where its engine could not convert the model, also in that
+        engine's options."""
+        like = self.unsupported.get(_build_key(config))
+        return like if like is not None else self.unconvertible.get(_conversion_key(config))
 
     def _neighbours(
         self, config: dict[str, ConfigValue], steps: BatchSteps
@@ -323,6 +338,22 @@ def _build_key(config: dict[str, ConfigValue]) -> ConfigKey:
     return config_key({k: v for k, v in config.items() if k not in THROUGHPUT_DIMENSIONS})
 
 
+def _like(unbuildable: Outcome) -> str:
+    """Why a configuration the `unbuildable` trial rules out is skipped."""
+    converts = engine_that_cannot_convert(unbuildable.reason) is None
+    like = UNSUPPORTED_LIKE if converts else UNCONVERTIBLE_LIKE
+    return f"{like} #{unbuildable.trial_number}: {unbuildable.reason}"
+
+
+def _conversion_key(config: dict[str, ConfigValue]) -> ConfigKey:
+    """`_build_key` less the options of the configuration's engine: they apply only once the
+    engine has converted the model (`autotune.core.errors.CannotConvert`)."""
+    engine = ENGINES.get(str(config.get(ENGINE_KEY)))
+    options = {option.key for option in engine.options} if engine is not None else set()
+    ignored = {*THROUGHPUT_DIMENSIONS, *options}
+    return config_key({k: v for k, v in config.items() if k not in ignored})
+
+
 @register_strategy
 class AutotuneStrategy(Strategy):
     """autotune's own strategy (see the module's docstring)."""
@@ -361,14 +392,14 @@ class AutotuneStrategy(Strategy):
 
     def answer(self, study: str, spec: TrialSpec, excluded: set[str]) -> Answer | None:
         """Not measured: a variant known to violate the accuracy bound, a configuration that
-        could not be built at another batch size or thread count, or one that was (or is
+        could not be built at another batch size or thread count (or, where its engine could
+        not convert the model, with other options of that engine), or one that was (or is
         being) measured."""
         if variant_key(spec.config) in excluded:
             return Answer(TrialResult.for_spec(spec, "skipped", ACCURACY_VIOLATION))
         unbuildable = self.ledger.unsupported_like(spec.config)
         if unbuildable is not None:
-            reason = f"{UNSUPPORTED_LIKE} #{unbuildable.trial_number}: {unbuildable.reason}"
-            return Answer(TrialResult.for_spec(spec, "skipped", reason))
+            return Answer(TrialResult.for_spec(spec, "skipped", _like(unbuildable)))
         key = config_key(spec.config)
         outcome = self.ledger.finished.get(key)
         if outcome is not None:
