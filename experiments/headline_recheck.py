@@ -1,8 +1,9 @@
 """Does autotune's headline hold when it is checked independently, on a quiet and on a busy
 machine?
 
-For each example (digits, MiniLM) and condition (idle; one busy-loop process per core running
-throughout), tune with `autotune tune` (in-process executor, a fresh study), then re-check the
+For each example (digits, MiniLM, and `small-gain`: an image classifier whose two engines
+differ little, `experiments/small_gain/`; it runs quiet only, `--idle-runs` times) and
+condition (idle; one busy-loop process per core running throughout), tune with `autotune tune` (in-process executor, a fresh study), then re-check the
 tuned file's claim outside the tuner's measuring code: the baseline and the chosen
 configuration are built once (with the workers' own builder, so the re-check runs exactly
 the configuration that was chosen) and timed alternately A B A B ... in `--rounds` rounds of
@@ -12,7 +13,8 @@ Target: the headline's 95% interval contains the re-check's median. Writes a Mar
 naming the machine.
 
     .venv/bin/python experiments/headline_recheck.py [--idle-runs 3] [--rounds 12]
-        [--digits-trials 16] [--minilm-trials 10] [--out FILE]
+        [--digits-trials 16] [--minilm-trials 10] [--examples digits,minilm,small-gain]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -41,12 +43,14 @@ from autotune.core.artifacts import software_versions  # noqa: E402
 from autotune.core.contract import MeasurementSettings, Workload  # noqa: E402
 from autotune.core.stats import paired_ratio  # noqa: E402
 from autotune.requests.request import load_request  # noqa: E402
+from experiments.small_gain.model import ensure_files  # noqa: E402
 from workers.cache import WorkloadCache  # noqa: E402
 from workers.measuring.contention import ContentionProbe  # noqa: E402
 
 EXAMPLES = {
     "digits": "experiments/digits/request.yaml",
     "minilm": "experiments/minilm/request.yaml",
+    "small-gain": "experiments/small_gain/request.yaml",
 }
 BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); exec('while True: pass')"
 
@@ -264,6 +268,7 @@ def report(runs: list[Run | Infeasible], args: argparse.Namespace) -> str:
             f"{conditions} | {run.recheck_other_load:.0%} | {run.tune_seconds:.0f} |"
         )
     done = [r for r in runs if isinstance(r, Run)]
+    lines += _holding(done)
     idle = [r for r in done if r.example == "digits" and r.condition == "idle"]
     if len(idle) > 1:
         values = [r.headline["ratios"]["throughput_per_s"]["ratio"] for r in idle]
@@ -279,6 +284,25 @@ def report(runs: list[Run | Infeasible], args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _holding(done: list[Run]) -> list[str]:
+    """Per example, in how many quiet runs each headline figure's interval held the
+    re-check."""
+    lines = ["", "| example | quiet runs | p95/call held | throughput held |", "|---|---|---|---|"]
+    for example in dict.fromkeys(r.example for r in done):
+        quiet = [
+            r
+            for r in done
+            if r.example == example and r.headline["conditions"] == "quiet"
+            and not r.headline["same_as_baseline"]
+        ]  # fmt: skip
+        p95 = sum(r.holds("latency_p95_ms", r.recheck_p95) for r in quiet)
+        thr = sum(r.holds("throughput_per_s", r.recheck_throughput) for r in quiet)
+        lines.append(
+            f"| {example} | {len(quiet)} | {p95} of {len(quiet)} | {thr} of {len(quiet)} |"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--idle-runs", type=int, default=3)
@@ -291,13 +315,15 @@ def main() -> None:
         "--out", type=Path, default=REPO / "experiments/results/headline-recheck-cpu.md"
     )
     args = parser.parse_args()
-    trials = {"digits": args.digits_trials, "minilm": args.minilm_trials}
+    trials = {"digits": args.digits_trials, "minilm": args.minilm_trials, "small-gain": 6}
+    ensure_files()
     runs: list[Run | Infeasible] = []
     for example in args.examples.split(","):
-        idle_runs = args.idle_runs if example == "digits" else 1
+        idle_runs = args.idle_runs if example in ("digits", "small-gain") else 1
         for _ in range(idle_runs):
             runs.append(one_run(example, "idle", trials[example], args.rounds, args.block_seconds))
-        runs.append(one_run(example, "busy", trials[example], args.rounds, args.block_seconds))
+        if example != "small-gain":  # its point is the quiet machine
+            runs.append(one_run(example, "busy", trials[example], args.rounds, args.block_seconds))
         args.out.write_text(report(runs, args))
     print(f"wrote {args.out}")
 
