@@ -3,14 +3,14 @@ machine?
 
 For each example (digits, MiniLM, and `small-gain`: an image classifier whose two engines
 differ little, `experiments/small_gain/`; it runs quiet only, `--idle-runs` times) and
-condition (idle; one busy-loop process per core running throughout), tune with `autotune tune` (in-process executor, a fresh study), then re-check the
-tuned file's claim outside the tuner's measuring code: the baseline and the chosen
-configuration are built once (with the workers' own builder, so the re-check runs exactly
-the configuration that was chosen) and timed alternately A B A B ... in `--rounds` rounds of
-`--block-seconds` each, with a plain perf_counter loop. Each round gives tuned ÷ baseline for
-throughput and for p95 latency per call; the re-check's figure is the median over the rounds.
-Target: the headline's 95% interval contains the re-check's median. Writes a Markdown report
-naming the machine.
+condition (idle; one busy-loop process per core running throughout), tune with `autotune
+tune` (in-process executor, a fresh study), then re-check the tuned file's claim outside the
+tuner's measuring code: the baseline and the chosen configuration are built once (with the
+workers' own builder, so the re-check runs exactly the configuration that was chosen) and
+timed alternately A B A B ... in `--rounds` rounds of `--block-seconds` each, with a plain
+perf_counter loop. Each round gives tuned ÷ baseline for throughput and for p95 latency per
+call; the re-check's figure is the median over the rounds. Target: the headline's 95%
+interval contains the re-check's median. Writes a Markdown report naming the machine.
 
     .venv/bin/python experiments/headline_recheck.py [--idle-runs 3] [--rounds 12]
         [--digits-trials 16] [--minilm-trials 10] [--examples digits,minilm,small-gain]
