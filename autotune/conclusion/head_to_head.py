@@ -157,6 +157,7 @@ class Revalidator:
             "contention": contention_summary(compared.contention),
             "leader": decision.leader.trial_number,
             "headline_from": CONFIRMING if confirmed is not None else DECIDING,
+            "confirmation": None if confirmed is None else reported(chosen.metrics, request.cost),
             "chosen": chosen.trial_number,
             "chosen_because": decision.because,
             "tied_with": decision.tied_with,
