@@ -315,7 +315,7 @@ def main() -> None:
         "--out", type=Path, default=REPO / "experiments/results/headline-recheck-cpu.md"
     )
     args = parser.parse_args()
-    trials = {"digits": args.digits_trials, "minilm": args.minilm_trials, "small-gain": 6}
+    trials = {"digits": args.digits_trials, "minilm": args.minilm_trials, "small-gain": 4}
     ensure_files()
     runs: list[Run | Infeasible] = []
     for example in args.examples.split(","):

@@ -17,7 +17,7 @@ CACHE = HERE / ".cache"
 MODEL = CACHE / "classifier.onnx"
 DATA = CACHE / "images.npz"
 SIZE = 64
-WIDTH = 32
+WIDTH = 24
 
 
 def ensure_files() -> tuple[Path, Path]:
