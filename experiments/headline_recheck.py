@@ -117,7 +117,8 @@ def tune(example: str, trials: int, workdir: Path) -> tuple[dict[str, Any] | Non
 
 def workload(example: str) -> Workload:
     """The example's model and data, judged by its request's metric."""
-    return load_request(REPO / EXAMPLES[example]).workload(REPO)
+    path = REPO / EXAMPLES[example]
+    return load_request(path).workload(path.parent)
 
 
 def recheck(
@@ -231,7 +232,8 @@ def report(runs: list[Run | Infeasible], args: argparse.Namespace) -> str:
         f"Machine: {machine()}; Python {versions['python']}, torch {versions.get('torch')}, "
         f"onnxruntime {versions.get('onnxruntime')}. Command: `.venv/bin/python "
         f"experiments/headline_recheck.py --idle-runs {args.idle_runs} --rounds {args.rounds} "
-        f"--digits-trials {args.digits_trials} --minilm-trials {args.minilm_trials}`.",
+        f"--digits-trials {args.digits_trials} --minilm-trials {args.minilm_trials} "
+        f"--examples {args.examples}`.",
         "",
         "Each row: `autotune tune` (in-process executor, a fresh study, default "
         "`measurement.contention: wait`), then an independent re-check of the baseline against "
