@@ -13,7 +13,9 @@ Where the batch axis is (`batch_axes`) is read from the model's declared dimensi
 from the size of an array: the model's batch is its first input's first dimension; another
 input or output has it on its first dimension where that is dynamic or the batch's fixed
 size, else on its only dimension that is (a recurrent state `[2, batch, 128]`); a scalar,
-or a tensor of fixed dimensions in a model of dynamic batch, has none.
+or a tensor of fixed dimensions in a model of dynamic batch, has none. An output whose
+declared dimensions are all dynamic (as exporters often leave a recurrent state's) has the
+batch axis of the one input of its rank, where there is one.
 """
 
 from __future__ import annotations
@@ -74,9 +76,20 @@ def batch_axes(
     the module's rule)."""
     first = next((spec.shape for spec in inputs if spec.shape != ()), None)
     batch = first[0] if first else None
-    return [replace(spec, batch_axis=_batch_axis(spec.shape, batch)) for spec in [*inputs]], [
-        replace(spec, batch_axis=_batch_axis(spec.shape, batch)) for spec in outputs
-    ]
+    placed = [replace(spec, batch_axis=_batch_axis(spec.shape, batch)) for spec in inputs]
+    return placed, [_output_axis(spec, batch, placed) for spec in outputs]
+
+
+def _output_axis(spec: InputSpec, batch: int | None, inputs: Sequence[InputSpec]) -> InputSpec:
+    """An output's batch axis: from its declared dimensions, or, where they say nothing (every
+    one dynamic, as exporters leave a recurrent state's), from the one input of its rank (the
+    state it returns)."""
+    shape = spec.shape
+    if shape and all(d is None for d in shape):
+        same_rank = [i for i in inputs if i.shape is not None and len(i.shape) == len(shape)]
+        if len(same_rank) == 1:
+            return replace(spec, batch_axis=same_rank[0].batch_axis)
+    return replace(spec, batch_axis=_batch_axis(shape, batch))
 
 
 def _batch_axis(shape: Shape | None, batch: int | None) -> int | None:
@@ -247,9 +260,9 @@ def pack_inputs(
     where the model has it): each batched input with its batch axis first; a constant (an
     input without a batch axis, a zero-dimensional array, or one of `constants`) repeated in
     every record; and a recurrent state the data does not give (a floating input of fixed
-    shape but for its batch axis, shaped like one of the model's `outputs`) zeros, said in
-    the log. Raises ValueError naming the input, its declared shape and the array that does
-    not fit."""
+    shape but for its batch axis that one of the model's `outputs` may return) zeros, said
+    in the log. Raises ValueError naming the input, its declared shape and the array that
+    does not fit."""
     given = {**arrays, **(constants or {})}
     extra = [name for name in given if name not in {spec.name for spec in inputs}]
     if extra:
@@ -280,7 +293,7 @@ def _initial_state(spec: InputSpec, outputs: Sequence[InputSpec]) -> np.ndarray:
     """Zeros for a recurrent state the data does not give: of its declared shape where it has
     no batch axis, else of one sample's (repeated for every sample, so fed as a batch)."""
     sample = spec.sample_shape
-    returned = next((out for out in outputs if out.shape == spec.shape), None)
+    returned = next((out for out in outputs if _could_be(out.shape, spec.shape)), None)
     floating = np.dtype(spec.dtype).kind == "f"
     if sample is None or None in sample or returned is None or not floating:
         raise ValueError(f"the model's input {spec.describe()} is missing from the data")
@@ -290,6 +303,14 @@ def _initial_state(spec: InputSpec, outputs: Sequence[InputSpec]) -> np.ndarray:
         returned.name,
     )
     return np.zeros(tuple(d for d in sample if d is not None), dtype=spec.dtype)
+
+
+def _could_be(output: Shape | None, state: Shape | None) -> bool:
+    """Whether an output's declared shape may be the state's (a dimension it leaves dynamic
+    may be any)."""
+    if output is None or state is None or len(output) != len(state):
+        return False
+    return all(o is None or o == d for o, d in zip(output, state, strict=True))
 
 
 def _constant(value: np.ndarray, spec: InputSpec) -> np.ndarray:

@@ -31,9 +31,10 @@ HIDDEN = 8
 RATE = 16000
 
 
-def stateful_model(path: Path) -> Path:
+def stateful_model(path: Path, declared: bool = True) -> Path:
     """probability = sigmoid(((input @ w) + sum(state, axis 0)) * sr / 16000 @ v);
-    stateN = that mix, twice, stacked on a new first axis."""
+    stateN = that mix, twice, stacked on a new first axis, declared `[2, batch, 8]` or not at
+    all."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((FEATURES, HIDDEN)).astype(np.float32), "w")
     v = numpy_helper.from_array(rng.standard_normal((HIDDEN, 1)).astype(np.float32), "v")
@@ -49,7 +50,10 @@ def stateful_model(path: Path) -> Path:
         helper.make_node("MatMul", ["scaled", "v"], ["logit"]),
         helper.make_node("Sigmoid", ["logit"], ["output"]),
         helper.make_node("Unsqueeze", ["scaled", "axes"], ["layer"]),
-        helper.make_node("Concat", ["layer", "layer"], ["stateN"], axis=0),
+        helper.make_node("Concat", ["layer", "layer"], ["stacked"], axis=0),
+        # through the state's runtime shape, which shape inference cannot follow
+        helper.make_node("Shape", ["state"], ["state_shape"]),
+        helper.make_node("Reshape", ["stacked", "state_shape"], ["stateN"]),
     ]
     graph = helper.make_graph(
         nodes,
@@ -61,7 +65,9 @@ def stateful_model(path: Path) -> Path:
         ],
         [
             helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 1]),
-            helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, "batch", HIDDEN]),
+            helper.make_tensor_value_info(
+                "stateN", TensorProto.FLOAT, [2, "batch", HIDDEN] if declared else [None] * 3
+            ),
         ],
         [w, v, rate, axes],
     )
@@ -86,9 +92,12 @@ def direct(model: Path, given: dict[str, np.ndarray], sr: int = RATE) -> list[np
     return session.run(None, {**given, "sr": np.array(sr, dtype=np.int64)})
 
 
-@pytest.fixture(scope="module")
-def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return stateful_model(tmp_path_factory.mktemp("stateful") / "model.onnx")
+@pytest.fixture(scope="module", params=["declared", "undeclared"])
+def model_file(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """The state output declared `[2, batch, 8]`, or with every dimension dynamic (as an
+    exporter that cannot follow an If leaves it; a voice-activity detector ships so)."""
+    declared = request.param == "declared"
+    return stateful_model(tmp_path_factory.mktemp("stateful") / "model.onnx", declared)
 
 
 def workload(model: Path, data: DataRef, metric: str = "fidelity") -> Workload:
