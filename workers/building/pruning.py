@@ -13,6 +13,7 @@ import numpy as np
 
 from autotune.core.errors import Unsupported
 from autotune.core.knobs.config import TrialConfig
+from workers.loading.onnx_normalize import subgraphs
 
 if TYPE_CHECKING:
     import onnx
@@ -100,7 +101,7 @@ def _weights_in(
             tensor = _visible(scopes, node.input[index]) if index < len(node.input) else None
             if tensor is not None:
                 weights.append(tensor)
-        for subgraph in _subgraphs(node):
+        for subgraph in subgraphs(node):
             weights.extend(_weights_in(subgraph, scopes))
     return weights
 
@@ -113,18 +114,6 @@ def _visible(
         if name in scope:
             return scope[name]
     return None
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    from onnx import AttributeProto
-
-    graphs = []
-    for attribute in node.attribute:
-        if attribute.type == AttributeProto.GRAPH:
-            graphs.append(attribute.g)
-        elif attribute.type == AttributeProto.GRAPHS:
-            graphs.extend(attribute.graphs)
-    return graphs
 
 
 def _zero_smallest(arrays: list[np.ndarray], ratio: float) -> list[np.ndarray]:
