@@ -426,7 +426,7 @@ def test_a_model_the_quantizer_leaves_in_float_is_not_an_int8_variant() -> None:
 
     model = normalize_onnx(constant_weights_in_if_branches()).SerializeToString()
     with pytest.raises(
-        Unsupported, match="int8_dynamic: the quantizer left every node in float; its 1 If"
+        Unsupported, match="int8_dynamic: the quantizer left every node in float; its 2 If"
     ):
         quantize_onnx_int8(model)
     samples = pack({"x": np.ones((8, 4), np.float32), "flag": np.ones(8, bool)})
