@@ -371,16 +371,18 @@ def reload_check(tuned_file: Path, request: dict[str, Any], tuned: dict[str, Any
     from workers.cache import WorkloadCache
     from workers.measuring.evaluate import resolve_metric, tile_batch
 
+    python_path = [str(tuned_file.parent)]  # where a user's entry point lives, by the request
     workload = Workload(
         model=ModelRef.model_validate(request["model"]),
         data=DataRef.model_validate(request["data"]),
         metric=MetricRef.model_validate(request["metric"]),
+        python_path=python_path,
     )
     loaded = WorkloadCache().get(workload)
     inputs = loaded.data.inputs
     reference = loaded.reference_outputs()  # its session is gone before the timed calls
-    with autotune.load(tuned_file) as model:
-        quality = resolve_metric(workload.metric, []).score(
+    with autotune.load(tuned_file, python_path) as model:
+        quality = resolve_metric(workload.metric, python_path).score(
             model.predict(inputs), loaded.data.labels, reference
         )
         batch = tile_batch(inputs, model.batch_size)
