@@ -111,7 +111,11 @@ class LoadedWorkload:
         figures: dict[str, float | str] = {
             "accuracy_judged_by": self.metric.judged_by(outputs if reference is None else reference)
         }
-        agreement = None if reference is None else self.metric.agreement_beside(outputs, reference)
+        agreement = (
+            None
+            if reference is None
+            else self.metric.agreement_beside(outputs, reference, self.is_classifier)
+        )
         if agreement is not None:
             figures["top1_agreement"] = agreement
         return VariantQuality(score, figures)
@@ -130,6 +134,15 @@ class LoadedWorkload:
         score = self.metric.score(outputs, labels, reference)
         slack = hoeffding_slack(self.metric.sample_range, size, SUBSET_CONFIDENCE)
         return SubsetScore(score, score + slack, size, n)
+
+    @property
+    def is_classifier(self) -> bool:
+        """Whether the model is known to classify: its data has labels, or it is a Hugging
+        Face classification model."""
+        task = self.workload.model.task
+        return self.data.labels is not None or (
+            task is not None and task.endswith("classification")
+        )
 
     def quality(self, config: TrialConfig, session: Session) -> VariantQuality:
         if config.variant_id not in self.quality_by_variant:

@@ -70,13 +70,16 @@ class QualityMetric:
             return f"top-1 accuracy{output} against the labels"
         return f"the custom metric {self.entry_point}{output}"
 
-    def agreement_beside(self, outputs: np.ndarray, reference: np.ndarray) -> float | None:
+    def agreement_beside(
+        self, outputs: np.ndarray, reference: np.ndarray, classifier: bool = False
+    ) -> float | None:
         """Top-1 agreement with the unmodified model, reported beside a metric that is not a
-        top-1 figure where the judged output looks like class scores; else None."""
+        top-1 figure where the judged output looks like class scores (`looks_like_class_scores`;
+        `classifier`: the model is known to classify); else None."""
         if self.kind in ("accuracy", "agreement"):
             return None
         judged = self.judged(reference)
-        if not looks_like_class_scores(judged):
+        if not looks_like_class_scores(judged, classifier):
             return None
         return agreement(self.judged(outputs), judged)
 
@@ -156,15 +159,24 @@ def fidelity_form(reference: np.ndarray, name: str = "output") -> str:
     return f"'{name}' ({values} values a sample): cosine similarity per sample"
 
 
-def looks_like_class_scores(outputs: np.ndarray) -> bool:
-    """Whether an output is one row of two or more floating scores a sample, as a classifier's
-    logits or probabilities are."""
-    return (
-        outputs.dtype.names is None
-        and outputs.ndim == 2
-        and outputs.shape[1] >= 2
-        and (outputs.dtype.kind == "f")
-    )
+def looks_like_class_scores(outputs: np.ndarray, classifier: bool = False) -> bool:
+    """Whether an output is a classifier's scores: one row of two or more floats a sample that
+    are probabilities or log-probabilities (each row sums to 1), or any such row where the
+    model is known to classify (`classifier`). An embedding is rows of floats too, so a row
+    is not taken for logits on its shape alone."""
+    if outputs.dtype.names is not None or outputs.ndim != 2 or outputs.shape[1] < 2:
+        return False
+    if outputs.dtype.kind != "f":
+        return False
+    if classifier:
+        return True
+    rows = outputs.astype(np.float64)
+    probabilities = bool(np.all(rows >= 0)) and _rows_sum_to_one(rows)
+    return probabilities or (bool(np.all(rows <= 0)) and _rows_sum_to_one(np.exp(rows)))
+
+
+def _rows_sum_to_one(rows: np.ndarray) -> bool:
+    return bool(np.allclose(rows.sum(axis=1), 1.0, atol=1e-3))
 
 
 def _refuse_several(kind: str, outputs: np.ndarray) -> None:

@@ -116,3 +116,20 @@ def test_hoeffding_slack(
     sample_range: float, samples: int, confidence: float, slack: float
 ) -> None:
     assert hoeffding_slack(sample_range, samples, confidence) == pytest.approx(slack, abs=1e-4)
+
+
+def test_class_scores_are_probabilities_or_a_known_classifier_s_rows() -> None:
+    """An embedding is rows of floats too: only probabilities (or log-probabilities), or the
+    rows of a model known to classify, are taken for class scores."""
+    from workers.measuring.evaluate import looks_like_class_scores
+
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((8, 5))
+    probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    embeddings = np.abs(logits) / np.linalg.norm(logits, axis=1, keepdims=True)
+    assert looks_like_class_scores(probabilities)
+    assert looks_like_class_scores(np.log(probabilities))
+    assert not looks_like_class_scores(embeddings)
+    assert not looks_like_class_scores(logits)
+    assert looks_like_class_scores(logits, classifier=True)
+    assert not looks_like_class_scores(probabilities[:, :1], classifier=True)
