@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autotune.core.errors import Unsupported
+from workers.building.failures import is_out_of_memory
 from workers.building.variants import TorchVariant
 from workers.loading.feeds import feed, graph_inputs, model_fixed_batch
 from workers.loading.onnx_normalize import subgraphs
@@ -134,16 +135,25 @@ def quantize_onnx_int8_static(model_bytes: bytes, inputs: np.ndarray) -> bytes:
     reader = calibration_reader(model, calibration_subset(inputs))
     with tempfile.TemporaryDirectory() as directory:
         output = Path(directory) / "quantized.onnx"
-        quantize_static(
-            model,
-            output,
-            reader,
-            quant_format=QuantFormat.QDQ,
-            per_channel=per_channel,
-            activation_type=QuantType.QInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-        )
+        try:
+            quantize_static(
+                model,
+                output,
+                reader,
+                quant_format=QuantFormat.QDQ,
+                per_channel=per_channel,
+                activation_type=QuantType.QInt8,
+                weight_type=QuantType.QInt8,
+                calibrate_method=CalibrationMethod.MinMax,
+            )
+        except Exception as error:  # the quantizer's own failure on this model
+            if is_out_of_memory(error):
+                raise
+            first_line = (str(error).strip().splitlines() or [""])[0][:300]
+            raise Unsupported(
+                "precision.mode=int8_static: ONNX Runtime's static quantizer fails on this "
+                f"model ({type(error).__name__}: {first_line})"
+            ) from error
         quantized = output.read_bytes()
     problem = cpu_load_problem(quantized)
     if problem is not None:

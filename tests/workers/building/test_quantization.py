@@ -432,3 +432,33 @@ def test_a_model_the_quantizer_leaves_in_float_is_not_an_int8_variant() -> None:
     samples = pack({"x": np.ones((8, 4), np.float32), "flag": np.ones(8, bool)})
     with pytest.raises(Unsupported, match="int8_static: the quantizer left every node in float"):
         quantize_onnx_int8_static(model, samples)
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [(ValueError("No data is collected.\nmore"), Unsupported), (MemoryError(), MemoryError)],
+)
+def test_the_static_quantizer_failing_on_the_model_is_unsupported_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, raised: Exception, expected: type[Exception]
+) -> None:
+    """ONNX Runtime's calibrator gives up on some models (a text-orientation classifier:
+    'No data is collected'): that variant cannot be built for the model, said in one line;
+    running out of memory is the machine's state and stays what it is."""
+    import onnxruntime.quantization
+
+    from tests.workers.loading.test_onnx_normalize import constant_weights_in_if_branches
+    from workers.building.quantization import quantize_onnx_int8_static
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(onnxruntime.quantization, "quantize_static", failing)
+    model = constant_weights_in_if_branches().SerializeToString()
+    samples = pack({"x": np.ones((8, 4), np.float32), "flag": np.ones(8, bool)})
+    with pytest.raises(expected) as caught:
+        quantize_onnx_int8_static(model, samples)
+    if expected is Unsupported:
+        assert str(caught.value) == (
+            "precision.mode=int8_static: ONNX Runtime's static quantizer fails on this model "
+            "(ValueError: No data is collected.)"
+        )
