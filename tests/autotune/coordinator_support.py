@@ -69,7 +69,7 @@ SEARCH_DEADLINE_S = 5.0
 def small_space() -> EffectiveSpace:
     """Two engines (one with an option of its own), three batch sizes, two precisions and
     optional pruning; every dimension's first value is the baseline's."""
-    dims: list[tuple[str, list[ConfigValue], dict[str, list[ConfigValue]]]] = [
+    dims: list[Dimension] = [
         ("runtime.engine", ["torch_eager", "onnxruntime"], {}),
         ("runtime.graph_opt", ["all", "basic"], {"runtime.engine": ["onnxruntime"]}),
         ("batch.size", [1, 8, 64], {}),
@@ -77,8 +77,17 @@ def small_space() -> EffectiveSpace:
         ("prune.method", ["none", "magnitude"], {}),
         ("prune.ratio", [0.3, 0.6], {"prune.method": ["magnitude"]}),
     ]
+    return space_of("small", dims)
+
+
+# A dimension of a test space: its name, its values (the first the baseline's) and `when`.
+Dimension = tuple[str, list[ConfigValue], dict[str, list[ConfigValue]]]
+
+
+def space_of(name: str, dims: list[Dimension]) -> EffectiveSpace:
+    """A space of categorical dimensions on the test profile's hardware."""
     return EffectiveSpace(
-        name="small",
+        name=name,
         source="test",
         hardware_fingerprint=PROFILE.fingerprint,
         excluded=[],

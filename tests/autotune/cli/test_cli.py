@@ -323,6 +323,18 @@ def test_tune_tells_the_resume_the_phases_and_a_ui_command_that_works(write_requ
     assert "Registered as:   models:/digits-test@tuned (version 1)" in second.stdout
 
 
+def space_for_onnx(write_request: Any, onnx: Path) -> tuple[list[Any], dict[tuple[str, Any], str]]:
+    """`autotune space --request` for a request of this ONNX model on cpu.yaml: the engines
+    left in its space, and why each excluded value is out, by (dimension, value)."""
+    path = write_request(model={"onnx": str(onnx)}, search_space="cpu.yaml")
+    result = runner.invoke(app, ["space", "--request", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    space = json.loads(result.output)
+    engines = next(d for d in space["dimensions"] if d["name"] == "runtime.engine")
+    reasons = {(e["dimension"], e["value"]): e["reason"] for e in space["excluded"]}
+    return engines["values"], reasons
+
+
 def test_space_for_a_request_says_what_its_onnx_model_cannot_use(
     write_request: Any, tmp_path: Path
 ) -> None:
@@ -330,12 +342,7 @@ def test_space_for_a_request_says_what_its_onnx_model_cannot_use(
     from tests.workers.conftest import export_digits_onnx
 
     onnx = export_digits_onnx(build_model(), tmp_path / "digits.onnx")
-    path = write_request(model={"onnx": str(onnx)}, search_space="cpu.yaml")
-    result = runner.invoke(app, ["space", "--request", str(path), "--json"])
-    assert result.exit_code == 0, result.output
-    space = json.loads(result.output)
-    engines = next(d for d in space["dimensions"] if d["name"] == "runtime.engine")
-    assert "torch_eager" not in engines["values"] and "onnxruntime" in engines["values"]
-    reasons = {(e["dimension"], e["value"]): e["reason"] for e in space["excluded"]}
+    engines, reasons = space_for_onnx(write_request, onnx)
+    assert "torch_eager" not in engines and "onnxruntime" in engines
     assert "this model is ONNX" in reasons[("runtime.engine", "torch_eager")]
     assert "needs a torch model" in reasons[("prune.method", "structured")]

@@ -13,7 +13,7 @@ from autotune.core.contract import ConfigValue, TrialMetrics, TrialSpec
 from autotune.requests.request import parse_request
 from autotune.search.budget import Budget
 from autotune.search.coordinator import Coordinator, Tuning
-from autotune.space.search_space import EffectiveDimension, EffectiveSpace
+from autotune.space.search_space import EffectiveSpace
 from autotune.strategies import make_strategy
 from autotune.strategies.autotune import SAMPLER_EVERY, Ledger, config_key, designed_configs
 from autotune.strategies.batch_sizes import larger_batches_dominated
@@ -21,12 +21,14 @@ from tests.autotune.coordinator_support import (
     INFO,
     PROFILE,
     WORKLOAD,
+    Dimension,
     RecordingTracker,
     ScriptedExecutor,
     deadline,
     make_request,
     open_store,
     small_space,
+    space_of,
     table_metrics,
 )
 
@@ -59,23 +61,14 @@ def test_larger_batches_are_dominated_only_where_no_objective_or_bound_gains_fro
 def issue_space() -> EffectiveSpace:
     """The issue's shape: two engines (one with a kernel option), two thread counts, eight
     batch sizes, two precisions (int8 loses accuracy)."""
-    dims: list[tuple[str, list[ConfigValue], dict[str, list[ConfigValue]]]] = [
+    dims: list[Dimension] = [
         ("runtime.engine", ["torch_eager", "openvino"], {}),
         ("runtime.ov_hint", ["latency", "throughput"], {"runtime.engine": ["openvino"]}),
         ("runtime.threads", [2, 1], {}),
         ("batch.size", BATCHES, {}),
         ("precision.mode", ["fp32", "int8_static"], {}),
     ]
-    return EffectiveSpace(
-        name="issue",
-        source="test",
-        hardware_fingerprint=PROFILE.fingerprint,
-        excluded=[],
-        dimensions=[
-            EffectiveDimension(name=n, values=v, range=None, baseline=v[0], when=w)
-            for n, v, w in dims
-        ],
-    )
+    return space_of("issue", dims)
 
 
 def openvino_fastest(spec: TrialSpec) -> TrialMetrics:

@@ -11,18 +11,20 @@ from autotune.core.contract import ConfigValue, ModelRef, TrialResult, TrialSpec
 from autotune.core.errors import CannotConvert
 from autotune.search.budget import Budget
 from autotune.search.coordinator import Coordinator, Tuning
-from autotune.space.search_space import EffectiveDimension, EffectiveSpace
+from autotune.space.search_space import EffectiveSpace
 from autotune.strategies import Strategy, make_strategy
 from autotune.strategies.autotune import UNCONVERTIBLE_LIKE, UNSUPPORTED_LIKE
 from tests.autotune.coordinator_support import (
     INFO,
     PROFILE,
     WORKLOAD,
+    Dimension,
     RecordingTracker,
     ScriptedExecutor,
     deadline,
     make_request,
     open_store,
+    space_of,
 )
 from tests.workers.conftest import digits_workload, spec_for
 from tests.workers.unconvertible import digits_through_det
@@ -41,23 +43,14 @@ CANNOT_CONVERT = str(CannotConvert("openvino", "OpenVINO", "No conversion rule f
 
 
 def openvino_space() -> EffectiveSpace:
-    dims: list[tuple[str, list[ConfigValue], dict[str, list[ConfigValue]]]] = [
+    dims: list[Dimension] = [
         ("runtime.engine", ["torch_eager", "openvino"], {}),
         (HINT, ["latency", "throughput"], {"runtime.engine": ["openvino"]}),
         ("runtime.threads", [1, 2], {}),
         ("batch.size", [4, 8], {}),
         ("precision.mode", ["fp32", "bf16"], {}),
     ]
-    return EffectiveSpace(
-        name="openvino",
-        source="test",
-        hardware_fingerprint=PROFILE.fingerprint,
-        excluded=[],
-        dimensions=[
-            EffectiveDimension(name=n, values=v, range=None, baseline=v[0], when=w)
-            for n, v, w in dims
-        ],
-    )
+    return space_of("openvino", dims)
 
 
 def autotune_strategy() -> Strategy:
