@@ -14,7 +14,7 @@ import math
 import re
 import threading
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -66,6 +66,29 @@ def next_run(every_s: float | None, cron: str | None, after: float) -> float:
     return fire.timestamp()
 
 
+# Fire times a cron schedule's shortest interval is read from: a crontab is a cross product of
+# its fields, so every day it fires on repeats the same times, and its shortest interval shows
+# within its first two firing days, whose fires are at most 2 x 1,440.
+CRON_FIRES_READ = 2 * 1440 + 1
+
+
+def cron_shortest_interval_s(cron: str, after: float) -> float:
+    """The shortest time between two fires of `cron` (read over its first fires after
+    `after`, at most a year of them); infinity where it fires once."""
+    trigger = _cron_trigger(cron)
+    horizon = after + MAX_EVERY_S
+    fire = trigger.get_next_fire_time(None, datetime.fromtimestamp(math.floor(after) + 1, tz=UTC))
+    shortest = math.inf
+    for _ in range(CRON_FIRES_READ):
+        if fire is None or fire.timestamp() > horizon:
+            break
+        following = trigger.get_next_fire_time(fire, fire + timedelta(seconds=1))
+        if following is not None:
+            shortest = min(shortest, (following - fire).total_seconds())
+        fire = following
+    return shortest
+
+
 def _cron_trigger(cron: str) -> Any:
     from apscheduler.triggers.cron import CronTrigger
 
@@ -101,6 +124,14 @@ class WatchStore:
         every_s = parse_every(every, minimum_s) if every is not None else None
         if cron is not None:
             next_run(None, cron, now())  # validates the expression
+            shortest = cron_shortest_interval_s(cron, now())
+            if shortest < minimum_s:
+                raise RequestError(
+                    "cron",
+                    f"must not fire more often than every {minimum_s:g}s (it fires "
+                    f"{shortest:g}s apart)",
+                    cron,
+                )
         if retune_trials is not None and retune_trials < 1:
             raise RequestError("retune_trials", "must be >= 1", retune_trials)
         if isinstance(request, dict) and "model" in request:

@@ -226,3 +226,23 @@ def test_a_job_on_a_cluster_of_several_kinds_names_its_kind(tmp_path: Path) -> N
     assert draft.hardware_fingerprint == h200.fingerprint
     assert draft.request["target"] == "gpu=h200"
     db.close()
+
+
+def test_a_cron_schedule_is_held_to_the_server_s_minimum_interval_too(tmp_path: Path) -> None:
+    """A server allowing a check an hour at most refuses '--every 30m', and so a cron that
+    fires every minute, or twice an hour at 0 and 1 past, whatever its other fires."""
+    settings = sqlite_settings(tmp_path)
+    settings.min_watch_every_s = 3600.0
+    (settings.models_root / "tiny.onnx").write_bytes(tiny_onnx().SerializeToString())  # type: ignore[operator]
+    request = service_request(model={"onnx": "tiny.onnx"})
+    db = Database(settings.db)
+    watches, alice = WatchStore(db, settings), principal(db)
+    for cron, apart in (("* * * * *", "60s"), ("0,1 * * * *", "60s"), ("0,59 0,23 * * *", "60s")):
+        with pytest.raises(RequestError) as info:
+            watches.create(alice, request, cron=cron)
+        assert (info.value.field, info.value.value) == ("cron", cron)
+        assert (
+            info.value.rule == f"must not fire more often than every 3600s (it fires {apart} apart)"
+        )
+    assert watches.create(alice, request, cron="0 * * * *").cron == "0 * * * *"
+    assert watches.create(alice, request, cron="0 3 * * *").cron == "0 3 * * *"
