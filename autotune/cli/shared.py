@@ -15,6 +15,7 @@ from autotune.core.errors import (
     AutotuneError,
     Interrupted,
     NoFeasibleConfiguration,
+    NotFound,
     RequestError,
     Unauthorized,
 )
@@ -54,6 +55,9 @@ def _exit_codes() -> Iterator[None]:
     except NoFeasibleConfiguration as exc:
         _error("[yellow]no tuned configuration:[/yellow]", exc)
         raise typer.Exit(EXIT_INFEASIBLE) from None
+    except NotFound as exc:  # not "failed:": nothing failed, there is no such job or watch
+        _error("[red]not found:[/red]", exc)
+        raise typer.Exit(1) from None
     except AutotuneError as exc:
         _error("[red]failed:[/red]", exc)
         raise typer.Exit(1) from None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import yaml
 from pydantic import (
     BeforeValidator,
+    ConfigDict,
     Field,
     GetJsonSchemaHandler,
     ValidationError,
@@ -89,7 +90,13 @@ _SELECTIONS = RegisteredName(lambda: [*SELECTIONS, "weighted"])
 SelectionStrategy = Annotated[str, BeforeValidator(_SELECTIONS), _SELECTIONS]
 
 
-class ConstraintBounds(Strict):
+class RequestPart(Strict):
+    """A part of a request: every number in it finite (NaN and infinity bound nothing)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ConstraintBounds(RequestPart):
     """Bounds on the measured metrics; one optional field per registered bound
     (`autotune.core.metrics.BOUNDS`)."""
 
@@ -128,7 +135,7 @@ else:
     Constraints = build_constraints_model()
 
 
-class Budget(Strict):
+class Budget(RequestPart):
     trials: int | None = Field(
         default=30, ge=1, le=MAX_TRIALS, description="trials in the study, baseline included"
     )
@@ -154,7 +161,7 @@ class Budget(Strict):
         return self
 
 
-class Selection(Strict):
+class Selection(RequestPart):
     """How the one tuned configuration is picked from the feasible Pareto set."""
 
     strategy: SelectionStrategy = Field(
@@ -175,7 +182,7 @@ class Selection(Strict):
         return self
 
 
-class Validation(Strict):
+class Validation(RequestPart):
     """The finalists and the baseline measured head to head before one is returned."""
 
     neighbours: int = Field(
@@ -201,7 +208,7 @@ class Validation(Strict):
     )
 
 
-class Cost(Strict):
+class Cost(RequestPart):
     """Prices that turn measurements into money and emissions (optional)."""
 
     price_per_hour: float | None = Field(
@@ -218,12 +225,12 @@ class Cost(Strict):
     )
 
 
-class Tracking(Strict):
+class Tracking(RequestPart):
     uri: str = "sqlite:///mlflow.db"
     experiment: str = "autotune"
 
 
-class TuningRequest(Strict):
+class TuningRequest(RequestPart):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
     model: ModelRef | None = Field(
         default=None, validate_default=True, description="required, except with --replay"

@@ -51,7 +51,7 @@ class Principal:
         with db.transaction() as session:
             row = session.get(model, row_id)
         if row is None or not self.can_see(row.token_id, row.team):
-            raise NotFound(f"no {noun} {row_id!r}")
+            raise NotFound(f"no such {noun} {row_id!r}")
         return row
 
 

@@ -4,9 +4,18 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -42,6 +51,30 @@ RegisteredUri = Annotated[str, AfterValidator(_check_registered_uri)]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """`true` is not the number 1: a boolean given for a number is refused."""
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _takes_numbers(field.annotation):
+            raise ValueError("must be a number, not a boolean")
+        return value
+
+
+def _takes_numbers(annotation: Any) -> bool:
+    """Whether a field's type takes numbers and not booleans (`int`, `float | None`, ...)."""
+    types = _flat_types(annotation)
+    return bool(types & {int, float}) and bool not in types
+
+
+def _flat_types(annotation: Any) -> set[Any]:
+    arguments = get_args(annotation)
+    if get_origin(annotation) is Annotated:
+        return _flat_types(arguments[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return {t for argument in arguments for t in _flat_types(argument)}
+    return {annotation}
 
 
 # What a Hugging Face model directory is used for, and so which head it is loaded with and

@@ -60,6 +60,15 @@ def test_defaults_fill_a_minimal_request() -> None:
         ({"data": {"npz": "d.npz", "sequence_length": 32}}, "data", "together with 'text'"),
         ({"data": {"npz": "d.npz", "labels": "l.txt"}}, "data", "'text' or 'images'"),
         ({"data": {"text": "t.txt", "sequence_length": 0}}, "data.sequence_length", "greater"),
+        ({"budget": {"trials": True}}, "budget.trials", "must be a number, not a boolean"),
+        ({"measurement": {"min_iters": False}}, "measurement.min_iters", "not a boolean"),
+        ({"validation": {"rounds": True}}, "validation.rounds", "not a boolean"),
+        (
+            {"constraints": {"max_latency_p95_ms": float("nan")}},
+            "constraints.max_latency_p95_ms",
+            "finite number",
+        ),
+        ({"cost": {"price_per_hour": float("inf")}}, "cost.price_per_hour", "finite number"),
     ],
 )
 def test_bad_input_names_field_rule_and_value(patch: dict, field: str, rule_fragment: str) -> None:

@@ -203,9 +203,10 @@ def test_the_token_option_wins_over_the_variable(server: Server, request_file: P
     assert autotune(server, *args, token="nope").exit_code == 0
 
 
-def test_an_unknown_job_exits_1(server: Server) -> None:
+def test_an_unknown_job_exits_1_and_reads_as_no_such_job(server: Server) -> None:
     result = autotune(server, "status", "nope", "--server", server.url)
-    assert result.exit_code == 1 and "no job 'nope'" in result.output
+    assert result.exit_code == 1 and "not found: no such job 'nope'" in result.output
+    assert "failed" not in result.output  # nothing failed: there is no such job
 
 
 def test_an_unreachable_server_exits_1(server: Server, request_file: Path) -> None:
