@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.core.contract import Workload
+from autotune.core.contract.refs import local_path
 from autotune.core.errors import RequestError
 from autotune.requests.uploads import describe_file
 
@@ -71,6 +72,10 @@ def resolve_under_root(path: str, root: Path, field: str, directory: bool = Fals
     """A client-named file (or, with `directory`, a directory whose every file stays inside
     `root` too): a relative path that resolves (links followed) to an existing file inside
     `root`."""
+    try:
+        local_path(path)
+    except ValueError as error:
+        raise RequestError(field, str(error), path) from None
     if Path(path).is_absolute():
         raise RequestError(field, "must be a relative path", path)
     base = root.resolve()

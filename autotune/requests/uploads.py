@@ -150,7 +150,7 @@ def _is_safetensors(path: Path) -> bool:
         file.seek(8)
         try:
             header = json.loads(file.read(header_size))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):  # nested past the parser's depth
             return False
     if not isinstance(header, dict):
         return False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -47,12 +48,20 @@ class Principal:
         return or_(visible, model.team == self.team) if self.team is not None else visible
 
     def fetch(self, db: Database, model: type[Owned], row_id: str, noun: str) -> Owned:
-        """The job or watch with this id; NotFound when it is missing or not this caller's."""
+        """The job or watch with this id; NotFound when it is missing or not this caller's, or
+        when the id is not one the service makes (its databases refuse some characters, a NUL
+        among them, before they could say there is none)."""
+        if ROW_ID.fullmatch(row_id) is None:
+            raise NotFound(f"no such {noun} {row_id[:80]!r}")
         with db.transaction() as session:
             row = session.get(model, row_id)
         if row is None or not self.can_see(row.token_id, row.team):
             raise NotFound(f"no such {noun} {row_id!r}")
         return row
+
+
+# The ids the service gives jobs and watches (uuid4().hex).
+ROW_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def namespace(token_name: str, team: str | None) -> str:

@@ -83,20 +83,42 @@ HfTask = Literal["feature-extraction", "text-classification", "image-classificat
 HF_TEXT_TASKS: tuple[HfTask, ...] = ("feature-extraction", "text-classification")
 
 
+# What a file system takes for a path (Linux's PATH_MAX and NAME_MAX): a longer one fails in
+# the operating system, not with a rule a user can read.
+MAX_PATH_CHARS = 4096
+MAX_PATH_PART_CHARS = 255
+
+
+def local_path(value: str) -> str:
+    """`value` where a file system takes it as a path; else ValueError saying why."""
+    if "\x00" in value:
+        raise ValueError("must be a path without a NUL character")
+    longest = max((len(part) for part in value.split("/")), default=0)
+    if len(value) > MAX_PATH_CHARS or longest > MAX_PATH_PART_CHARS:
+        raise ValueError(
+            f"must be a path of at most {MAX_PATH_CHARS} characters, each part at most "
+            f"{MAX_PATH_PART_CHARS}"
+        )
+    return value
+
+
+LocalPath = Annotated[str, AfterValidator(local_path)]
+
+
 class ModelRef(Strict):
     """Where the model comes from: an ONNX file, trusted local Python code (optionally with
     safetensors weights loaded into the module it returns), a local Hugging Face model
     directory, or an MLflow registered model whose artifact holds an ONNX model."""
 
-    onnx: str | None = None
+    onnx: LocalPath | None = None
     entry_point: EntryPoint | None = Field(
         default=None, description="'package.module:function' returning a torch.nn.Module"
     )
-    weights: str | None = Field(
+    weights: LocalPath | None = Field(
         default=None,
         description="a safetensors file loaded strictly into the module 'entry_point' returns",
     )
-    hf: str | None = Field(
+    hf: LocalPath | None = Field(
         default=None,
         description="a local Hugging Face model directory (config.json and weights), loaded "
         "with transformers from this directory only: nothing is downloaded, no remote code runs",
@@ -134,18 +156,18 @@ class DataRef(Strict):
     lines or a directory of images prepared by the model's own tokenizer or image processor,
     with labels (one integer a line) where there are any."""
 
-    npz: str | None = None
+    npz: LocalPath | None = None
     entry_point: EntryPoint | None = None
-    text: str | None = Field(
+    text: LocalPath | None = Field(
         default=None, description="a UTF-8 text file, one sample a line (blank lines skipped)"
     )
     sequence_length: int | None = Field(
         default=None, ge=1, le=8192, description="tokens per 'text' sample; default 128"
     )
-    images: str | None = Field(
+    images: LocalPath | None = Field(
         default=None, description="a directory of images (.png, .jpg, .jpeg, .bmp, .webp)"
     )
-    labels: str | None = Field(
+    labels: LocalPath | None = Field(
         default=None, description="for 'text' or 'images': one integer label a line, in order"
     )
     constants: dict[str, ConstantValue] = Field(

@@ -22,6 +22,7 @@ from autotune.service.api import MAX_DOCUMENT_BYTES
 from autotune.service.tokens import create_token, revoke_token
 from tests.autotune.service.conftest import bearer, tiny_onnx_bytes
 from tests.autotune.service.support import service_request, settings_for, sqlite_settings
+from tests.conftest import postgres_databases
 
 YAML_TYPES = ["application/yaml", "application/x-yaml", "text/yaml"]
 
@@ -669,3 +670,72 @@ def test_a_finished_job_cannot_be_cancelled(finished: tuple[TestClient, Any, str
     client, headers, job_id = finished
     response = client.delete(f"/v1/jobs/{job_id}", headers=headers)
     assert response.status_code == 409 and "succeeded" in response.json()["detail"]
+
+
+def test_a_safetensors_upload_with_a_deeply_nested_header_is_refused(
+    client: TestClient, alice: dict[str, str]
+) -> None:
+    """JSON nested past the parser's depth is not a header of tensors: 4xx, not a 500."""
+    header = b"[" * 100_000 + b"]" * 100_000
+    header = b"{" + b'"a":' + header + b"}"
+    upload = len(header).to_bytes(8, "little") + header
+    request = service_request()
+    del request["model"]
+    files = {
+        "request": (None, json.dumps(request)),
+        "model": ("weights.safetensors", upload, "application/octet-stream"),
+    }
+    response = client.post("/v1/jobs", files=files, headers=alice)
+    assert response.status_code == 422, response.text
+    assert problem(response)["field"] == "model"
+
+
+def test_a_path_longer_than_a_file_system_takes_is_422_naming_it(
+    client: TestClient, alice: dict[str, str]
+) -> None:
+    request = service_request()
+    request["model"] = {"entry_point": "pkg.mod:build", "weights": "w/" * 2500 + "x.safetensors"}
+    detail = problem(client.post("/v1/jobs", json=request, headers=alice))
+    assert detail["field"] == "model.weights"
+    assert "at most 4096 characters" in detail["rule"]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def on_each_database(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[TestClient, dict[str, str]]]:
+    """A service on SQLite, or on a fresh PostgreSQL database (which refuses a NUL in a
+    string outright), and a token of it."""
+    if request.param == "sqlite":
+        settings = sqlite_settings(tmp_path)
+        db = Database(settings.db)
+        with TestClient(create_app(settings, db)) as client:
+            yield client, bearer(create_token(db, "alice", team="a"))
+        db.close()
+        return
+    with postgres_databases(1, "autotune_ids") as (url,):
+        settings = settings_for(
+            tmp_path, url, f"sqlite:///{tmp_path / 'studies.db'}", f"sqlite:///{tmp_path / 'm.db'}"
+        )
+        db = Database(settings.db)
+        with TestClient(create_app(settings, db)) as client:
+            yield client, bearer(create_token(db, "alice", team="a"))
+        db.close()
+
+
+@pytest.mark.parametrize("bad_id", ["nope%00x", "%00", "a" * 5000, "0" * 31 + "%00"])
+def test_an_id_the_service_never_makes_is_404_on_every_route_that_takes_one(
+    on_each_database: tuple[TestClient, dict[str, str]], bad_id: str
+) -> None:
+    client, alice = on_each_database
+    routes = [
+        ("GET", f"/v1/jobs/{bad_id}"),
+        ("GET", f"/v1/jobs/{bad_id}/result"),
+        ("GET", f"/v1/jobs/{bad_id}/pareto"),
+        ("DELETE", f"/v1/jobs/{bad_id}"),
+        ("GET", f"/v1/watches/{bad_id}"),
+        ("DELETE", f"/v1/watches/{bad_id}"),
+    ]
+    for method, path in routes:
+        response = client.request(method, path, headers=alice)
+        assert response.status_code == 404, (method, path[:40], response.text[:200])
