@@ -187,8 +187,18 @@ def _unzip_onnx(archive_path: Path, staged: Path, max_bytes: int | None) -> None
         raise RequestError("model", f"zip archive must be readable ({error})", "zip") from error
 
 
+# The most entries a model's zip may hold: an ONNX model saved with one external-data file a
+# tensor has a few thousand; each entry is a file written, so the count is bounded before any.
+MAX_ZIP_ENTRIES = 10_000
+
+
 def _checked_zip_entries(entries: list[zipfile.ZipInfo], max_bytes: int | None) -> str:
-    """The name of the one .onnx entry, once every entry is known to be a plain file."""
+    """The name of the one .onnx entry, once every entry is known to be a plain file: all
+    read from the archive's central directory, before anything is unpacked."""
+    if len(entries) > MAX_ZIP_ENTRIES:
+        raise RequestError(
+            "model", f"a zip must hold at most {MAX_ZIP_ENTRIES} entries", len(entries)
+        )
     names = [entry.filename for entry in entries]
     for entry in entries:
         file_type = stat.S_IFMT(entry.external_attr >> 16)  # 0: the archiver did not say

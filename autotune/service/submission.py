@@ -63,10 +63,15 @@ def base_dir(settings: ServiceSettings) -> Path:
 
 
 def _check_space_name(space: Any) -> None:
+    """A space the job can be searched in, checked as `autotune tune` checks it before
+    anything starts: a file of search_spaces/ (no path) that exists and validates."""
+    from autotune.space.search_space import load_space, resolve_space_path
+
     if space is None:
         return
     if not isinstance(space, str) or "/" in space or "\\" in space or space.startswith("."):
         raise RequestError("search_space", "must name a file in search_spaces/ (no path)", space)
+    load_space(resolve_space_path(space))
 
 
 def _resolve_model(

@@ -197,6 +197,26 @@ def test_a_zip_bomb_is_refused_by_its_unpacked_size(store: ModelStore) -> None:
     assert not any(store.root.iterdir())
 
 
+def test_a_zip_of_too_many_entries_is_refused_before_any_is_unpacked(
+    store: ModelStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.requests import uploads
+
+    entries = {"model.onnx": tiny_onnx().SerializeToString()}
+    entries |= {f"part-{i}.bin": b"" for i in range(uploads.MAX_ZIP_ENTRIES)}
+    archive = zipped(entries)
+    opened: list[str] = []
+    real_open = uploads.zipfile.ZipFile.open
+    monkeypatch.setattr(
+        uploads.zipfile.ZipFile,
+        "open",
+        lambda self, name, *a, **k: opened.append(str(name)) or real_open(self, name, *a, **k),
+    )
+    with pytest.raises(RequestError, match=f"at most {uploads.MAX_ZIP_ENTRIES} entries"):
+        upload(store, archive)
+    assert not opened and not any(store.root.iterdir())
+
+
 def test_a_zip_with_the_model_and_its_external_data_is_accepted(
     store: ModelStore, tmp_path: Path
 ) -> None:

@@ -316,6 +316,8 @@ BAD_REQUESTS = [
     ({"model": {"onnx": "/etc/passwd"}}, "model.onnx", "relative", "/etc/passwd"),
     ({"data": {"npz": "../../data.npz"}}, "data.npz", "inside", "../../data.npz"),
     ({"search_space": "../default.yaml"}, "search_space", "no path", "../default.yaml"),
+    ({"search_space": "missing.yaml"}, "search_space", "existing space file", "missing.yaml"),
+    ({"budget": {"trials": True}}, "budget.trials", "not a boolean", True),
     ({"budget": {"trials": 2.5}}, "budget.trials", "integer", 2.5),
     ({"budget": {"trials": 3 * 10**9}}, "budget.trials", "less than or equal to 100000", 3 * 10**9),
     ({"budget": {"trials": 10**18}}, "budget.trials", "less than or equal to 100000", 10**18),
