@@ -237,11 +237,15 @@ class MlflowTracker:
 
     def log_revalidation(self, report: dict[str, Any]) -> None:
         """Re-measured figures go next to the search figures on each finalist's run and on
-        the baseline's (it was re-measured beside them, and may be the one chosen)."""
+        the baseline's (it was re-measured beside them, and may be the one chosen); the chosen
+        one's are its confirming rounds' where it had them, as the tuned file's are."""
         self._wait_for_trials()
         entrants = [f for comparison in report["comparisons"] for f in comparison]
         if "baseline_trial" in report:  # reports stored before it was recorded lack it
             entrants.append({"trial": report["baseline_trial"], "revalidated": report["baseline"]})
+        if report.get("confirmation") is not None:  # the chosen one's fresh rounds instead
+            entrants = [e for e in entrants if e["trial"] != report["chosen"]]
+            entrants.append({"trial": report["chosen"], "revalidated": report["confirmation"]})
         for entrant in entrants:
             run_id = self._trial_runs.get(entrant["trial"])
             if run_id is None or entrant["revalidated"] is None:
