@@ -178,7 +178,10 @@ def test_a_worker_killed_mid_trial_is_retried(
 
 def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path) -> None:
     storage, tracking = databases
-    path = write_request(tmp_path, storage, tracking, budget={"trials": 8})
+    # Trials of 1.5 s at least: one seen running is still running when the kill lands (a
+    # trial of a few milliseconds could end between the look and the kill).
+    slow = {"warmup_iters": 2, "min_iters": 10, "min_seconds": 1.5, "max_seconds": 2.0}
+    path = write_request(tmp_path, storage, tracking, budget={"trials": 8}, measurement=slow)
     process = cli(path, tmp_path)
     deadline = time.monotonic() + 300
     # Killed inside a trial, so that one trial is left RUNNING for the next run to reap.
