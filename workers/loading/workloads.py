@@ -38,11 +38,16 @@ class TorchModel:
     kind: Literal["torch"] = "torch"
 
 
+# An ONNX model's declared inputs and outputs, with their batch axes.
+Ports = tuple[list[InputSpec], list[InputSpec]]
+
+
 @dataclass(frozen=True)
 class OnnxModel:
     model_bytes: bytes
     path: str
     sha256: str
+    ports: Ports  # read when the model is, so its data is packed without parsing it again
     kind: Literal["onnx"] = "onnx"
 
 
@@ -178,6 +183,7 @@ def load_onnx(path: str, field: str) -> OnnxModel:
         model_bytes=model.SerializeToString(),
         path=str(file),
         sha256=onnx_sha256(file, external),
+        ports=graph_ports(model),
     )
 
 
@@ -215,17 +221,10 @@ def load_data(
     return _checked_data(inputs, labels, field, declared, ref.constants)
 
 
-Ports = tuple[list[InputSpec], list[InputSpec]]
-
-
 def declared_ports(model: LoadedModel | None) -> Ports | None:
     """The inputs and outputs an ONNX model declares (None for a torch model: it takes one
     array)."""
-    if not isinstance(model, OnnxModel):
-        return None
-    import onnx
-
-    return graph_ports(onnx.load_model_from_string(model.model_bytes))
+    return model.ports if isinstance(model, OnnxModel) else None
 
 
 def _hf_data(ref: DataRef, model: ModelRef, field: str) -> tuple[np.ndarray, np.ndarray | None]:
