@@ -34,6 +34,11 @@ class RequestError(AutotuneError):
         super().__init__(f"{field}: {rule} (got {value!r})")
 
 
+class TooLarge(RequestError):
+    """Input over a size cap: a request document, an upload, what a zip unpacks to (413
+    over HTTP)."""
+
+
 class SpaceError(RequestError):
     """A search-space file that does not validate."""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
-from autotune.core.errors import RequestError
+from autotune.core.errors import RequestError, TooLarge
 from autotune.core.model_files import file_sha256
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ _CHUNK = 1 << 20
 Transfer = Callable[[Path, Path], Any]
 
 
-class UploadTooLarge(RequestError):
+class UploadTooLarge(TooLarge):
     """An upload, or what its zip unpacks to, is over the size cap."""
 
 

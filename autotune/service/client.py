@@ -19,9 +19,15 @@ from typing import Any
 import httpx
 import yaml
 
-from autotune.core.errors import AutotuneError, Conflict, NotFound, RequestError, Unauthorized
+from autotune.core.errors import (
+    AutotuneError,
+    Conflict,
+    NotFound,
+    RequestError,
+    TooLarge,
+    Unauthorized,
+)
 from autotune.requests.request import read_request_file
-from autotune.requests.uploads import UploadTooLarge
 
 FINAL_STATES = ("succeeded", "infeasible", "failed", "cancelled")
 
@@ -159,7 +165,7 @@ def _raise_for(response: httpx.Response) -> None:
         detail = response.text
     status = response.status_code
     if isinstance(detail, dict) and {"field", "rule", "value"} <= set(detail):
-        kind = UploadTooLarge if status == 413 else RequestError
+        kind = TooLarge if status == 413 else RequestError
         raise kind(str(detail["field"]), str(detail["rule"]), detail["value"])
     message = detail if isinstance(detail, str) else json.dumps(detail)
     if status == 401:

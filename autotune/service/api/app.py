@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
@@ -17,6 +18,7 @@ from autotune.service.api.docs import docs_router
 from autotune.service.api.errors import add_error_handlers
 from autotune.service.api.schemas import PROTECTED
 from autotune.service.db import Database
+from autotune.service.documents import DocumentParser
 from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
 from autotune.service.submission import SERVICE_FIELDS
@@ -57,6 +59,13 @@ def create_app(
     """The API over `db` (opened, and migrated, from `settings.db` when not given);
     `runner_counts` tells /healthz about the job runners this server supervises."""
     db = db if db is not None else Database(settings.db)
+    documents = DocumentParser()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        documents.close()
+
     app = ServiceApp(
         title="autotune",
         summary="Hardware-aware tuning of ML models, as a service.",
@@ -65,6 +74,7 @@ def create_app(
         openapi_url=None,
         docs_url=None,
         redoc_url=None,
+        lifespan=lifespan,
     )
     app.state.service = Service(
         settings=settings,
@@ -72,6 +82,7 @@ def create_app(
         jobs=JobStore(db),
         watches=WatchStore(db, settings),
         models=ModelStore(settings.uploads_dir),
+        documents=documents,
         runner_counts=runner_counts,
     )
     app.include_router(health.router)

@@ -3,30 +3,27 @@ and the request document in JSON, YAML or a multipart form beside a model upload
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, BinaryIO
 
-import yaml
 from fastapi import Request
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autotune.core.errors import RequestError
-from autotune.requests.uploads import UploadTooLarge
 from autotune.service.api.errors import json_safe, problem
+from autotune.service.documents import (
+    JSON_TYPE,
+    MAX_DOCUMENT_BYTES,
+    YAML_TYPES,
+    DocumentParser,
+    too_large,
+)
 
-# The request document itself (not a model upload) is small; anything bigger is refused.
-MAX_DOCUMENT_BYTES = 1 << 20
-MAX_DOCUMENT_VALUES = 10_000
-MAX_DOCUMENT_DEPTH = 32
 # Room for multipart boundaries and part headers around the request and the model.
 MULTIPART_SLACK_BYTES = 64 << 10
-JSON_TYPE = "application/json"
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 MULTIPART_TYPE = "multipart/form-data"
 JOBS_PATH = "/v1/jobs"
 
@@ -72,10 +69,6 @@ def _capped(receive: Receive, limit: int) -> Receive:
     return capped
 
 
-def too_large(limit: int) -> UploadTooLarge:
-    return UploadTooLarge("body", f"must be at most {limit} bytes", f"more than {limit} bytes")
-
-
 def media_type(content_type: str) -> str:
     return content_type.partition(";")[0].strip().lower()
 
@@ -93,8 +86,9 @@ async def read_form(request: Request) -> AsyncIterator[FormData]:
         await form.close()
 
 
-async def multipart_parts(form: FormData) -> tuple[Any, BinaryIO | None]:
-    """The request document of a multipart submission, and its model upload if it has one."""
+async def multipart_parts(form: FormData, documents: DocumentParser) -> tuple[Any, BinaryIO | None]:
+    """The request document of a multipart submission (JSON where its part says so, else
+    YAML), and its model upload if it has one."""
     names = [name for name, _ in form.multi_items()]
     if sorted(set(names)) != sorted(names) or not set(names) <= {"request", "model"}:
         rule = "must have a 'request' part and at most one 'model' part, nothing else"
@@ -102,43 +96,14 @@ async def multipart_parts(form: FormData) -> tuple[Any, BinaryIO | None]:
     part = form.get("request")
     if part is None:
         raise RequestError("request", "part is required", None)
-    text = await part.read(MAX_DOCUMENT_BYTES + 1) if isinstance(part, UploadFile) else part
-    raw = parse_document(text.encode() if isinstance(text, str) else text, YAML_TYPES[0])
+    media = YAML_TYPES[0]
+    if isinstance(part, UploadFile):
+        text: str | bytes = await part.read(MAX_DOCUMENT_BYTES + 1)
+        media = JSON_TYPE if media_type(part.content_type or "") == JSON_TYPE else media
+    else:
+        text = part
+    raw = await documents.parse(text.encode() if isinstance(text, str) else text, media)
     model = form.get("model")
     if model is not None and not isinstance(model, UploadFile):
         raise RequestError("model", "must be a file part", json_safe(model))
     return raw, None if model is None else model.file
-
-
-def parse_document(body: bytes, media: str) -> Any:
-    if len(body) > MAX_DOCUMENT_BYTES:
-        raise too_large(MAX_DOCUMENT_BYTES)
-    kind = "JSON" if media == JSON_TYPE else "YAML"
-    try:
-        text = body.decode("utf-8")
-        raw = json.loads(text) if media == JSON_TYPE else yaml.safe_load(text)
-    except (UnicodeDecodeError, ValueError, yaml.YAMLError, RecursionError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise RequestError("request", f"must be valid {kind} ({reason})", None) from None
-    check_document(raw)
-    return raw
-
-
-def check_document(raw: Any) -> None:
-    """A request document is small and plain: bounded size and depth (YAML aliases count
-    each time they are used), finite numbers."""
-    pending: list[tuple[Any, int]] = [(raw, 1)]
-    seen = 0
-    while pending:
-        item, depth = pending.pop()
-        seen += 1
-        if seen > MAX_DOCUMENT_VALUES:
-            raise RequestError("request", f"must hold at most {MAX_DOCUMENT_VALUES} values", None)
-        if depth > MAX_DOCUMENT_DEPTH:
-            raise RequestError("request", f"must nest at most {MAX_DOCUMENT_DEPTH} levels", None)
-        if isinstance(item, float) and not math.isfinite(item):
-            raise RequestError("request", "numbers must be finite", repr(item))
-        if isinstance(item, dict):
-            pending.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list | tuple | set):
-            pending.extend((v, depth + 1) for v in item)

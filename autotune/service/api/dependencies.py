@@ -11,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from autotune.requests.uploads import ModelStore
 from autotune.service.db import Database
+from autotune.service.documents import DocumentParser
 from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
 from autotune.service.supervisor import RunnerCounts
@@ -25,6 +26,7 @@ class Service:
     jobs: JobStore
     watches: WatchStore
     models: ModelStore
+    documents: DocumentParser
     runner_counts: Callable[[], RunnerCounts] | None = None
 
 

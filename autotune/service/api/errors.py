@@ -16,8 +16,8 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from autotune.core.errors import Conflict, NotFound, RequestError, Unauthorized
-from autotune.requests.uploads import UploadTooLarge
+from autotune.core.errors import Conflict, NotFound, RequestError, TooLarge, Unauthorized
+from autotune.service.documents import ParserBusy
 
 DATABASE_DOWN = "the service's job database is unavailable; try again later"
 # What the job database raises when it cannot be reached (refused, gone, timed out): the
@@ -33,6 +33,7 @@ def add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Unauthorized, _unauthorized)
     app.add_exception_handler(NotFound, _message(404))
     app.add_exception_handler(Conflict, _message(409))
+    app.add_exception_handler(ParserBusy, _busy)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     for unavailable in UNAVAILABLE:
         app.add_exception_handler(unavailable, _database_unavailable)
@@ -40,7 +41,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
 async def _request_error(request: Request, exc: Exception) -> JSONResponse:
     error = cast(RequestError, exc)
-    return problem(413 if isinstance(error, UploadTooLarge) else 422, error)
+    return problem(413 if isinstance(error, TooLarge) else 422, error)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -63,6 +64,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     reason = (str(cause).splitlines() or [""])[0] if cause is not None else ""
     rule = f"must be JSON in UTF-8 ({reason or error.detail})"
     return problem(422, RequestError("body", rule, None))
+
+
+async def _busy(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:

@@ -10,15 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from autotune.conclusion.tuned_file import TunedConfig
 from autotune.core.errors import Conflict, RequestError
-from autotune.service.api.bodies import (
-    JSON_TYPE,
-    MULTIPART_TYPE,
-    YAML_TYPES,
-    media_type,
-    multipart_parts,
-    parse_document,
-    read_form,
-)
+from autotune.service.api.bodies import MULTIPART_TYPE, media_type, multipart_parts, read_form
 from autotune.service.api.dependencies import Caller, Service, service_of
 from autotune.service.api.schemas import (
     BAD_INPUT,
@@ -38,6 +30,7 @@ from autotune.service.api.schemas import (
     utc_time,
 )
 from autotune.service.db import Job
+from autotune.service.documents import JSON_TYPE, YAML_TYPES
 from autotune.service.jobs import JobState
 from autotune.service.submission import prepare_job
 from autotune.service.tokens import Principal
@@ -79,6 +72,7 @@ router = APIRouter()
         **BAD_INPUT,
         413: {"model": ProblemBody, "description": "the request or the upload is too large"},
         415: {"model": ProblemBody, "description": "an unsupported content type"},
+        503: {"description": "every request parser is busy; retry (Retry-After)"},
     },
 )
 async def submit_job(request: Request, principal: Caller) -> Submitted:
@@ -87,10 +81,10 @@ async def submit_job(request: Request, principal: Caller) -> Submitted:
     media = media_type(request.headers.get("content-type", ""))
     if media == MULTIPART_TYPE:
         async with read_form(request) as form:
-            raw, model = await multipart_parts(form)
+            raw, model = await multipart_parts(form, service.documents)
             job, created = await run_in_threadpool(_submit, service, principal, raw, model)
     elif media == JSON_TYPE or media in YAML_TYPES:
-        raw = parse_document(await request.body(), media)
+        raw = await service.documents.parse(await request.body(), media)
         job, created = await run_in_threadpool(_submit, service, principal, raw, None)
     else:
         accepted = ", ".join((JSON_TYPE, *YAML_TYPES, MULTIPART_TYPE))

@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, Request
 
-from autotune.service.api.bodies import check_document
 from autotune.service.api.dependencies import Caller, service_of
 from autotune.service.api.schemas import (
     BAD_INPUT,
@@ -17,6 +16,7 @@ from autotune.service.api.schemas import (
     utc_time,
 )
 from autotune.service.db import Watch
+from autotune.service.documents import check_document
 
 router = APIRouter()
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 import pickle
 import shutil
+import signal
 import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +23,7 @@ from sqlalchemy.exc import OperationalError
 
 from autotune.service import Database, JobRunner, JobStore, ServiceSettings, create_app
 from autotune.service.api import MAX_DOCUMENT_BYTES
+from autotune.service.documents import DocumentParser
 from autotune.service.tokens import create_token, revoke_token
 from tests.autotune.service.conftest import bearer, tiny_onnx_bytes
 from tests.autotune.service.support import service_request, settings_for, sqlite_settings
@@ -227,6 +232,41 @@ def test_the_same_request_in_json_and_yaml_is_one_job(
         "/v1/jobs", content=body, headers={**alice, "Content-Type": "application/yaml"}
     )
     assert again.json() == {**first, "created": False}
+
+
+def test_a_submission_whose_parse_is_stuck_stalls_nobody_else(
+    client: TestClient, alice: dict[str, str], bob: dict[str, str]
+) -> None:
+    """A YAML document may cost seconds to parse: it is parsed in a parser process, so while
+    one is stuck (here: stopped), /healthz and other tenants' reads are answered."""
+    app: Any = client.app
+    documents = DocumentParser(processes=1, limit_s=60.0)
+    app.state.service = dataclasses.replace(app.state.service, documents=documents)
+    body = yaml.safe_dump(service_request())
+    headers = {**alice, "Content-Type": "application/yaml"}
+    assert client.post("/v1/jobs", content=body, headers=headers).status_code == 202
+    (pid,) = documents.pids()
+    os.kill(pid, signal.SIGSTOP)
+    answered: list[int] = []
+    stuck = threading.Thread(
+        target=lambda: answered.append(
+            client.post(
+                "/v1/jobs", content=body.replace("digits-svc", "other"), headers=headers
+            ).status_code
+        )
+    )
+    stuck.start()
+    try:
+        while documents.in_flight == 0:
+            threading.Event().wait(0.01)
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/v1/jobs", headers=bob).status_code == 200
+        assert stuck.is_alive() and answered == []  # the stuck parse is still stuck
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        stuck.join()
+        documents.close()
+    assert answered == [202]
 
 
 def test_a_multipart_submission_without_a_model_is_queued(
