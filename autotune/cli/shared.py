@@ -3,9 +3,11 @@ the exit codes that autotune's errors map to."""
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -52,6 +54,12 @@ def _exit_codes() -> Iterator[None]:
     except Interrupted as exc:
         _error("[yellow]interrupted:[/yellow]", exc)
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt:
+        err.print(
+            "[yellow]interrupted:[/yellow] stopped at once; run the same command to resume "
+            "(trials that were running are measured again)"
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except NoFeasibleConfiguration as exc:
         _error("[yellow]no tuned configuration:[/yellow]", exc)
         raise typer.Exit(EXIT_INFEASIBLE) from None
@@ -61,6 +69,26 @@ def _exit_codes() -> Iterator[None]:
     except AutotuneError as exc:
         _error("[red]failed:[/red]", exc)
         raise typer.Exit(1) from None
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within: SIGTERM (a service manager's stop, `kill PID`) is Ctrl-C. Between a study's
+    trials the study stops after its running trials; elsewhere it raises KeyboardInterrupt,
+    so that the command unwinds (its Ray stopped, its runs closed) instead of dying where it
+    stands."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 ServiceDb = Annotated[

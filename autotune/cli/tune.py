@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from autotune.cli.shared import _exit_codes, err, out
+from autotune.cli.shared import _exit_codes, err, out, sigterm_interrupts
 from autotune.cli.tables import _print_comparison, _print_front, _shown
 from autotune.space.hardware import describe_kind
 from autotune.strategies import DEFAULT_STRATEGY, strategy_names
@@ -76,7 +76,7 @@ def tune(
     from autotune.tuning import TuneOptions, run_tune_kinds
 
     display = _TuneProgress()
-    with _exit_codes():
+    with _exit_codes(), sigterm_interrupts():
         options = TuneOptions(
             trials=trials,
             timeout_s=timeout,

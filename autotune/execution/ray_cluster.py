@@ -5,11 +5,16 @@ node gets. Nodes with the same hardware fingerprint are one kind."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from autotune.core.contract import HardwareProfile, NodeInfo, NodeKind
 from autotune.core.errors import AutotuneError, MissingDependency, RequestError
+from autotune.execution.ray_reaper import Reaper, children
 
 # How many trial slots: a number for each kind of node, or every slot the nodes hold.
 Workers = int | Literal["auto"]
@@ -78,10 +83,15 @@ class RayCluster:
             raise MissingDependency("ray", "the Ray executor") from None
         self.ray = ray
         self.owns_ray = not ray.is_initialized()
-        if self.owns_ray:
-            ray.init(**_init_kwargs(address, workers, num_gpus))
         # Only a Ray started here for this process is one machine whose cores are ours to split.
         self.local = self.owns_ray and not address
+        self._reaper: Reaper | None = None
+        if self.owns_ray:
+            before = children()
+            with _signal_handlers_kept():
+                ray.init(**_init_kwargs(address, workers, num_gpus))
+            if self.local:  # its processes end with this one, even if this one is killed
+                self._reaper = Reaper(children() - before)
         self._users = 0
         try:
             nodes = self._trial_nodes()
@@ -130,6 +140,27 @@ class RayCluster:
     def _shutdown(self) -> None:
         if self.owns_ray and self.ray.is_initialized():
             self.ray.shutdown()
+        if self._reaper is not None:
+            self._reaper.close()
+            self._reaper = None
+
+
+@contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """`ray.init` installs its own SIGTERM handler (which kills this process's Ray and its
+    running trials, and then aborts it): the process's own handlers of SIGTERM and SIGINT are
+    put back, so that a stop signal ends a study as its owner set it to (the running trials
+    finish first)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in kept.items():
+            if handler is not None:  # None: set outside Python, nothing to put back
+                signal.signal(signum, handler)
 
 
 def on_node(node_id: str) -> Any:

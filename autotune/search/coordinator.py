@@ -26,7 +26,7 @@ from autotune.results.records import TrialMarks, TrialRecord
 from autotune.search.answers import Answers
 from autotune.search.budget import Budget
 from autotune.search.inputs import Events, Tuning
-from autotune.search.interrupts import stop_on_sigint
+from autotune.search.interrupts import stop_on_signals
 from autotune.search.reaping import MAX_ATTEMPTS, Reaper
 from autotune.search.state import BATCH, SearchState
 from autotune.search.telling import Teller
@@ -97,11 +97,16 @@ class Coordinator:
     def run(self) -> TuneOutcome:
         request = self.tuning.request
         try:
-            with Heartbeat(lambda: self.store.beat(self.owner)), stop_on_sigint(self.stop):
+            with (
+                Heartbeat(lambda: self.store.beat(self.owner)),
+                stop_on_signals(self.stop) as received,
+            ):
                 baseline = self.search()
             if self.stop.is_set():
+                by = received[0] if received else "the user"
                 raise Interrupted(
-                    f"stopped by the user; run the same command to resume {self.store.name!r}"
+                    f"stopped by {by} after the running trials; run the same command to "
+                    f"resume {self.store.name!r}"
                 )
             conclusion = Conclusion(
                 request,

@@ -1,5 +1,5 @@
-"""Ctrl-C during a study: the first stops asking for trials and lets the running ones
-finish; a second interrupts at once (the study stays resumable: lost trials are reaped)."""
+"""Ctrl-C or SIGTERM during a study: the first stops asking for trials and lets the running
+ones finish; a second interrupts at once (the study stays resumable: lost trials are reaped)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 @contextmanager
-def stop_on_sigint(stop: threading.Event) -> Iterator[None]:
+def stop_on_signals(stop: threading.Event) -> Iterator[list[str]]:
+    """Within: SIGINT or SIGTERM sets `stop`; a second raises KeyboardInterrupt. Yields the
+    names of the signals received, in order."""
+    received: list[str] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield received
         return
 
-    def on_sigint(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
     try:
-        yield
+        yield received
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

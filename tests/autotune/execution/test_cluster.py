@@ -189,9 +189,13 @@ def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path
         counted(storage) >= 3 and trial_states(storage).get("running", 0) >= 1
     ):
         time.sleep(0.2)
-    os.killpg(process.pid, signal.SIGKILL)
+    process.kill()  # the coordinator alone: its Ray's processes end with it (the reaper)
     process.wait(timeout=30)
     assert counted(storage) < 8
+    deadline = time.monotonic() + 30  # Ray's agents alone would wait a minute and more
+    while live_processes_of(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not live_processes_of(process.pid)
 
     resumed = cli(path, tmp_path)
     output, _ = resumed.communicate(timeout=900)
@@ -215,6 +219,44 @@ def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path
         assert retry.attempt == reaped.attempt + 1 == 1
         assert run_attempts[retry.number] == "1"
         assert run_attempts[reaped.number] == "0"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_a_stop_signal_lets_the_running_trials_finish(
+    databases: tuple[str, str], tmp_path: Path, stop: signal.Signals
+) -> None:
+    """SIGTERM (a service manager's stop) is Ctrl-C: the study stops asking for trials, the
+    running one finishes and is recorded, Ray stops with the process, exit 130; a second
+    signal would interrupt at once. Ray's own SIGTERM handler would kill the trial's worker
+    and abort the process instead."""
+    storage, tracking = databases
+    slow = {"warmup_iters": 2, "min_iters": 10, "min_seconds": 1.5, "max_seconds": 2.0}
+    path = write_request(tmp_path, storage, tracking, budget={"trials": 8}, measurement=slow)
+    process = cli(path, tmp_path)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (
+        counted(storage) >= 2 and trial_states(storage).get("running", 0) >= 1
+    ):
+        time.sleep(0.2)
+    process.send_signal(stop)  # to the coordinator alone, as `kill PID` sends it
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 130, output[-3000:]
+    assert "interrupted" in output and "resume" in output, output[-3000:]
+    states = trial_states(storage)
+    assert states.get("running", 0) == 0 and "failed" not in states, states
+    assert 2 < counted(storage) < 8
+    deadline = time.monotonic() + 60
+    while live_processes_of(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not live_processes_of(process.pid)
+
+
+def live_processes_of(session: int) -> list[str]:
+    """The processes left in the coordinator's session (its Ray's), zombies aside."""
+    listing = subprocess.run(
+        ["ps", "-o", "pid=,stat=,args=", "-s", str(session)], capture_output=True, text=True
+    )
+    return [line for line in listing.stdout.splitlines() if line.split()[1:2] != ["Z"]]
 
 
 # Seen to fail once in five runs on this machine, cause not yet found: one rerun, visible.

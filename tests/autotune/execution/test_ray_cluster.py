@@ -1,7 +1,12 @@
 """How a Ray cluster's nodes become kinds and trial slots (no Ray started: the planning is
-plain data; the cluster itself is tested in test_heterogeneous_cluster.py)."""
+plain data; the cluster itself is tested in test_heterogeneous_cluster.py), and what starting
+Ray leaves of the process's signal handlers."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -10,6 +15,7 @@ from autotune.core.errors import RequestError
 from autotune.execution.ray_cluster import CPU_NODE_SLOTS, group_kinds, parse_workers, plan_slots
 from autotune.space.hardware import load_profile
 from autotune.space.search_space import SPACES_DIR
+from tests.conftest import REPO
 
 PROFILES = SPACES_DIR / "profiles"
 
@@ -68,3 +74,31 @@ def test_workers_is_a_positive_number_or_auto() -> None:
         with pytest.raises(RequestError) as info:
             parse_workers(bad)
         assert info.value.field == "workers"
+
+
+KEEPS_HANDLERS = """
+import signal
+from autotune.execution.ray_cluster import RayCluster
+
+def ours(signum, frame):
+    pass
+
+signal.signal(signal.SIGTERM, ours)
+cluster = RayCluster(workers=1)
+cluster.acquire()
+try:
+    print("kept" if signal.getsignal(signal.SIGTERM) is ours else "replaced")
+finally:
+    cluster.release()
+"""
+
+
+@pytest.mark.slow
+def test_starting_ray_keeps_the_process_sigterm_handler() -> None:
+    """`ray.init` installs a SIGTERM handler that kills the process's Ray, running trials
+    and all, and aborts it: the process's own is put back."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-c", KEEPS_HANDLERS]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "kept"

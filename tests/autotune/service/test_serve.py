@@ -170,13 +170,20 @@ def test_a_runner_whose_ray_node_died_is_replaced_and_its_job_finishes(tmp_path:
         db.close()
 
 
-def test_sigterm_stops_the_runners_and_gives_their_job_back(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("executor", "runners"), [("inprocess", 2), ("ray", 1)])
+def test_sigterm_stops_the_runners_and_gives_their_job_back(
+    tmp_path: Path, executor: str, runners: int
+) -> None:
+    """On Ray too: Ray's own SIGTERM handler, installed when a runner starts its Ray, would
+    kill the runner's trials and abort it; the runner's handler is put back after."""
     with postgres_databases(3, "autotune_serve") as (jobs_db, studies_db, mlflow_db):
-        settings = settings_for(tmp_path, jobs_db, studies_db, mlflow_db, lease_s=600.0)
+        settings = settings_for(
+            tmp_path, jobs_db, studies_db, mlflow_db, lease_s=600.0, executor=executor
+        )
         db = Database(settings.db)
         store, alice = JobStore(db), principal(db)
         log = tmp_path / "serve.log"
-        with serving(settings, log, runners=2) as process:
+        with serving(settings, log, runners=runners) as process:
             wait_for(lambda: (health(process, log) or {}).get("status") == "ok", 120, "serve")
             job, _ = store.submit(prepare_job(service_request(trials=40), alice, settings))
             wait_for(lambda: store.get(alice, job.id).trials_done >= 2, 300, "two trials")
