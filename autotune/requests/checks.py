@@ -3,17 +3,15 @@ a root."""
 
 from __future__ import annotations
 
+import ast
 import sys
+from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from autotune.core.contract import Workload
 from autotune.core.contract.refs import local_path
 from autotune.core.errors import RequestError
 from autotune.requests.uploads import describe_file
-
-if TYPE_CHECKING:
-    pass
 
 
 def check_workload(workload: Workload) -> None:
@@ -66,6 +64,67 @@ def _check_entry_point(entry_point: str, python_path: list[str], field: str) -> 
         resolve_entry_point(entry_point, python_path, field)
     finally:
         sys.path[:] = saved
+
+
+def check_entry_point_source(entry_point: str, python_path: list[Path], field: str) -> None:
+    """That the entry point's module is found (on `python_path`, then sys.path) and defines
+    its attribute, read from the module's source without running it: the service checks a
+    request this way, as importing it would run the module's code (torch and all) in the
+    API's process. A module that makes its names at run time (a module `__getattr__`, a
+    star import) or has no Python source is given the benefit of the doubt."""
+    module_name, _, attribute = entry_point.partition(":")
+    if not module_name or not attribute.isidentifier():
+        raise RequestError(field, "must be 'package.module:function'", entry_point)
+    spec = _find_module(module_name, [str(p) for p in python_path] + sys.path)
+    if spec is None:
+        rule = "module must be found under the models root or among the installed packages"
+        raise RequestError(field, rule, entry_point)
+    if spec.origin is None or not spec.origin.endswith(".py"):
+        return
+    try:
+        tree = ast.parse(Path(spec.origin).read_bytes())
+    except (OSError, SyntaxError, ValueError) as error:
+        rule = f"module must be valid Python ({type(error).__name__})"
+        raise RequestError(field, rule, entry_point) from None
+    names = _top_level_names(tree.body)
+    if attribute not in names and "__getattr__" not in names and "*" not in names:
+        rule = f"module {module_name!r} has no attribute {attribute!r}"
+        raise RequestError(field, rule, entry_point)
+
+
+def _find_module(name: str, search_path: list[str]) -> ModuleSpec | None:
+    """The module's spec, found package by package without importing any of them."""
+    spec = None
+    path: list[str] | None = search_path
+    parts = name.split(".")
+    for depth in range(1, len(parts) + 1):
+        if path is None:
+            return None  # a parent that is a module, not a package
+        spec = PathFinder.find_spec(".".join(parts[:depth]), path)
+        if spec is None:
+            return None
+        locations = spec.submodule_search_locations
+        path = None if locations is None else list(locations)
+    return spec
+
+
+def _top_level_names(body: list[ast.stmt]) -> set[str]:
+    """The names a module's statements bind at its top level (inside its ifs and trys too)."""
+    names: set[str] = set()
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            nested = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            for handler in getattr(node, "handlers", []):
+                nested.extend(handler.body)
+            names |= _top_level_names(nested)
+    return names
 
 
 def resolve_under_root(path: str, root: Path, field: str, directory: bool = False) -> Path:

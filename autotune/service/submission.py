@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.errors import RequestError
-from autotune.requests.checks import resolve_under_root
+from autotune.requests.checks import check_entry_point_source, resolve_under_root
 from autotune.requests.request import parse_request
 from autotune.requests.sources import download_registered
 from autotune.requests.uploads import ModelStore, StoredModel, directory_sha256, model_file_sha256
@@ -162,7 +162,9 @@ def _under_root(path: Any, settings: ServiceSettings, field: str, directory: boo
 
 
 def _check_trusted(entry_point: Any, settings: ServiceSettings, field: str) -> None:
-    """Entry points run code in the server: only modules its operator trusts."""
+    """Entry points run code in the server: only modules its operator trusts, found where
+    the job will import them from and defining the name (as `autotune tune` checks them
+    before anything starts)."""
     if not isinstance(entry_point, str):
         raise RequestError(field, "must be a 'package.module:function' string", entry_point)
     module = entry_point.split(":", 1)[0]
@@ -173,3 +175,4 @@ def _check_trusted(entry_point: Any, settings: ServiceSettings, field: str) -> N
         trusted_list = ", ".join(settings.trusted_modules) or "none"
         rule = f"must be in a module this server trusts ({trusted_list})"
         raise RequestError(field, rule, entry_point)
+    check_entry_point_source(entry_point, [base_dir(settings)], field)
