@@ -33,11 +33,15 @@ def compute_hypervolume(points: Any, reference: Any) -> float:
     return float(hv(points, reference))
 
 
-def constraint_attrs(violations: dict[str, float]) -> dict[str, float]:
-    """The trial system attributes `Trial.set_constraint` stores for `violations`."""
+def constraint_attrs(violations: dict[str, float]) -> dict[str, list[float]]:
+    """The trial system attribute Optuna's samplers, `Study.best_trials` and plots, and
+    optuna-dashboard all read a trial's constraints from: their values (<= 0 when met) in a
+    list, in the order of their names. (Optuna's named form, `constraints:NAME`, is one that
+    optuna-dashboard does not read: its plots took infeasible trials for feasible ones.)
+    The names stay in the trial's record."""
     from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 
-    return {f"{_CONSTRAINTS_KEY}:{name}": float(v) for name, v in violations.items()}
+    return {_CONSTRAINTS_KEY: [float(violations[name]) for name in sorted(violations)]}
 
 
 def create_running_trial(

@@ -286,7 +286,8 @@ def test_a_stored_trial_reads_back_through_optuna_as_optuna_writes_it(
     store: OptunaStore,
 ) -> None:
     """The store writes trials itself; Optuna, reading the same storage afresh, sees what
-    `Trial.set_constraint` and `Study.tell` would have written."""
+    `Study.tell` would have written, and the constraints as a list (the form
+    optuna-dashboard reads too)."""
     outcome = outcome_of(SIXTY_FOUR, drop=0.02)
     record = told(store, SIXTY_FOUR, outcome)
     study = store.study
@@ -297,7 +298,8 @@ def test_a_stored_trial_reads_back_through_optuna_as_optuna_writes_it(
     assert trial.params == SPACE.params_of(SIXTY_FOUR)
     assert trial.distributions == distributions(SPACE, SIXTY_FOUR)
     assert trial.values == pytest.approx(values_of(outcome))
-    assert trial.constraints == pytest.approx({"max_accuracy_drop": 0.01})
+    assert trial.system_attrs["constraints"] == pytest.approx([0.01])
+    assert trial.constraints == pytest.approx({"0": 0.01})
     assert trial.datetime_start is not None and trial.datetime_complete is not None
 
 
@@ -361,6 +363,9 @@ def test_front_holds_the_feasible_trials_no_other_dominates(store: OptunaStore) 
     assert sorted(c.trial_number for c in front) == [fastest.number, accurate.number]
     assert all(c.feasible for c in front)
     assert {c.trial_number: c.metrics for c in front}[accurate.number] == accurate.metrics
+    # Optuna's own best trials leave the violating trial out as well
+    best = {t.number for t in store.study.best_trials}
+    assert best == {fastest.number, accurate.number}
 
 
 def test_a_stored_revalidation_reads_back(store: OptunaStore) -> None:
