@@ -18,8 +18,9 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" $(TORCH_INDEX)
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRA),hf,dev]"
+	@echo "setup: installing torch ($(TORCH_SPEC)), then autotune with its extras ($(EXTRA),hf,dev): a few minutes"
+	$(BIN)/python -m pip install "$(TORCH_SPEC)" $(TORCH_INDEX)
+	$(BIN)/python -m pip install -e ".[$(EXTRA),hf,dev]"
 	touch $@
 
 demo: setup
@@ -67,8 +68,11 @@ gpu-wheels:
 		--python-version $(GPU_WHEEL_PYTHON) --platform manylinux2014_x86_64 \
 		--platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 $(GPU_WHEEL_SPECS)
 
+# One worker: MLflow's default four restart one another for minutes on a small machine.
+MLFLOW_PORT ?= 5000
 mlflow-ui: setup
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db
+	@echo "MLflow UI: http://127.0.0.1:$(MLFLOW_PORT)  (Ctrl-C stops it)"
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --workers 1 --port $(MLFLOW_PORT)
 
 clean:
 	rm -rf gpu-check-out autotune-out mlflow.db mlruns autotune.db autotune.db.lock autotune.db.schema.lock autotune-service.db autotune-service.db.lock autotune-service.db.schema.lock autotune-data
