@@ -6,7 +6,7 @@ import os
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,13 @@ from autotune.strategies import (
     make_strategy,
     strategy_names,
 )
-from autotune.tracking import MlflowTracker, NullTracker, Tracker
+from autotune.tracking import (
+    MlflowTracker,
+    NullTracker,
+    Tracker,
+    artifact_location,
+    is_database_store,
+)
 
 ProgressFactory = Callable[[int | None], AbstractContextManager[Callable[[int, Any], None]]]
 
@@ -65,8 +71,16 @@ class TuneOptions:
     # the request's `target`.
     target: str | None = None
     seed: int | None = None
+    # The tuned file (default: `tuned.yaml` in `out_dir`).
     out: Path | None = None
+    # Where the optimized model (`model/`) goes, and, on a database MLflow store, a new
+    # experiment's artifacts (`mlruns/`) unless `mlflow_artifacts` or a SQLite store's file
+    # says otherwise; default: beside `out`, else autotune-out/<study>. With several kinds
+    # of node, each kind's outputs go in a directory of its own (`output_dirs`).
     out_dir: Path | None = None
+    # The artifact root of a new MLflow experiment on a database store (a directory or a
+    # URI); the service's lies under its data directory.
+    mlflow_artifacts: str | Path | None = None
     stop: threading.Event | None = None
     stale_after_s: float | None = None
     # A previous study to start from (`autotune.search.warm_start.load_warm_start`), and the tuned
@@ -169,6 +183,8 @@ class TuneSettings:
     timeout_s: float | None
     seed: int | None = None
     sampler: str = DEFAULT_STRATEGY
+    # A new MLflow experiment's artifact root (`autotune.tracking.artifact_location`).
+    mlflow_artifacts: str | Path | None = None
 
 
 @dataclass
@@ -259,8 +275,10 @@ def tune_kinds(
     else:
         plans = [_replay_plan(options.replay, options)]
     study_name = options.study or request.name
-    out_dir = options.out_dir or Path("autotune-out") / study_name
+    out_dir, kinds_dir = output_dirs(options, study_name)
     out_file = options.out or out_dir / "tuned.yaml"
+    # One experiment for every kind: its artifact root is the tuning's, not a kind's.
+    options = replace(options, mlflow_artifacts=mlflow_artifacts(request, options, out_dir))
     try:
         if len(plans) == 1:
             only = _tune_kind(plans[0], request, study_name, out_dir, out_file, options, progress)
@@ -271,7 +289,7 @@ def tune_kinds(
             name = f"{study_name}@{kind.fingerprint}"
             if options.on_note is not None:
                 options.on_note(f"kind {describe_kind(kind)}: study {name}")
-            kind_dir = out_dir.parent / name
+            kind_dir = kinds_dir / name
             tuned.append(
                 _tune_kind(
                     plan, request, name, kind_dir, kind_dir / "tuned.yaml", options, progress
@@ -282,6 +300,34 @@ def tune_kinds(
             plan.executor.close()
     write_index(out_file, tuned)
     return Tuned(tuned, out_file)
+
+
+DEFAULT_OUT = Path("autotune-out")
+
+
+def output_dirs(options: TuneOptions, study_name: str) -> tuple[Path, Path]:
+    """Where one kind's outputs go, and where each kind's directory (`NAME@FINGERPRINT`)
+    goes when the tuning has several: the options' `out_dir`, else the directory of the
+    tuned file `out`, for both; with neither, autotune-out/NAME and autotune-out."""
+    chosen = options.out_dir or (options.out.parent if options.out is not None else None)
+    if chosen is not None:
+        return chosen, chosen
+    return DEFAULT_OUT / study_name, DEFAULT_OUT
+
+
+def mlflow_artifacts(
+    request: TuningRequest, options: TuneOptions, out_dir: Path
+) -> str | Path | None:
+    """The artifact root a new MLflow experiment gets: the options' (the service's, under its
+    data directory); else on a SQLite store beside its file; else, on another database, in
+    `mlruns` beside the tuned output (MLflow's default would be ./mlruns of whatever
+    directory the process runs in). An MLflow server chooses its own."""
+    uri = request.tracking.uri
+    if options.mlflow_artifacts is not None:
+        return options.mlflow_artifacts
+    if not is_database_store(uri) or artifact_location(uri) is not None:
+        return None  # the server's choice, or beside the SQLite file
+    return out_dir / "mlruns"
 
 
 def write_index(path: Path, tuned: list[KindTuned]) -> None:
@@ -316,6 +362,7 @@ def _tune_kind(
         timeout_s=request.budget.timeout_s,
         seed=options.seed,
         sampler=options.sampler,
+        mlflow_artifacts=options.mlflow_artifacts,
     )
     executor = plan.executor
     inspection = executor.inspect(plan.workload)
@@ -356,7 +403,10 @@ def run_study(
         if tracker is None:
             with schema_lock(settings.storage), store.locked():
                 tracker = MlflowTracker(
-                    request.tracking.uri, request.tracking.experiment, settings.study_name
+                    request.tracking.uri,
+                    request.tracking.experiment,
+                    settings.study_name,
+                    artifact_root=settings.mlflow_artifacts,
                 )
         log_study_inputs(tracker, tuning, settings, options.warm_start)
         coordinator = Coordinator(

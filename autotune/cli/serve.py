@@ -29,6 +29,15 @@ def serve_command(
         Path | None,
         typer.Option(envvar="AUTOTUNE_DATA_DIR", help="where uploads and job outputs are kept"),
     ] = None,
+    mlflow_artifacts: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AUTOTUNE_MLFLOW_ARTIFACTS",
+            metavar="DIR|URI",
+            help="where new MLflow experiments keep their artifacts on a database tracking "
+            "store (default: <data-dir>/mlflow-artifacts; an MLflow server chooses its own)",
+        ),
+    ] = None,
     models_root: Annotated[
         Path | None,
         typer.Option(
@@ -96,6 +105,7 @@ def serve_command(
         "tracking_uri": tracking_uri,
         "experiment": experiment,
         "data_dir": data_dir,
+        "mlflow_artifacts": mlflow_artifacts,
         "models_root": models_root,
         "executor": executor,
         "ray_address": ray_address,

@@ -67,6 +67,16 @@ def tune(
         ),
     ] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="tuned-config file")] = None,
+    artifacts: Annotated[
+        Path | None,
+        typer.Option(
+            "--artifacts",
+            metavar="DIR",
+            help="where the optimized model (model/) goes, and a new MLflow experiment's "
+            "artifacts (mlruns/) on a database store that is not a SQLite file (default: "
+            "beside --out, else autotune-out/<study>)",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the tuned config as JSON")] = False,
 ) -> None:
     """Tune a model: search, measure, and write the tuned configuration. With --replay,
@@ -90,6 +100,7 @@ def tune(
             target=target,
             seed=seed,
             out=out_file,
+            out_dir=artifacts,
             replay=replay,
             space=space_file,
             sampler=sampler,

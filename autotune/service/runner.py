@@ -147,6 +147,7 @@ class JobRunner:
             workers=self.settings.workers,
             ray_address=self.settings.ray_address,
             out_dir=self.settings.job_dir(job.id),
+            mlflow_artifacts=self.settings.mlflow_artifact_root,
             stop=stop,
             stale_after_s=self.settings.stale_after_s,
         )

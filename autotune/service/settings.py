@@ -23,6 +23,9 @@ class ServiceSettings:
     tracking_uri: str = "sqlite:///mlflow.db"
     experiment: str = "autotune"
     data_dir: Path = Path("autotune-data")
+    # The artifact root of a new MLflow experiment on a database tracking store (a directory
+    # or a URI such as s3://bucket/prefix); default: <data_dir>/mlflow-artifacts.
+    mlflow_artifacts: str | None = None
     # Requests may name model and data files by a path under this directory.
     models_root: Path | None = None
     # Module prefixes whose entry points requests may name (trusted server-side code).
@@ -52,6 +55,15 @@ class ServiceSettings:
 
     def job_dir(self, job_id: str) -> Path:
         return self.data_dir / "jobs" / job_id
+
+    @property
+    def mlflow_artifact_root(self) -> str:
+        """Where a new MLflow experiment of this service keeps its artifacts, on any database
+        store (SQLite or PostgreSQL alike; an MLflow server chooses its own): never the
+        server's working directory, MLflow's own default."""
+        if self.mlflow_artifacts is not None:
+            return self.mlflow_artifacts
+        return str((self.data_dir / "mlflow-artifacts").resolve())
 
     def __getstate__(self) -> dict[str, Any]:
         # A survey (its lock, its callable) stays in its process: a runner process asks its own.

@@ -11,6 +11,7 @@ from autotune.tracking.mlflow import (
     TRIAL_TAG,
     MlflowTracker,
     artifact_location,
+    is_database_store,
 )
 from autotune.tracking.report import (
     compare_tuned,
@@ -36,6 +37,7 @@ __all__ = [
     "compare_tuned",
     "contention_figures",
     "contention_tags",
+    "is_database_store",
     "is_number",
     "pareto_csv",
     "trial_log",

@@ -54,6 +54,7 @@ __all__ = [
     "TRIAL_TAG",
     "MlflowTracker",
     "artifact_location",
+    "is_database_store",
 ]
 
 PREVIOUS_RUN_TAG = "autotune.previous_run_id"
@@ -71,10 +72,28 @@ MEASURED = ("ok", "screened")
 ROUND_FIGURES = ("baseline.", "tuned.", "headline.")
 
 
-def artifact_location(tracking_uri: str) -> str | None:
-    """Where a new experiment keeps its artifacts: beside a SQLite store's file, in `mlruns`
-    (MLflow's own default is ./mlruns of whatever directory the process runs in); None, the
-    store's default, for any other store."""
+# The SQLAlchemy dialects MLflow keeps a tracking store in.
+DATABASE_STORES = ("sqlite", "postgresql", "mysql", "mssql")
+
+
+def is_database_store(tracking_uri: str) -> bool:
+    """Whether the tracking URI is a database (`postgresql+psycopg://...`, `sqlite:///...`),
+    not an MLflow server or a directory."""
+    scheme, found, _ = tracking_uri.partition(":")
+    return bool(found) and scheme.split("+", 1)[0].lower() in DATABASE_STORES
+
+
+def artifact_location(tracking_uri: str, root: str | Path | None = None) -> str | None:
+    """Where a new experiment on a database store keeps its artifacts (MLflow's own default
+    there is ./mlruns of whatever directory the process runs in): `root` where given (a
+    directory, or a URI such as s3://bucket/prefix), else `mlruns` beside a SQLite store's
+    file. None, the store's own choice, for an MLflow server or a file store (they choose
+    their own), and for a database other than a SQLite file without `root`."""
+    if not is_database_store(tracking_uri):
+        return None
+    if root is not None:
+        text = str(root)
+        return text if "://" in text else Path(text).resolve().as_uri()
     prefix = "sqlite:///"
     if not tracking_uri.startswith(prefix) or tracking_uri == prefix + ":memory:":
         return None
@@ -89,9 +108,12 @@ class MlflowTracker:
         experiment: str,
         study: str,
         writer_client: ClientFactory | None = None,
+        artifact_root: str | Path | None = None,
     ) -> None:
         """`writer_client` makes the writer's client from the tracking URI (default:
-        MlflowClient); it must pickle, as the writer process builds its own."""
+        MlflowClient); it must pickle, as the writer process builds its own. A new
+        experiment on a database store keeps its artifacts under `artifact_root` (see
+        `artifact_location`); an existing one keeps the location it was created with."""
         from mlflow.tracking import MlflowClient
 
         # MLflow announces schema migrations of a new store at INFO; they are not news here.
@@ -103,7 +125,7 @@ class MlflowTracker:
             found.experiment_id
             if found
             else self.client.create_experiment(
-                experiment, artifact_location=artifact_location(tracking_uri)
+                experiment, artifact_location=artifact_location(tracking_uri, artifact_root)
             )
         )
         if found is None or EXPERIMENT_KIND_TAG not in found.tags:

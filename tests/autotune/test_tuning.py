@@ -16,11 +16,24 @@ from mlflow.tracking import MlflowClient
 from autotune.core.contract import HeadToHeadResult, HeadToHeadSpec
 from autotune.core.errors import NoFeasibleConfiguration, RequestError
 from autotune.execution.in_process import InProcessExecutor
-from autotune.requests.request import load_request
+from autotune.requests.request import load_request, parse_request
 from autotune.results import opened_store
 from autotune.search.warm_start import load_warm_start
-from autotune.tracking import PARENT_TAG, ROUND_TAG, STUDY_TAG, TRIAL_TAG, is_number
-from autotune.tuning import TuneOptions, run_tune, study_front
+from autotune.tracking import (
+    PARENT_TAG,
+    ROUND_TAG,
+    STUDY_TAG,
+    TRIAL_TAG,
+    artifact_location,
+    is_number,
+)
+from autotune.tuning import (
+    TuneOptions,
+    mlflow_artifacts,
+    output_dirs,
+    run_tune,
+    study_front,
+)
 from tests.conftest import ADMIN_URL, FAST_VALIDATION, postgres_databases, stored_trials
 
 INPROCESS = TuneOptions(executor="inprocess", seed=0)
@@ -344,3 +357,39 @@ def test_a_hugging_face_directory_is_tuned_end_to_end(write_request, tmp_path: P
         lines.read_text().splitlines(), padding="max_length", max_length=16, return_tensors="np"
     )["input_ids"]
     assert autotune.load(written).predict(tokens).shape == (len(SENTENCES), 32)
+
+
+@pytest.mark.parametrize(
+    ("out", "artifacts", "expected"),
+    [
+        (None, None, ("autotune-out/s", "autotune-out")),
+        ("elsewhere/tuned.yaml", None, ("elsewhere", "elsewhere")),
+        ("elsewhere/tuned.yaml", "kept", ("kept", "kept")),
+        (None, "kept", ("kept", "kept")),
+    ],
+)
+def test_outputs_go_beside_the_tuned_file_unless_told(
+    out: str | None, artifacts: str | None, expected: tuple[str, str]
+) -> None:
+    """One kind's outputs and where each kind's own directory goes (several kinds): with
+    several, `elsewhere/s@FINGERPRINT/`, never a sibling of the directory --out names."""
+    out_file = None if out is None else Path(out)
+    options = TuneOptions(out=out_file, out_dir=None if artifacts is None else Path(artifacts))
+    assert output_dirs(options, "s") == tuple(Path(p) for p in expected)
+
+
+def test_a_new_experiments_artifacts_on_a_database_store_never_default_to_the_cwd(
+    tmp_path: Path,
+) -> None:
+    def root(uri: str, **options: Any) -> Any:
+        request = parse_request({"name": "r", "tracking": {"uri": uri}}, replay=True)
+        return mlflow_artifacts(request, TuneOptions(**options), tmp_path / "out")
+
+    postgres = "postgresql+psycopg://u@h/db"
+    assert root(postgres) == tmp_path / "out" / "mlruns"  # beside the tuned output
+    assert root(postgres, mlflow_artifacts="s3://bucket/a") == "s3://bucket/a"
+    assert root(f"sqlite:///{tmp_path}/mlflow.db") is None  # beside the SQLite file
+    assert root(f"sqlite:///{tmp_path}/mlflow.db", mlflow_artifacts="/srv/a") == "/srv/a"
+    assert root("http://127.0.0.1:5000") is None  # an MLflow server chooses its own
+    assert artifact_location(postgres, tmp_path / "a") == (tmp_path / "a").as_uri()
+    assert artifact_location("http://127.0.0.1:5000", tmp_path / "a") is None
