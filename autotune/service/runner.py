@@ -230,8 +230,9 @@ class JobRunner:
 def job_error(error: BaseException) -> str:
     """What a job's status says of the error that ended it, on one line of at most
     `MAX_ERROR_CHARS`: an AutotuneError's own message (bad input: the field, the rule and
-    the value), anything else only its type. Tracebacks, server paths and pids stay in the
-    server's log."""
+    the value), anything else only its type. Tracebacks and pids stay in the server's log;
+    the server paths a message names are kept here as they are, and the API shows them as
+    the client names them (`autotune.service.client_paths`)."""
     cause = _original(error)
     if not isinstance(cause, AutotuneError):
         return f"internal error ({type(cause).__name__}); the server's log has the details"

@@ -17,6 +17,7 @@ from autotune.service.api.dependencies import Service
 from autotune.service.api.docs import docs_router
 from autotune.service.api.errors import add_error_handlers
 from autotune.service.api.schemas import PROTECTED
+from autotune.service.client_paths import ClientPaths
 from autotune.service.db import Database
 from autotune.service.documents import DocumentParser
 from autotune.service.jobs import JobStore
@@ -83,6 +84,7 @@ def create_app(
         watches=WatchStore(db, settings),
         models=ModelStore(settings.uploads_dir),
         documents=documents,
+        paths=ClientPaths.of(settings),
         runner_counts=runner_counts,
     )
     app.include_router(health.router)

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from autotune.requests.uploads import ModelStore
+from autotune.service.client_paths import ClientPaths
 from autotune.service.db import Database
 from autotune.service.documents import DocumentParser
 from autotune.service.jobs import JobStore
@@ -27,6 +28,8 @@ class Service:
     watches: WatchStore
     models: ModelStore
     documents: DocumentParser
+    # What the client is shown of the server's paths, in every answer.
+    paths: ClientPaths
     runner_counts: Callable[[], RunnerCounts] | None = None
 
 

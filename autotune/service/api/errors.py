@@ -17,6 +17,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from autotune.core.errors import Conflict, NotFound, RequestError, TooLarge, Unauthorized
+from autotune.service.api.dependencies import service_of
 from autotune.service.documents import ParserBusy
 
 DATABASE_DOWN = "the service's job database is unavailable; try again later"
@@ -41,7 +42,8 @@ def add_error_handlers(app: FastAPI) -> None:
 
 async def _request_error(request: Request, exc: Exception) -> JSONResponse:
     error = cast(RequestError, exc)
-    return problem(413 if isinstance(error, TooLarge) else 422, error)
+    status = 413 if isinstance(error, TooLarge) else 422
+    return problem(status, service_of(request).paths.error(error))
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -83,7 +85,8 @@ async def _unauthorized(request: Request, exc: Exception) -> JSONResponse:
 
 def _message(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
     async def handler(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status)
+        # A conflict may quote a job's error, which may name server files.
+        return JSONResponse({"detail": service_of(request).paths.text(str(exc))}, status)
 
     return handler
 

@@ -29,6 +29,7 @@ from autotune.service.api.schemas import (
     Submitted,
     utc_time,
 )
+from autotune.service.client_paths import ClientPaths
 from autotune.service.db import Job
 from autotune.service.documents import JSON_TYPE, YAML_TYPES
 from autotune.service.jobs import JobState
@@ -112,15 +113,18 @@ def list_jobs(request: Request, principal: Caller) -> JobList:
 @router.get("/jobs/{id}", responses=ERRORS)
 def job_status(id: str, request: Request, principal: Caller) -> JobStatus:
     """A job's state, progress and best feasible configuration so far."""
-    return _status(service_of(request).jobs.get(principal, id))
+    service = service_of(request)
+    return _status(service.jobs.get(principal, id), service.paths)
 
 
 @router.get("/jobs/{id}/result", responses={**ERRORS, **ENDED})
 def job_result(id: str, request: Request, principal: Caller) -> TunedConfig:
-    """The tuned configuration of a job that succeeded."""
-    job = service_of(request).jobs.get(principal, id)
+    """The tuned configuration of a job that succeeded; its paths as the client names them
+    (the artifact relative to the server's data directory)."""
+    service = service_of(request)
+    job = service.jobs.get(principal, id)
     if job.state == "succeeded" and job.result is not None:
-        return TunedConfig.model_validate(job.result)
+        return TunedConfig.model_validate(service.paths.value(job.result))
     if job.state == "infeasible":
         raise Conflict(
             f"job {id} is infeasible: no configuration met the constraints ({job.error})"
@@ -141,8 +145,14 @@ def job_pareto(id: str, request: Request, principal: Caller) -> Pareto:
         front = study_front(job.study_name, service.settings.storage)
     except RequestError:
         front = []  # no study yet
+    paths = service.paths
     trials = [
-        ParetoTrial(trial_number=c.trial_number, config=c.config, metrics=c.metrics) for c in front
+        ParetoTrial(
+            trial_number=c.trial_number,
+            config=paths.value(c.config),
+            metrics=paths.value(c.metrics),
+        )
+        for c in front
     ]
     return Pareto(trials=trials)
 
@@ -150,7 +160,8 @@ def job_pareto(id: str, request: Request, principal: Caller) -> Pareto:
 @router.delete("/jobs/{id}", status_code=202, responses={**ERRORS, **ENDED})
 def cancel_job(id: str, request: Request, principal: Caller) -> JobStatus:
     """Cancel a queued job at once, or ask a running one to stop after its running trials."""
-    return _status(service_of(request).jobs.cancel(principal, id))
+    service = service_of(request)
+    return _status(service.jobs.cancel(principal, id), service.paths)
 
 
 def _progress(job: Job) -> Progress:
@@ -168,7 +179,9 @@ def _summary(job: Job) -> JobSummary:
     )
 
 
-def _status(job: Job) -> JobStatus:
+def _status(job: Job, paths: ClientPaths) -> JobStatus:
+    """The job as its client sees it: the server's paths in its model source, error and
+    best configuration shown as `paths` shows them (the job row keeps them absolute)."""
     return JobStatus(
         id=job.id,
         state=cast(JobState, job.state),
@@ -176,11 +189,11 @@ def _status(job: Job) -> JobStatus:
         started_at=utc_time(job.started_at),
         finished_at=utc_time(job.finished_at),
         progress=_progress(job),
-        best=None if job.best is None else Best.model_validate(job.best),
-        error=job.error,
+        best=None if job.best is None else Best.model_validate(paths.value(job.best)),
+        error=None if job.error is None else paths.text(job.error),
         study=job.study_name,
-        model=ModelInfo(source=job.model_source, sha256=job.model_sha256),
-        registered_model=job.registered_model,
+        model=ModelInfo(source=paths.value(job.model_source), sha256=job.model_sha256),
+        registered_model=paths.value(job.registered_model),
         watch_id=job.watch_id,
         warm_start_from=job.warm_start_from,
         attempts=job.attempts,
