@@ -25,10 +25,8 @@ def tiny_onnx_bytes() -> bytes:
 
 @pytest.fixture(autouse=True)
 def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Service tests run in their tmp_path: an MLflow store that is a database (SQLite or
-    PostgreSQL) puts a new experiment's artifacts under ./mlruns of the working directory,
-    and the job runners, in this process or spawned from it, would otherwise write them
-    into the clone."""
+    """Service tests run in their tmp_path: whatever a test, or a job runner in its process
+    or spawned from it, writes into the working directory stays out of the clone."""
     monkeypatch.chdir(tmp_path)
 
 
