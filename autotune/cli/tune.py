@@ -182,8 +182,7 @@ def _register(tuned: Any, per_kind: bool = False) -> str | None:
         version = register_tuned(
             tuned.mlflow["tracking_uri"],
             name,
-            artifact.parent,
-            tuned.mlflow["run_id"],
+            tuned.model_dump(mode="json"),
             {"autotune.study": study, "autotune.hardware_fingerprint": fingerprint},
             alias=alias,
         )

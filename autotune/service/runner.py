@@ -185,8 +185,7 @@ class JobRunner:
         version = register_tuned(
             self.settings.tracking_uri,
             name,
-            Path(tuned["artifact"]).parent,
-            tuned["mlflow"]["run_id"],
+            tuned,
             {"autotune.job": job.id, "autotune.study": job.study_name},
             alias=alias,
             namespace=namespace,

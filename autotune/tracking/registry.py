@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autotune.core.contract import REGISTERED_URI, REGISTERED_URI_RULE
 from autotune.core.errors import RequestError
@@ -110,16 +110,17 @@ def downloaded_onnx(version: RegisteredVersion, tracking_uri: str, into: Path) -
 def register_tuned(
     tracking_uri: str,
     name: str,
-    artifact_dir: Path,
-    run_id: str,
+    tuned: dict[str, Any],
     tags: dict[str, str],
     alias: str = "tuned",
     namespace: str | None = None,
 ) -> str:
-    """Register `artifact_dir` as a version of registered model `name` (created if missing;
-    inside `namespace`, see `registered_name`), tag it (`autotune.tuned=true` and `tags`),
-    point `alias` at it and return the version. An ONNX artifact is logged as an MLflow
-    onnx model (`autotune.tracking.mlflow_model`), so `mlflow.pyfunc` loads it too.
+    """Register the optimized model of `tuned` (a tuned file's document) as a version of
+    registered model `name` (created if missing; inside `namespace`, see
+    `registered_name`), describe it (`version_description`), tag it (`autotune.tuned=true`,
+    its key figures and `tags`), point `alias` at it and return the version. An ONNX
+    artifact is logged as an MLflow onnx model (`autotune.tracking.mlflow_model`), so
+    `mlflow.pyfunc` loads it too.
 
     The directory is logged to the run under `optimized_model` and the version's source is
     that artifact location: `models:/NAME@ALIAS` then downloads these very files. Registering
@@ -132,6 +133,7 @@ def register_tuned(
     if REGISTERED_URI.match(f"models:/{name}@{alias}") is None:
         raise RequestError("name", REGISTERED_URI_RULE, f"models:/{name}@{alias}")
     name = registered_name(name, namespace)
+    artifact_dir, run_id = Path(tuned["artifact"]).parent, tuned["mlflow"]["run_id"]
     client = _client(tracking_uri)
     try:
         client.create_registered_model(name)
@@ -144,15 +146,66 @@ def register_tuned(
     source = RunsArtifactRepository.get_underlying_uri(
         f"runs:/{run_id}/{TUNED_ARTIFACT_PATH}", tracking_uri
     )
-    all_tags = {TUNED_TAG: "true", **tags}
+    all_tags = {TUNED_TAG: "true", **figure_tags(tuned), **tags}
+    description = version_description(tuned)
     registered = client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
     same = [mv for mv in registered if mv.source == source]
     if same:
         version = str(same[0].version)
         for key, value in all_tags.items():
             client.set_model_version_tag(name, version, key, value)
+        client.update_model_version(name, version, description=description)
     else:
-        created = client.create_model_version(name, source, run_id=run_id, tags=all_tags)
+        created = client.create_model_version(
+            name, source, run_id=run_id, tags=all_tags, description=description
+        )
         version = str(created.version)
     client.set_registered_model_alias(name, alias, version)
     return version
+
+
+# The figures a version carries as tags (`metric.NAME`), where the tuned file has them.
+KEY_FIGURES = (
+    "accuracy",
+    "accuracy_drop",
+    "latency_p95_ms",
+    "latency_per_sample_ms",
+    "throughput_per_s",
+    "energy_per_sample_j",
+    "peak_memory_mb",
+)
+
+
+def figure_tags(tuned: dict[str, Any]) -> dict[str, str]:
+    """The chosen configuration's key figures, to 4 significant digits."""
+    metrics = tuned["metrics"]
+    return {
+        f"metric.{name}": f"{metrics[name]:.4g}"
+        for name in KEY_FIGURES
+        if isinstance(metrics.get(name), int | float) and not isinstance(metrics[name], bool)
+    }
+
+
+def version_description(tuned: dict[str, Any]) -> str:
+    """What the MLflow UI shows on the version's page (Markdown): the headline, the
+    configuration, the hardware it was tuned for, and a link to the study's run."""
+    hardware, study, run = tuned["hardware"], tuned["study"], tuned["mlflow"]
+    gpus = hardware.get("gpus") or []
+    machine = f"{hardware['cpu_model']}, {hardware['cpu_cores']} cores"
+    if gpus:
+        machine += f", {len(gpus)}x {gpus[0]['name']}"
+    run_link = f"#/experiments/{run['experiment_id']}/runs/{run['run_id']}"
+    return "\n".join(
+        [
+            tuned["headline"]["text"],
+            "",
+            "**Configuration**",
+            "",
+            *(f"- `{key}`: {value}" for key, value in tuned["config"].items()),
+            "",
+            f"**Tuned for** {machine} (hardware fingerprint `{hardware['fingerprint']}`).",
+            "",
+            f"**Study** `{study['name']}`, trial {study['trial_number']} of "
+            f"{study['n_trials']}: [its MLflow run]({run_link}).",
+        ]
+    )

@@ -364,6 +364,41 @@ def tuned_dir(path: Path, offset: float) -> Path:
     return path
 
 
+def tuned_document(
+    artifact_dir: Path, run_id: str, experiment_id: str = "1", **fields: Any
+) -> dict[str, Any]:
+    """What `register_tuned` reads of a tuned file: the artifact, the run, the headline,
+    the configuration, its figures, the hardware and the study."""
+    return {
+        "artifact": str(artifact_dir / "model.onnx"),
+        "mlflow": {"tracking_uri": "", "experiment_id": experiment_id, "run_id": run_id},
+        "headline": {"text": "2.00× throughput (95% CI 1.90–2.10×); 6 paired rounds, quiet"},
+        "config": {"runtime.engine": "onnxruntime", "batch.size": 8},
+        "metrics": {"accuracy": 0.984444444, "latency_p95_ms": 0.0601321, "status": "ok"},
+        "hardware": {"fingerprint": "cpu-abc", "cpu_model": "Xeon", "cpu_cores": 2, "gpus": []},
+        "study": {"name": "digits", "trial_number": 7, "n_trials": 16},
+        **fields,
+    }
+
+
+def test_a_registered_version_is_described_and_carries_its_key_figures(
+    registry: tuple[str, str], tmp_path: Path
+) -> None:
+    uri, experiment = registry
+    client = MlflowClient(uri)
+    run = client.create_run(experiment).info.run_id
+    tuned = tuned_document(tuned_dir(tmp_path / "t", 1.0), run, experiment)
+    version = client.get_model_version("described", register_tuned(uri, "described", tuned, {}))
+    description = version.description
+    assert description.startswith("2.00× throughput (95% CI 1.90–2.10×)")
+    assert "- `runtime.engine`: onnxruntime" in description and "- `batch.size`: 8" in description
+    assert "Xeon, 2 cores (hardware fingerprint `cpu-abc`)" in description
+    assert f"[its MLflow run](#/experiments/{experiment}/runs/{run})" in description
+    assert "trial 7 of 16" in description
+    figures = {k: v for k, v in version.tags.items() if k.startswith("metric.")}
+    assert figures == {"metric.accuracy": "0.9844", "metric.latency_p95_ms": "0.06013"}
+
+
 def test_registry_round_trip(
     registry: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -372,8 +407,8 @@ def test_registry_round_trip(
     store = ModelStore(tmp_path / "models")
     first = tuned_dir(tmp_path / "first", 1.0)
     run = client.create_run(experiment).info.run_id
-    assert register_tuned(uri, "tiny", first, run, {"autotune.study": "s1"}) == "1"
-    assert register_tuned(uri, "tiny", first, run, {"autotune.study": "s1"}) == "1"
+    assert register_tuned(uri, "tiny", tuned_document(first, run), {"autotune.study": "s1"}) == "1"
+    assert register_tuned(uri, "tiny", tuned_document(first, run), {"autotune.study": "s1"}) == "1"
     assert client.get_model_version("tiny", "1").tags["autotune.tuned"] == "true"
 
     by_alias = resolve_registered("models:/tiny@tuned", uri)
@@ -386,7 +421,7 @@ def test_registry_round_trip(
 
     second = tuned_dir(tmp_path / "second", 2.0)
     other_run = client.create_run(experiment).info.run_id
-    assert register_tuned(uri, "tiny", second, other_run, {}) == "2"
+    assert register_tuned(uri, "tiny", tuned_document(second, other_run), {}) == "2"
     assert source_fingerprint(ref, tmp_path, None, uri) == "tiny/2"
     assert resolve_registered("models:/tiny/1", uri).version == "1"
     materialized = materialize(ref, uri, store)
@@ -431,7 +466,7 @@ def test_a_registered_onnx_runtime_artifact_is_an_mlflow_onnx_model_run_as_measu
     config = {"runtime.engine": "onnxruntime", "runtime.threads": 1, "runtime.graph_opt": "basic"}
     artifact = batched_dir(tmp_path / "artifact", 3.0, config)
     run = MlflowClient(uri).create_run(experiment).info.run_id
-    register_tuned(uri, "served", artifact, run, {})
+    register_tuned(uri, "served", tuned_document(artifact, run), {})
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_REGISTRY_URI", uri)
@@ -475,7 +510,7 @@ def test_a_registered_openvino_artifact_is_served_by_openvino_as_measured(
     config = {"runtime.engine": "openvino", "runtime.threads": 1, "batch.size": 2}
     artifact = batched_dir(tmp_path / "artifact", 3.0, config)
     run = MlflowClient(uri).create_run(experiment).info.run_id
-    register_tuned(uri, "served-ov", artifact, run, {})
+    register_tuned(uri, "served-ov", tuned_document(artifact, run), {})
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_REGISTRY_URI", uri)
@@ -505,7 +540,9 @@ def test_unknown_registered_models_are_request_errors(
     tracking_uri, experiment = registry
     if uri.startswith("models:/known"):
         run = MlflowClient(tracking_uri).create_run(experiment).info.run_id
-        register_tuned(tracking_uri, "known", tuned_dir(tmp_path / "d", 1.0), run, {})
+        register_tuned(
+            tracking_uri, "known", tuned_document(tuned_dir(tmp_path / "d", 1.0), run), {}
+        )
     with pytest.raises(RequestError) as info:
         resolve_registered(uri, tracking_uri)
     assert (info.value.field, info.value.value) == ("model.registered", uri)
@@ -519,7 +556,7 @@ def test_a_registered_version_without_an_onnx_model_is_refused(
     directory.mkdir()
     (directory / "tuned.yaml").write_text("config: {}\n")
     run = MlflowClient(tracking_uri).create_run(experiment).info.run_id
-    register_tuned(tracking_uri, "no-onnx", directory, run, {})
+    register_tuned(tracking_uri, "no-onnx", tuned_document(directory, run), {})
     version = resolve_registered("models:/no-onnx@tuned", tracking_uri)
     with pytest.raises(RequestError, match="exactly one .onnx") as info:
         download_registered(version, tracking_uri, ModelStore(tmp_path / "models"))

@@ -22,7 +22,7 @@ from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
 from autotune.service.submission import prepare_job
 from autotune.service.tokens import Principal
-from tests.autotune.requests.test_sources import tiny_onnx
+from tests.autotune.requests.test_sources import tiny_onnx, tuned_document
 from tests.autotune.service.support import (
     job_states,
     principal,
@@ -80,9 +80,7 @@ def test_registered_models_are_scoped_to_their_team(tmp_path: Path) -> None:
         artifact.parent.mkdir()
         onnx.save_model(tiny_onnx(offset), str(artifact))
         run_id = client.create_run(experiment).info.run_id
-        return runner._register(
-            job, "shared", {"artifact": str(artifact), "mlflow": {"run_id": run_id}}
-        )
+        return runner._register(job, "shared", tuned_document(artifact.parent, run_id, experiment))
 
     x, y = tuned(xavier, 1.0), tuned(yves, 2.0)
     assert x["uri"] == y["uri"] == "models:/shared@tuned" and x["version"] == y["version"] == "1"
