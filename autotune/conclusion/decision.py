@@ -11,7 +11,12 @@ interleaved rounds (`workers.head_to_head`), and the re-measured figures decide.
   configuration with the fewest changes from the baseline wins (it is the simplest to
   deploy); the leader wins a tie on that too.
 - The headline is the chosen configuration against the baseline as paired ratios, with the
-  number of rounds and whether other load was seen in them.
+  number of rounds and whether other load was seen in them. A figure is given as a result
+  only where its interval resolves it: an interval whose upper end is more than
+  `UNRESOLVED_SPAN` times its lower end (278-1,100x) says the figure lies somewhere in that
+  range, not that it is the median of the rounds, so it is shown as the range alone
+  ("between 278x and 1,100x lower, not resolved"). Where such a figure is shown, or other
+  load was seen in the rounds, the headline starts with that condition, before any figure.
 """
 
 from __future__ import annotations
@@ -196,27 +201,29 @@ def headline(
     selection: Selection,
     energy_estimated: bool,
 ) -> Headline:
-    """The paired ratios of every round figure, and one sentence that leads with the
-    selection's figure, adds throughput and energy, and states the rounds and conditions."""
+    """The paired ratios of every round figure, and one sentence that states the conditions
+    first where they weaken the figures, then leads with the selection's figure, adds
+    throughput and energy, and ends with the rounds (see the module docstring)."""
     ratios = ratios_to(chosen, baseline)
     rounds = len(chosen.rounds)
     contended = sum(c.contended for c in contention)
     conditions: Conditions = "replayed" if not contention else "contended" if contended else "quiet"
     same = chosen.trial_number == baseline.trial_number
+    shown: dict[str, Ratio] = {}
     if same:
-        text = "the unmodified model is the best choice: no finalist beat it beyond the noise"
+        figures = "the unmodified model is the best choice: no finalist beat it beyond the noise"
     else:
         order = (_lead(selection), THROUGHPUT.name, LATENCY_P95.name, ENERGY.name)
-        shown = [m for m in dict.fromkeys(order) if m in ratios]
-        parts = [
-            _phrase(m, ratios[m])
-            + (" (estimated)" if m == ENERGY.name and energy_estimated else "")
-            for m in shown
-        ]
-        text = "; ".join(parts)
-    text += f"; {rounds} paired rounds, {_conditions(conditions, contended, rounds)}"
+        shown = {m: ratios[m] for m in dict.fromkeys(order) if m in ratios}
+        figures = "; ".join(
+            _phrase(m, value) + (" (estimated)" if m == ENERGY.name and energy_estimated else "")
+            for m, value in shown.items()
+        )
+    unresolved = [get_metric(m).label for m, value in shown.items() if not _resolved(value)]
+    caveat = _caveat(conditions, contended / max(rounds, 1), unresolved)
+    closing = f"{rounds} paired rounds" + ("" if caveat else f", {conditions}")
     return Headline(
-        text=text,
+        text="; ".join(part for part in (caveat, figures, closing) if part),
         ratios=ratios,
         rounds=rounds,
         contended_rounds=contended,
@@ -225,27 +232,73 @@ def headline(
     )
 
 
+# An interval wider than this factor (upper end over lower end) does not resolve its figure:
+# a contended run's 278-1,100x spans 4x, a quiet digits run's 1.08-2.04x spans 1.9x.
+UNRESOLVED_SPAN = 3.0
+
+
+def _resolved(value: Ratio) -> bool:
+    return value.ci_high <= UNRESOLVED_SPAN * value.ci_low
+
+
+def _caveat(conditions: Conditions, contended_share: float, unresolved: list[str]) -> str:
+    """What weakens the figures, said before them: other load in the rounds, or intervals
+    too wide to give a figure; empty where neither."""
+    if conditions == "contended":
+        return (
+            f"contended: {contended_share:.0%} of the rounds saw other load; re-run on an idle "
+            "machine for a firm figure"
+        )
+    if unresolved:
+        return (
+            f"{conditions}, but not resolved: the 95% interval of {_listed(unresolved)} spans "
+            f"more than {UNRESOLVED_SPAN:g}×; more rounds (validation.rounds) narrow it"
+        )
+    return ""
+
+
+def _listed(words: list[str]) -> str:
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+
+
 def _phrase(name: str, value: Ratio) -> str:
     """A higher-is-better figure (throughput) as its ratio; a lower-is-better one as how many
-    times lower (or higher) it is than the baseline's, its interval turned the same way."""
+    times lower (or higher) it is than the baseline's, its interval turned the same way. A
+    figure its interval does not resolve is that interval alone."""
     metric = get_metric(name)
+    if not _resolved(value):
+        return f"{metric.label} {_range(metric, value)}, not resolved"
     interval = _interval(value.ci_low, value.ci_high)
     if metric.direction is Direction.MAXIMIZE:
-        return f"{value.ratio:.3g}× {metric.label} {interval}"
+        return f"{_number(value.ratio)}× {metric.label} {interval}"
     if value.ratio <= 1.0:
         low, high = 1 / value.ci_high, 1 / value.ci_low
-        return f"{1 / value.ratio:.3g}× lower {metric.label} {_interval(low, high)}"
-    return f"{value.ratio:.3g}× higher {metric.label} {interval}"
+        return f"{_number(1 / value.ratio)}× lower {metric.label} {_interval(low, high)}"
+    return f"{_number(value.ratio)}× higher {metric.label} {interval}"
+
+
+def _range(metric: Metric, value: Ratio) -> str:
+    """Where the interval puts the figure, in the words `_phrase` would use for it."""
+    low, high = value.ci_low, value.ci_high
+    if metric.direction is Direction.MAXIMIZE:
+        return f"between {_number(low)}× and {_number(high)}×"
+    if high <= 1.0:
+        return f"between {_number(1 / high)}× and {_number(1 / low)}× lower"
+    if low >= 1.0:
+        return f"between {_number(low)}× and {_number(high)}× higher"
+    return f"between {_number(1 / low)}× lower and {_number(high)}× higher"
 
 
 def _interval(low: float, high: float) -> str:
-    return f"(95% CI {low:.3g}–{high:.3g}×)"
+    return f"(95% CI {_number(low)}–{_number(high)}×)"
 
 
-def _conditions(conditions: Conditions, contended: int, rounds: int) -> str:
-    if conditions != "contended":
-        return conditions
-    return (
-        f"contended: {contended / rounds:.0%} of the rounds saw other load; re-run on an idle "
-        "machine for a firm figure"
-    )
+def _number(value: float, digits: int = 3) -> str:
+    """`value` to `digits` significant figures in plain digits, thousands separated (1,100;
+    4.13; 0.00042), never in exponent notation as `:.3g` writes 1100 (1.1e+03)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    rounded = float(f"{value:.{digits}g}")
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+    text = f"{rounded:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

@@ -38,7 +38,7 @@ class TunedConfig(BaseModel):
     revalidation: dict[str, Any]
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        return _as_yaml(self.model_dump(mode="json"))
 
 
 class TunedKind(Strict):
@@ -56,7 +56,12 @@ class TunedIndex(Strict):
     kinds: list[TunedKind] = Field(min_length=2)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        return _as_yaml(self.model_dump(mode="json"))
+
+
+def _as_yaml(document: dict[str, Any]) -> str:
+    """YAML that shows every character as itself (the headline's ×, not \\xD7)."""
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
 
 
 def is_index(path: Path) -> bool:
