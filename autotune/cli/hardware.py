@@ -4,18 +4,25 @@
 from __future__ import annotations
 
 import json
+import re
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from autotune.cli.shared import _exit_codes, out
+from autotune.cli.tables import _shown
 from autotune.core.contract import HardwareProfile, NodeKind
 from autotune.space.hardware import load_profile
 
 if TYPE_CHECKING:
-    from autotune.space.search_space import EffectiveSpace
+    from autotune.space.search_space import EffectiveDimension, EffectiveSpace, Exclusion, Range
 
+
+# Earlier choices (key: value), and every value the space offers for each key.
+Context = dict[str, Any]
+Choices = dict[str, set[Any]]
 
 RayAddress = Annotated[
     str | None,
@@ -142,28 +149,132 @@ def space(
 
 
 def _print_space(effective: EffectiveSpace) -> None:
-    out.print(
+    """Each dimension as `name: values; baseline; when ...`, then per dimension what is
+    excluded: one line per reason, after the values it excludes. A line longer than the
+    terminal wraps between words, never inside a value, indented under its start."""
+    _print_wrapped(
         f"space {effective.name} ({effective.source}), hardware {effective.hardware_fingerprint}"
     )
-    excluded: dict[str, list[str]] = {}
-    for ex in effective.excluded:
-        what = "all" if ex.value is None else str(ex.value)
-        when = "".join(f" with {k}={v}" for k, v in ex.when.items())
-        excluded.setdefault(ex.dimension, []).append(f"{what}{when}: {ex.reason}")
     for dim in effective.dimensions:
-        values = dim.values if dim.values is not None else dim.range
-        line = f"  {dim.name}: {values}"
-        if dim.baseline is not None:
-            line += f"  baseline {dim.baseline}"
-        if dim.when:
-            line += f"  when {dim.when}"
-        if dim.contexts is not None:
-            line += "  where " + " or ".join(_shown(c) for c in dim.contexts)
-        out.print(line, highlight=False)
-    for name, reasons in excluded.items():
-        out.print(f"  [dim]{name}: excluded[/dim]", highlight=False)
-        for reason in reasons:
-            out.print(f"    [dim]{reason}[/dim]", highlight=False)
+        _print_wrapped(f"  {dim.name}: {_dimension_text(dim)}")
+    for name, lines in _excluded_by_reason(effective).items():
+        _print_wrapped(f"  {name}: excluded", style="dim")
+        for line in lines:
+            _print_wrapped(f"    {line}", style="dim")
+
+
+def _print_wrapped(line: str, style: str | None = None) -> None:
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    wrapped = textwrap.fill(
+        line,
+        width=out.width,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    out.print(wrapped, style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def _dimension_text(dim: EffectiveDimension) -> str:
+    """`values; baseline B; when K is V or W, and ...` in words, not Python reprs."""
+    if dim.values is not None:
+        parts = [", ".join(_shown(v) for v in dim.values)]
+    else:
+        assert dim.range is not None
+        parts = [_range_text(dim.range)]
+    if dim.baseline is not None:
+        parts.append(f"baseline {_shown(dim.baseline)}")
+    conditions = [_one_of(key, values) for key, values in dim.when.items()]
+    if dim.contexts is not None and all(dim.contexts):
+        conditions.append(_contexts_text(dim.contexts))
+    if conditions:
+        parts.append("when " + ", and ".join(conditions))
+    return "; ".join(parts)
+
+
+def _range_text(span: Range) -> str:
+    text = f"{_shown(span.low)} to {_shown(span.high)}"
+    if span.step is not None:
+        text += f" in steps of {_shown(span.step)}"
+    if span.log:
+        text += " on a log scale"
+    return f"whole numbers {text}" if span.integer else text
+
+
+def _one_of(key: str, values: list[Any]) -> str:
+    return f"{key} is {' or '.join(_shown(v) for v in values)}"
+
+
+def _contexts_text(contexts: list[dict[str, Any]]) -> str:
+    """The earlier choices under which a dimension is active: `K is A or B` where each is one
+    value of the same key, else each context's choices joined."""
+    chosen = [{k: v for k, v in c.items() if v is not None} for c in contexts]
+    keys = {k for c in chosen for k in c}
+    if len(keys) == 1 and all(len(c) == 1 for c in chosen):
+        (key,) = keys
+        return _one_of(key, [c[key] for c in chosen])
+    return " or ".join(_all_of(c) for c in chosen)
+
+
+def _all_of(context: dict[str, Any]) -> str:
+    text = " and ".join(f"{k}={_shown(v)}" for k, v in context.items())
+    return f"({text})" if len(context) > 1 else text
+
+
+def _excluded_by_reason(effective: EffectiveSpace) -> dict[str, list[str]]:
+    """Per dimension, one `values: reason` line per distinct reason, the values in the
+    order they were excluded."""
+    choices: Choices = {}
+    for dim in effective.dimensions:
+        choices.setdefault(dim.name, set()).update(dim.values or [])
+    grouped: dict[str, dict[str, dict[str, list[Context]]]] = {}
+    for exclusion in effective.excluded:
+        value = "all" if exclusion.value is None else _shown(exclusion.value)
+        for reason in _reasons(exclusion):
+            by_value = grouped.setdefault(exclusion.dimension, {}).setdefault(reason, {})
+            under = {k: v for k, v in exclusion.when.items() if f"{k}={_shown(v)}" not in reason}
+            by_value.setdefault(value, []).append(under)
+    return {
+        name: [_excluded_line(by_value, reason, choices) for reason, by_value in reasons.items()]
+        for name, reasons in grouped.items()
+    }
+
+
+def _excluded_line(by_value: dict[str, list[Context]], reason: str, choices: Choices) -> str:
+    """`values when <the earlier choices they are out under>; ...: reason`; the choices are
+    left out where the reason names them or they cover every choice."""
+    values_under: dict[str, list[str]] = {}
+    for value, contexts in by_value.items():
+        reduced = _reduced(contexts, choices)
+        values_under.setdefault(_contexts_text(reduced) if all(reduced) else "", []).append(value)
+    labels = [
+        ", ".join(values) + (f" when {under}" if under else "")
+        for under, values in values_under.items()
+    ]
+    return f"{'; '.join(labels)}: {reason}"
+
+
+def _reduced(contexts: list[Context], choices: Choices) -> list[Context]:
+    """The same contexts over fewer keys: a key is dropped where, whatever the rest of a
+    context, it takes every value the space offers (it makes no difference there)."""
+    for key in sorted({k for c in contexts for k in c}):
+        rests: dict[tuple[tuple[str, Any], ...], set[Any]] = {}
+        for context in contexts:
+            rest = tuple(sorted((k, v) for k, v in context.items() if k != key))
+            rests.setdefault(rest, set()).add(context.get(key))
+        if key in choices and all(None in v or v >= choices[key] for v in rests.values()):
+            contexts = [dict(rest) for rest in rests]
+    return contexts
+
+
+def _reasons(exclusion: Exclusion) -> list[str]:
+    """The reasons an exclusion gives (joined by '; ', each starting `dimension=value`),
+    each without that start: the line names the value."""
+    if exclusion.value is None:
+        return [exclusion.reason]
+    subject = re.escape(f"{exclusion.dimension}={exclusion.value}") + r"(?=[\s:])"
+    parts = re.split(rf"; (?={subject})", exclusion.reason)
+    return [re.sub(rf"^{subject}:?\s*", "", part) for part in parts]
 
 
 def _request_model(request_file: Path, space_file: str | None) -> tuple[str | None, Any]:
@@ -174,8 +285,3 @@ def _request_model(request_file: Path, space_file: str | None) -> tuple[str | No
     request = load_request(request_file)
     workload = request.workload(request_file.resolve().parent)
     return space_file or request.search_space, InProcessExecutor().inspect(workload).model
-
-
-def _shown(context: dict[str, Any]) -> str:
-    """The choices that are set (an unset one is another engine's option)."""
-    return ", ".join(f"{k}={v}" for k, v in context.items() if v is not None)

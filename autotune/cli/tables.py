@@ -3,7 +3,7 @@ the tuned configuration."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.measure import Measurement
@@ -12,8 +12,11 @@ from rich.table import Table
 from autotune.cli.shared import out
 from autotune.core.metrics import LATENCY_PER_SAMPLE, OBJECTIVES, Metric, with_derived
 
+if TYPE_CHECKING:
+    from autotune.results.records import Candidate
 
-def _front_metrics(front: list[Any], compact: bool) -> list[Metric]:
+
+def _front_metrics(front: list[Candidate], compact: bool) -> list[Metric]:
     """The front's metric columns: every objective a request may name that the front's trials
     have (the cost only with a price), once each. Latency per sample (throughput's
     reciprocal) is left out where the table would not fit."""
@@ -22,25 +25,77 @@ def _front_metrics(front: list[Any], compact: bool) -> list[Metric]:
     return [m for m in present if not (compact and m is LATENCY_PER_SAMPLE)]
 
 
-def _print_front(front: list[Any], chosen: int | None) -> None:
+def _print_front(
+    front: list[Candidate], chosen: int | None, baseline: Candidate | None = None
+) -> None:
     """The front, whole at any width of 80 columns or more: a column per varying dimension
-    where that fits, else one column listing them (and no ms-per-sample column)."""
+    where that fits unfolded, else one column listing them (and no ms-per-sample column). The
+    chosen trial and the baseline are marked, the baseline added as a last row where it is
+    not on the front, and each mark is explained under the table."""
     if not front:
         return
-    keys = sorted({k for c in front for k in c.config})
-    varying = [k for k in keys if len({str(c.config.get(k, "")) for c in front}) > 1]
-    shared = {k: front[0].config.get(k) for k in keys if k not in varying}
-    table = _front_table(front, chosen, varying, compact=False)
-    unbounded = out.options.update_width(1 << 20)  # the table's own minimum, not clamped
-    if Measurement.get(out, unbounded, table).minimum > out.width:
-        table = _front_table(front, chosen, varying, compact=True)
+    on_front = {c.trial_number for c in front}
+    added = baseline if baseline is not None and baseline.trial_number not in on_front else None
+    rows = [*sorted(front, key=lambda c: c.metrics["latency_p95_ms"]), *filter(None, [added])]
+    keys = sorted({k for c in rows for k in c.config})
+    varying = [k for k in keys if len({_cell(c, k) for c in rows}) > 1]
+    shared = {k: _cell(rows[0], k) for k in keys if k not in varying and _cell(rows[0], k)}
+    marks = _marks(rows, chosen, baseline)
+    table = _front_table(rows, marks, varying, added is not None, compact=False)
+    # The width the table takes unfolded (not clamped to the console): rich's minimum is
+    # less than that, and a table at its minimum cuts cells short ("onnxrun…").
+    unbounded = out.options.update_width(1 << 20)
+    if Measurement.get(out, unbounded, table).maximum > out.width:
+        table = _front_table(rows, marks, varying, added is not None, compact=True)
     out.print(table)
+    legend = _legend(marks, added is not None)
+    if legend:
+        out.print(legend, highlight=False)
     if shared:
-        out.print("common to all: " + ", ".join(f"{k}={_shown(v)}" for k, v in shared.items()))
+        out.print("common to all: " + ", ".join(f"{k}={v}" for k, v in shared.items()))
 
 
-def _front_table(front: list[Any], chosen: int | None, varying: list[str], compact: bool) -> Table:
-    title = f"Pareto front: {len(front)} feasible, non-dominated trials"
+def _cell(candidate: Candidate, key: str) -> str:
+    """A dimension's value as a cell shows it; '' where the trial does not set it."""
+    value = candidate.config.get(key)
+    return "" if value is None else _shown(value)
+
+
+# The marks after a trial's number, and what the legend under the table says of each.
+CHOSEN_MARK, BASELINE_MARK = "*", "b"
+
+
+def _marks(rows: list[Candidate], chosen: int | None, baseline: Candidate | None) -> dict[int, str]:
+    base = None if baseline is None else baseline.trial_number
+    marks = {
+        c.trial_number: (CHOSEN_MARK if c.trial_number == chosen else "")
+        + (BASELINE_MARK if c.trial_number == base else "")
+        for c in rows
+    }
+    return {number: mark for number, mark in marks.items() if mark}
+
+
+def _legend(marks: dict[int, str], baseline_added: bool) -> str:
+    shown = "".join(marks.values())
+    parts = []
+    if CHOSEN_MARK in shown:
+        parts.append(f"{CHOSEN_MARK} chosen: the configuration the head-to-head returned")
+    if BASELINE_MARK in shown:
+        where = ", not on the front (shown to compare)" if baseline_added else ""
+        parts.append(f"{BASELINE_MARK} baseline: the unmodified model{where}")
+    return "; ".join(parts)
+
+
+def _front_table(
+    rows: list[Candidate],
+    marks: dict[int, str],
+    varying: list[str],
+    baseline_added: bool,
+    compact: bool,
+) -> Table:
+    on_front = len(rows) - baseline_added
+    title = f"Pareto front: {on_front} feasible, non-dominated trial{'s' * (on_front != 1)}"
+    title += ", and the baseline" if baseline_added else ""
     # Rows of several lines (compact) are set apart by a blank line.
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", show_lines=compact)
     table.add_column("trial", justify="right", no_wrap=True)
@@ -49,17 +104,22 @@ def _front_table(front: list[Any], chosen: int | None, varying: list[str], compa
         table.add_column("configuration")
     for key in [] if compact else varying:
         table.add_column(_two_lines(headers[key]))
-    metrics = _front_metrics(front, compact)
+    metrics = _front_metrics(rows, compact)
     for metric in metrics:
         table.add_column(metric.column, justify="right")
-    for c in sorted(front, key=lambda c: c.metrics["latency_p95_ms"]):
-        values = [_shown(c.config.get(k, "")) for k in varying]
+    for index, c in enumerate(rows):
+        values = [_cell(c, k) for k in varying]
         if compact:
-            values = ["\n".join(f"{headers[k]} {v}" for k, v in zip(varying, values, strict=True))]
-        mark = "*" if c.trial_number == chosen else ""
+            values = [
+                "\n".join(f"{headers[k]} {v}" for k, v in zip(varying, values, strict=True) if v)
+            ]
+        if index == on_front:
+            table.add_section()
         figures = with_derived(c.metrics)
         table.add_row(
-            f"{c.trial_number}{mark}", *values, *(m.shown(float(figures[m.name])) for m in metrics)
+            f"{c.trial_number}{marks.get(c.trial_number, '')}",
+            *values,
+            *(m.shown(float(figures[m.name])) for m in metrics),
         )
     return table
 

@@ -138,18 +138,21 @@ def _relevant(allowed: dict[Context, list[ConfigValue]]) -> dict[Context, list[C
 def _unique(
     dropped: list[dict[str, Any]], keys: set[str], allowed: dict[Context, list[ConfigValue]]
 ) -> list[dict[str, Any]]:
-    """One exclusion per value and relevant context; a value allowed nowhere, once."""
+    """One exclusion per value and relevant context; a value allowed nowhere, once. Its
+    reason joins the distinct reasons of the contexts it stands for, each once."""
     anywhere = {v for values in allowed.values() for v in values}
     seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    reasons: dict[tuple[Any, ...], list[str]] = {}
     for exclusion in dropped:
         when = {k: v for k, v in exclusion["when"].items() if k in keys and v is not None}
         if exclusion["value"] not in anywhere:
             when = {}
         key = (exclusion["value"], tuple(sorted(when.items(), key=str)))
-        kept = seen.setdefault(key, {**exclusion, "when": when})
-        if exclusion["reason"] not in kept["reason"].split("; "):
-            kept["reason"] += "; " + exclusion["reason"]
-    return list(seen.values())
+        seen.setdefault(key, {**exclusion, "when": when})
+        known = reasons.setdefault(key, [])
+        if exclusion["reason"] not in known:
+            known.append(exclusion["reason"])
+    return [{**exclusion, "reason": "; ".join(reasons[key])} for key, exclusion in seen.items()]
 
 
 def _dimensions(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,74 @@ def test_space_for_a_saved_profile() -> None:
     assert on_cuda and all("fp16" in d["values"] for d in on_cuda)
     on_ort = [e for e in space["excluded"] if e["when"].get("runtime.provider") == "cuda"]
     assert any(e["value"] == "bf16" and "engine=onnxruntime" in e["reason"] for e in on_ort)
+
+
+def _space_output(profile: Path, width: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from rich.console import Console
+
+    from autotune.cli import hardware
+
+    monkeypatch.setattr(hardware, "out", Console(width=width))
+    result = runner.invoke(app, ["space", "--hardware", str(profile)])
+    assert result.exit_code == 0, result.output
+    return result.output.splitlines()
+
+
+def _said(lines: list[str]) -> list[tuple[int, str]]:
+    """Each printed line with the lines that continue it (indented deeper) as one, with the
+    depth it starts at."""
+    said: list[tuple[int, str]] = []
+    for line in lines:
+        depth = len(line) - len(line.lstrip())
+        if said and depth > said[-1][0] + 2:
+            said[-1] = (said[-1][0], f"{said[-1][1]} {line.strip()}")
+        else:
+            said.append((depth, line.strip()))
+    return said
+
+
+@pytest.mark.parametrize("profile", ["cpu-only.json", "h200x8.json"])
+def test_space_reads_at_80_columns(profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every line fits; a dimension's values and the values a reason excludes are whole
+    words of their lines (never cut where a line wraps), in words, not Python reprs."""
+    path = SPACES_DIR / "profiles" / profile
+    lines = _space_output(path, 80, monkeypatch)
+    space = json.loads(runner.invoke(app, ["space", "--hardware", str(path), "--json"]).output)
+    assert max(len(line) for line in lines) <= 80
+    for repr_mark in ("['", "{'", "low=", "log=False"):
+        assert repr_mark not in "\n".join(lines)
+    words = [set(re.split(r"[\s,;:()]+", text)) for _, text in _said(lines)]
+    for dim in space["dimensions"]:
+        for value in dim["values"] or []:
+            assert any({dim["name"], str(value)} <= w for w in words), (dim["name"], value)
+    for exclusion in space["excluded"]:
+        if exclusion["value"] is not None:
+            assert any(str(exclusion["value"]) in w for w in words), exclusion
+
+
+def test_space_gives_each_reason_once_after_the_values_it_excludes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    said = _said(_space_output(SPACES_DIR / "profiles" / "cpu-only.json", 80, monkeypatch))
+    reasons: dict[str, list[str]] = {}  # per dimension, as printed
+    for depth, text in said:
+        if text.endswith(": excluded"):
+            dimension = reasons.setdefault(text, [])
+        elif depth == 4:
+            dimension.append(text.split(": ", 1)[1])
+    assert all(len(printed) == len(set(printed)) for printed in reasons.values())
+    excluded = [text for depth, text in said if depth == 4]
+    assert "4, 8, 16, 32, 64: exceeds cpu_cores = 2" in excluded
+    assert (
+        "reduce-overhead, max-autotune: captures CUDA graphs, which inductor skips on the CPU "
+        "(it would run as mode default); it needs runtime.device=cuda"
+    ) in excluded
+    assert sum("CPUExecutionProvider" in line for line in excluded) == 1  # was printed 4 times
+    shown = [text for depth, text in said if depth == 2]
+    assert "runtime.threads: 1, 2; baseline 2" in shown
+    assert (
+        "prune.ratio: 0.1 to 0.6 in steps of 0.1; when prune.method is magnitude or structured"
+    ) in shown
 
 
 def test_bad_request_exits_2_naming_the_field(write_request) -> None:
@@ -266,7 +335,12 @@ FRONT = [
 ]
 
 
-def _rendered_front(width: int, monkeypatch: pytest.MonkeyPatch) -> str:
+def _rendered_front(
+    width: int,
+    monkeypatch: pytest.MonkeyPatch,
+    front: list[Candidate] = FRONT,
+    baseline: Candidate | None = None,
+) -> str:
     import io
 
     from rich.console import Console
@@ -275,7 +349,7 @@ def _rendered_front(width: int, monkeypatch: pytest.MonkeyPatch) -> str:
 
     buffer = io.StringIO()
     monkeypatch.setattr(tables, "out", Console(file=buffer, width=width))
-    tables._print_front(FRONT, 12)
+    tables._print_front(front, 12, baseline)
     return buffer.getvalue()
 
 
@@ -288,6 +362,46 @@ def test_pareto_table_is_whole_at_any_width(width: int, monkeypatch: pytest.Monk
         assert figure in text
     for header in ("trial", "accuracy", "per call", "samples", "sample", "threads"):
         assert header in text
+
+
+def _unpruned(number: int, p95: float, **changes: object) -> Candidate:
+    """A trial without pruning: it sets no prune ratio."""
+    member = _front_member(number, p95, **changes)
+    config = {k: v for k, v in member.config.items() if k != "prune.ratio"}
+    return Candidate(number, config, member.metrics, feasible=True)
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_pareto_table_marks_the_chosen_trial_and_the_baseline_and_explains_them(
+    width: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    front = [FRONT[1], FRONT[2], _unpruned(5, 0.1, **{"runtime.engine": "onnxruntime"})]
+    baseline = _unpruned(0, 0.9)  # dominated: not on the front
+    text = _rendered_front(width, monkeypatch, front, baseline)
+    lines = text.splitlines()
+    assert "…" not in text and max(len(line.rstrip()) for line in lines) <= width
+    assert lines[0].startswith("Pareto front: 3 feasible, non-dominated trials, and the baseline")
+    assert [line.split()[0] for line in lines if line.split()[:1] in (["12*"], ["0b"])] == [
+        "12*",
+        "0b",
+    ]
+    said = " ".join(text.split())
+    assert "* chosen: the configuration the head-to-head returned" in said
+    assert "b baseline: the unmodified model, not on the front (shown to compare)" in said
+    assert not [line for line in lines if line.rstrip().endswith(("prune ratio", "ratio"))]
+
+
+def test_pareto_table_explains_only_the_marks_it_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = " ".join(_rendered_front(80, monkeypatch).split())
+    assert "* chosen: the configuration the head-to-head returned" in text
+    assert "baseline" not in text
+
+
+def test_a_baseline_on_the_front_is_marked_in_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _rendered_front(200, monkeypatch, FRONT, FRONT[0])
+    assert text.splitlines()[0].rstrip() == "Pareto front: 3 feasible, non-dominated trials"
+    assert [line.split()[0] for line in text.splitlines() if "torch_eager" in line] == ["0b"]
+    assert "b baseline: the unmodified model" in text and "not on the front" not in text
 
 
 def test_pareto_table_has_a_column_per_dimension_where_it_fits(

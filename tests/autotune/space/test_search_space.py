@@ -62,6 +62,16 @@ def test_cpu_profile_excludes_gpu_values_with_reasons(cpu_profile: HardwareProfi
     assert "fp16 needs CUDA" in reasons[("precision.mode", "fp16")]
 
 
+def test_an_exclusion_gives_each_of_its_reasons_once(cpu_profile: HardwareProfile) -> None:
+    """fp16 is out for every engine; the three ONNX Runtime contexts that refuse it for the
+    same reason (a reason that itself holds '; ') give that reason once."""
+    reasons = always_excluded(effective("default.yaml", cpu_profile))
+    fp16 = reasons[("precision.mode", "fp16")]
+    assert fp16.count("is not supported by onnxruntime's CPUExecutionProvider") == 1
+    compile_mode = reasons[("runtime.compile_mode", "reduce-overhead")]
+    assert compile_mode.count("captures CUDA graphs") == 1
+
+
 def test_cpu_flags_gate_bf16_and_int8(cpu_profile: HardwareProfile) -> None:
     avx2_only = cpu_profile.model_copy(update={"cpu_flags": ["avx2"]})
     space = effective("default.yaml", avx2_only)
