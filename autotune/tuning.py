@@ -228,6 +228,10 @@ def _measured_plans(
             space_file, kind.profile, str(space_path), info, cores_per_slot=kind.cpus_per_slot
         )
 
+    if options.on_note is not None:
+        where = "the Ray cluster" if options.ray_address else "Ray"
+        starting = "" if options.executor == "inprocess" else f"starting {where}, "
+        options.on_note(f"start: {starting}probing the trial nodes' hardware")
     executors = make_executors(options, request.target, several)
     return [_Plan(workload, executor, space) for executor in executors]
 
@@ -365,6 +369,8 @@ def _tune_kind(
         mlflow_artifacts=options.mlflow_artifacts,
     )
     executor = plan.executor
+    if options.on_note is not None and not isinstance(executor, ReplayExecutor):
+        options.on_note("start: loading and inspecting the model on a trial worker")
     inspection = executor.inspect(plan.workload)
     (kind,) = inspection.kinds
     model_info = inspection.model

@@ -220,7 +220,8 @@ LABEL_WIDTH = 12
 class _TuneProgress:
     """The tune command's progress on stderr: a bar of the trials; then, for each phase
     after the search (the finalists' head-to-head, the export), its line with an
-    elapsed-time bar, since one blocking call does its work; and notes above them."""
+    elapsed-time bar, since one blocking call does its work; and notes above them. Where
+    stderr is not a terminal (a log file, a pipe), a line for each trial and each phase."""
 
     def __init__(self) -> None:
         self._progress: Any = None
@@ -229,6 +230,9 @@ class _TuneProgress:
 
     @contextmanager
     def trials(self, total: int | None) -> Iterator[Callable[[int, Any], None]]:
+        if not err.is_terminal:
+            yield lambda done, result: self._trial_line(done, total, result)
+            return
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
         from rich.table import Column
 
@@ -245,10 +249,7 @@ class _TuneProgress:
             self._progress, self._trials = progress, task
 
             def update(done: int, result: Any) -> None:
-                last = f"trial {result.trial_number}: {result.status}"
-                if result.metrics is not None:
-                    last += f", p95 {result.metrics.latency_p95_ms:.3f} ms"
-                last += _phase_times(result)
+                last = "" if result is None else _trial_text(result)
                 progress.update(task, completed=done, description=last, count=_count(done, total))
 
             try:
@@ -260,7 +261,7 @@ class _TuneProgress:
     def phase(self, text: str) -> None:
         """A phase told as "name: what it does" (the name in the label column)."""
         if self._progress is None:
-            err.print(escape(text), highlight=False)
+            err.print(escape(text), highlight=False, soft_wrap=True)
             return
         self._end_phase()
         self._progress.stop_task(self._trials)
@@ -278,7 +279,20 @@ class _TuneProgress:
             self._phase = None
 
     def note(self, text: str) -> None:
-        err.print(escape(text), highlight=False)
+        err.print(escape(text), highlight=False, soft_wrap=True)
+
+    def _trial_line(self, done: int, total: int | None, result: Any) -> None:
+        if result is not None:  # a resumed study's count is told by its note
+            line = f"tuning {_count(done, total)}: {_trial_text(result)}"
+            err.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _trial_text(result: Any) -> str:
+    """A told trial in one line: its number, status, p95 and where its time went."""
+    text = f"trial {result.trial_number}: {result.status}"
+    if result.metrics is not None:
+        text += f", p95 {result.metrics.latency_p95_ms:.3f} ms"
+    return text + _phase_times(result)
 
 
 def _phase_times(result: Any) -> str:

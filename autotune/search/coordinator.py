@@ -139,6 +139,7 @@ class Coordinator:
             self.events.on_note(
                 f"study {self.store.name}: {state.counted}{of} trials done, re-using them"
             )
+            self.events.on_progress(state.counted, self.budget.trials, None)
         last_reap = -REAP_EVERY_S
         while True:
             if time.monotonic() - last_reap >= REAP_EVERY_S:

@@ -12,7 +12,8 @@ from autotune.core.contract import HardwareProfile, ModelInfo, TrialResult, Work
 from autotune.requests.request import TuningRequest
 from autotune.space.search_space import EffectiveSpace
 
-ProgressCallback = Callable[[int, int | None, TrialResult], None]
+# (trials counted, budget, the trial just told; None for the trials a resumed study found)
+ProgressCallback = Callable[[int, int | None, TrialResult | None], None]
 # A line for the user (a resumed study), or the phase the study is in after its search.
 NoteCallback = Callable[[str], None]
 

@@ -308,6 +308,10 @@ def test_a_resume_that_measured_nothing_reuses_the_head_to_head(
     path = write_request(budget={"trials": 3})
     _, written = run_tune(path, replace(INPROCESS, on_phase=events.append, on_note=events.append))
     first = yaml.safe_load(written.read_text())
+    # The start-up is told as it happens: the hardware, then the model.
+    starts = ["start: probing the trial nodes' hardware", "start: loading and inspecting the model"]
+    assert [e.split(" on a")[0] for e in events[:2]] == starts
+    events = events[2:]
     # The head-to-head is announced before the blocking call that runs it.
     assert events[0].startswith("head to head: baseline and")
     confirming = ["head to head (confirming the choice): baseline and 1 finalists", "compare"]
@@ -318,7 +322,7 @@ def test_a_resume_that_measured_nothing_reuses_the_head_to_head(
     events.clear()
     outcome, written = run_tune(path, replace(INPROCESS, on_note=events.append))
     second = yaml.safe_load(written.read_text())
-    assert events == ["study digits-test: 3 of 3 trials done, re-using them"]
+    assert events[2:] == ["study digits-test: 3 of 3 trials done, re-using them"]
     for key in ("config", "metrics", "baseline", "constraints", "headline", "revalidation"):
         assert second[key] == first[key], key
     assert any("its figures are reused" in note for note in outcome.notes)

@@ -420,9 +420,19 @@ def test_tune_tells_the_resume_the_phases_and_a_ui_command_that_works(write_requ
     first = runner.invoke(app, ["tune", str(path), "--executor", "inprocess"])
     assert first.exit_code == 0, first.output
     assert "re-using them" not in first.stderr
-    phases = [line.split() for line in first.stderr.splitlines()]
-    assert any(words[:3] == ["head", "to", "head"] and "finalists," in words for words in phases)
-    assert any(words[0] == "export" and "model" in words for words in phases if words)
+    # Not a terminal: a line for each start-up step, each trial and each phase
+    lines = first.stderr.splitlines()
+    assert [line for line in lines if line.startswith("start: ")] == [
+        "start: probing the trial nodes' hardware",
+        "start: loading and inspecting the model on a trial worker",
+    ]
+    assert [line.split(":")[0] for line in lines if line.startswith("tuning ")] == [
+        "tuning 1/3",
+        "tuning 2/3",
+        "tuning 3/3",
+    ]
+    assert any(line.startswith("head to head: ") and "finalists" in line for line in lines)
+    assert "export: the optimized model" in lines
     ui = next(line for line in first.stdout.splitlines() if line.startswith("Open the UI:"))
     assert f"{Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri sqlite:///" in ui
     assert "Registered as:   models:/digits-test@tuned (version 1)" in first.stdout

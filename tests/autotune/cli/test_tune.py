@@ -1,0 +1,49 @@
+"""The tune command's progress: a bar on a terminal, a line for each trial and each phase
+anywhere else (a log file stays readable), and a resumed study's count from its start."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from autotune.cli import tune
+
+RESULT = SimpleNamespace(
+    trial_number=4,
+    status="ok",
+    metrics=SimpleNamespace(latency_p95_ms=0.0601),
+    duration_s=1.25,
+    times=SimpleNamespace(build_s=0.5, accuracy_s=0.25, timing_s=0.5),
+)
+
+
+def console(monkeypatch: pytest.MonkeyPatch, terminal: bool) -> io.StringIO:
+    out = io.StringIO()
+    monkeypatch.setattr(tune, "err", Console(file=out, force_terminal=terminal, width=160))
+    return out
+
+
+def test_without_a_terminal_each_trial_and_phase_is_a_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = console(monkeypatch, terminal=False)
+    progress = tune._TuneProgress()
+    with progress.trials(16) as update:
+        update(5, RESULT)
+        update(5, None)  # a resumed study's count: no trial to tell
+    progress.phase("head to head: the baseline and finalists [4, 2] in 6 interleaved rounds")
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "tuning 5/16: trial 4: ok, p95 0.060 ms in 1.2 s (build 0.5, accuracy 0.2, timing 0.5)",
+        "head to head: the baseline and finalists [4, 2] in 6 interleaved rounds",
+    ]
+
+
+def test_a_resumed_study_shows_its_done_trials_on_the_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = console(monkeypatch, terminal=True)
+    progress = tune._TuneProgress()
+    with progress.trials(40) as update:
+        update(40, None)
+    last_frame = out.getvalue().split("\r")[-1]
+    assert " 40/40 " in last_frame
