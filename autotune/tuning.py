@@ -346,7 +346,7 @@ def write_index(path: Path, tuned: list[KindTuned]) -> None:
         for t in tuned
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(TunedIndex(kinds=kinds).to_yaml())
+    path.write_text(TunedIndex(kinds=kinds).to_yaml(), encoding="utf-8")
 
 
 def _tune_kind(
@@ -388,7 +388,7 @@ def _tune_kind(
         outcome.notes.append(_replay_note(executor))
     assert outcome.tuned is not None
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.write_text(outcome.tuned.to_yaml())
+    out_file.write_text(outcome.tuned.to_yaml(), encoding="utf-8")
     return KindTuned(kind, outcome, out_file)
 
 

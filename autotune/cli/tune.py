@@ -131,7 +131,8 @@ def _print_tuned(outcome: Any, written: Path, registered: str | None) -> None:
     from autotune.results.records import Candidate
 
     front: list[Candidate] = outcome.front
-    _print_front(front, outcome.tuned.study["trial_number"] if outcome.tuned else None)
+    chosen = outcome.tuned.study["trial_number"] if outcome.tuned else None
+    _print_front(front, chosen, outcome.baseline)
     assert outcome.tuned is not None
     tuned = outcome.tuned
     out.print(f"\n[bold]Chosen configuration[/bold] (trial {tuned.study['trial_number']}):")
@@ -156,7 +157,8 @@ def _print_tuned(outcome: Any, written: Path, registered: str | None) -> None:
     )
     ui = _ui_command(tuned.mlflow["tracking_uri"])
     out.print(f"Open the UI:     {escape(ui)}", highlight=False, soft_wrap=True)
-    colour = "green" if tuned.headline.conditions == "quiet" else "yellow"
+    firm = tuned.headline.conditions == "quiet" and tuned.headline.resolved
+    colour = "green" if firm else "yellow"
     out.print(f"\n[bold {colour}]Against the baseline:[/bold {colour}] {tuned.headline.text}")
 
 

@@ -162,6 +162,9 @@ class Headline(Strict):
     contended_rounds: int
     conditions: Conditions
     same_as_baseline: bool
+    resolved: bool = Field(
+        default=True, description="every figure shown has an interval narrow enough to state it"
+    )
 
 
 def headline_metrics(summary: Headline) -> dict[str, float]:
@@ -229,6 +232,7 @@ def headline(
         contended_rounds=contended,
         conditions=conditions,
         same_as_baseline=same,
+        resolved=not unresolved,
     )
 
 

@@ -67,7 +67,7 @@ def _as_yaml(document: dict[str, Any]) -> str:
 def is_index(path: Path) -> bool:
     """Whether a tuned file is the list of several kinds' tuned files."""
     try:
-        loaded = yaml.safe_load(path.read_text())
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         return False
     return isinstance(loaded, dict) and set(loaded) == {"kinds"}
@@ -77,7 +77,7 @@ def tuned_for_kind(path: Path, fingerprint: str) -> Path:
     """In a list of several kinds' tuned files, the file of the kind `fingerprint` names; a
     kind the list lacks is a `RequestError` naming those it has."""
     try:
-        index = TunedIndex.model_validate(yaml.safe_load(path.read_text()))
+        index = TunedIndex.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
     except ValidationError as error:
         rule = "must be a tuned file written by autotune tune"
         raise RequestError("tuned file", f"{rule} ({type(error).__name__})", str(path)) from None
@@ -92,7 +92,7 @@ def tuned_for_kind(path: Path, fingerprint: str) -> Path:
 def read_tuned(path: Path) -> TunedConfig:
     """A tuned file as `autotune tune` wrote it; anything else is a `RequestError`."""
     try:
-        return TunedConfig.model_validate(yaml.safe_load(path.read_text()))
+        return TunedConfig.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
     except (OSError, yaml.YAMLError, ValidationError) as error:
         rule = "must be a tuned file written by autotune tune"
         raise RequestError("tuned file", f"{rule} ({type(error).__name__})", str(path)) from None

@@ -238,9 +238,9 @@ def test_bad_model_found_by_a_ray_worker_exits_2_with_one_line(
         timeout=600,
     )
     assert completed.returncode == 2, completed.stderr[-3000:]
-    lines = completed.stderr.strip().splitlines()
-    assert len(lines) == 1, completed.stderr[-3000:]
-    assert lines[0].startswith("error: model.entry_point: must run (RuntimeError: the weights")
+    *started, error = completed.stderr.strip().splitlines()
+    assert all(line.startswith("start: ") for line in started), completed.stderr[-3000:]
+    assert error.startswith("error: model.entry_point: must run (RuntimeError: the weights")
 
 
 def test_report_without_a_store_exits_2_and_creates_none(

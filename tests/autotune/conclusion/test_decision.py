@@ -167,7 +167,7 @@ def test_a_contended_headline_leads_with_the_condition_and_gives_wide_figures_as
 def test_a_quiet_headline_with_a_very_wide_interval_says_so_first() -> None:
     tuned = outcome(1, [1.0] * 10)
     summary = headline(tuned, outcome(0, WIDE), [busy(False)] * 10, LOWEST_LATENCY, False)
-    assert summary.conditions == "quiet"
+    assert summary.conditions == "quiet" and not summary.resolved
     assert summary.text.startswith(
         "quiet, but not resolved: the 95% interval of p95 latency per call, throughput and "
         "energy per sample spans more than 3×; more rounds (validation.rounds) narrow it; "
@@ -180,7 +180,7 @@ def test_an_interval_that_spans_less_than_3x_is_a_result() -> None:
     base = outcome(0, [1.0, 1.2, 1.5, 2.0, 3.0, 3.0, 3.5, 3.5, 3.5, 9.0])
     summary = headline(outcome(1, [1.0] * 10), base, [busy(False)] * 10, LOWEST_LATENCY, False)
     assert summary.text.startswith("3× lower p95 latency per call (95% CI 1.2–3.5×)")
-    assert summary.text.endswith("10 paired rounds, quiet")
+    assert summary.text.endswith("10 paired rounds, quiet") and summary.resolved
 
 
 def test_big_ratios_are_plain_numbers() -> None:
