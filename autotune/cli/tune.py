@@ -294,7 +294,16 @@ def _trial_text(result: Any) -> str:
     text = f"trial {result.trial_number}: {result.status}"
     if result.metrics is not None:
         text += f", p95 {result.metrics.latency_p95_ms:.3f} ms"
-    return text + _phase_times(result)
+    return text + _phase_times(result) + _quiet_wait(result)
+
+
+def _quiet_wait(result: Any) -> str:
+    """How long the trial waited for the machine to be quiet before measuring, if at all."""
+    contention = result.provenance.contention if result.provenance is not None else None
+    if contention is None or contention.waited_s < 0.5:
+        return ""
+    found = "; still busy, measured marked contended" if contention.contended else ""
+    return f", waited {contention.waited_s:.0f} s for quiet{found}"
 
 
 def _phase_times(result: Any) -> str:

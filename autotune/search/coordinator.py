@@ -27,6 +27,7 @@ from autotune.search.answers import Answers
 from autotune.search.budget import Budget
 from autotune.search.inputs import Events, Tuning
 from autotune.search.interrupts import stop_on_signals
+from autotune.search.quiet import QuietWaits
 from autotune.search.reaping import MAX_ATTEMPTS, Reaper
 from autotune.search.state import BATCH, SearchState
 from autotune.search.telling import Teller
@@ -67,6 +68,7 @@ class Coordinator:
         if not self.tuning.profile.gpus:  # on a GPU, a batch's memory is the device's
             self.state.oom.budget_mb = self.executor.trial_memory_mb
         self.state.calls.max_call_ms = self.tuning.request.measurement.max_call_ms
+        self.quiet = QuietWaits(self.tuning.request.measurement)
         self._running_front = RunningFront([OBJECTIVES[o] for o in self.tuning.request.objectives])
         self.teller = Teller(
             self.tuning.request,
@@ -243,7 +245,7 @@ class Coordinator:
             trial_number=record.number,
             workload=self.tuning.workload,
             config=record.config,
-            measurement=request.measurement,
+            measurement=self.quiet.measurement(),
             timeout_s=request.budget.trial_timeout_s,
             attempt=record.attempt,
             batch_scan=self._batch_scan(record),
@@ -295,6 +297,9 @@ class Coordinator:
         state = self.state
         record, spec = state.running.pop(result.trial_number)
         result = self._of_this_kind(spec, result)
+        gave_up_waiting = self.quiet.told(result)
+        if gave_up_waiting is not None:
+            self.events.on_note(gave_up_waiting)
         if result.status == "lost" and spec.attempt + 1 < MAX_ATTEMPTS:
             retry = spec.model_copy(update={"attempt": spec.attempt + 1})
             self.executor.submit(retry)

@@ -17,6 +17,7 @@ RESULT = SimpleNamespace(
     metrics=SimpleNamespace(latency_p95_ms=0.0601),
     duration_s=1.25,
     times=SimpleNamespace(build_s=0.5, accuracy_s=0.25, timing_s=0.5),
+    provenance=None,
 )
 
 
@@ -47,3 +48,13 @@ def test_a_resumed_study_shows_its_done_trials_on_the_bar(monkeypatch: pytest.Mo
         update(40, None)
     last_frame = out.getvalue().split("\r")[-1]
     assert " 40/40 " in last_frame
+
+
+def test_a_trial_that_waited_for_quiet_says_how_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = console(monkeypatch, terminal=False)
+    waited = SimpleNamespace(contention=SimpleNamespace(waited_s=10.02, contended=True))
+    with tune._TuneProgress().trials(16) as update:
+        update(6, SimpleNamespace(**{**vars(RESULT), "provenance": waited}))
+    assert out.getvalue().rstrip().endswith(
+        ", waited 10 s for quiet; still busy, measured marked contended"
+    )
