@@ -55,6 +55,8 @@ def test_a_trial_that_waited_for_quiet_says_how_long(monkeypatch: pytest.MonkeyP
     waited = SimpleNamespace(contention=SimpleNamespace(waited_s=10.02, contended=True))
     with tune._TuneProgress().trials(16) as update:
         update(6, SimpleNamespace(**{**vars(RESULT), "provenance": waited}))
-    assert out.getvalue().rstrip().endswith(
-        ", waited 10 s for quiet; still busy, measured marked contended"
+    assert (
+        out.getvalue()
+        .rstrip()
+        .endswith(", waited 10 s for quiet; still busy, measured marked contended")
     )
