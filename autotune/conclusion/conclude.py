@@ -12,6 +12,7 @@ from autotune.conclusion.decision import headline_metrics
 from autotune.conclusion.front import pareto_front
 from autotune.conclusion.head_to_head import Revalidation, Revalidator
 from autotune.conclusion.tuned_file import ConstraintOutcome, TunedConfig, reported
+from autotune.core.artifacts import previous_export
 from autotune.core.contract import ArtifactInfo, HardwareProfile, ModelInfo, TrialSpec, Workload
 from autotune.core.errors import NoFeasibleConfiguration
 from autotune.core.metrics import BOUNDS, OBJECTIVES, TOP1_AGREEMENT
@@ -105,7 +106,7 @@ class Conclusion:
         self.tracker.log_revalidation(revalidation.report)
         chosen = revalidation.chosen
         outcome.baseline = revalidation.baseline
-        artifact = self._export(chosen)
+        artifact = self._export(chosen, reuse=revalidation.reused, notes=outcome.notes)
         outcome.tuned = self._tuned_config(revalidation, artifact.path)
         agreement = agreement_note(self.request.metric.kind, chosen.metrics)
         if agreement is not None:
@@ -133,7 +134,15 @@ class Conclusion:
         if self.previous_tuned is not None:
             self.tracker.log_comparison(self.previous_tuned, tuned)
 
-    def _export(self, chosen: Candidate) -> ArtifactInfo:
+    def _export(self, chosen: Candidate, reuse: bool, notes: list[str]) -> ArtifactInfo:
+        """The chosen configuration's optimized model; where the head-to-head was reused
+        (nothing new measured), the one the last run exported, if it is still whole there."""
+        if reuse:
+            directory = self.artifact_dir.resolve()
+            previous = previous_export(directory, chosen.config, self.model_info.sha256)
+            if previous is not None:
+                notes.append(f"the optimized model exported last time is reused ({previous.path})")
+                return previous
         spec = TrialSpec(
             study=self.store.name,
             trial_number=chosen.trial_number,

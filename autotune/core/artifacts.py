@@ -4,9 +4,14 @@ the data plane that writes and loads artifacts and by the control plane that reg
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import platform
+from pathlib import Path
+from typing import Any
 
+from autotune.core.contract import ArtifactInfo
 from autotune.core.knobs import ENGINES
+from autotune.core.model_files import file_sha256
 
 ONNX_ARTIFACT = "model.onnx"
 WEIGHTS_ARTIFACT = "model.safetensors"
@@ -41,4 +46,23 @@ def installed_distribution(package: str) -> tuple[str, str] | None:
             return distribution, importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
             continue
+    return None
+
+
+def previous_export(
+    directory: Path, config: dict[str, Any], model_sha256: str
+) -> ArtifactInfo | None:
+    """The artifact an earlier export of this configuration of this model left whole in
+    `directory` (its description is written last), or None."""
+    try:
+        description = json.loads((directory / VARIANT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if description.get("config") != config or description.get("model_sha256") != model_sha256:
+        return None
+    onnx, weights = directory / ONNX_ARTIFACT, directory / WEIGHTS_ARTIFACT
+    if onnx.is_file():
+        return ArtifactInfo(path=str(onnx), format="onnx", sha256=file_sha256(onnx))
+    if weights.is_file():
+        return ArtifactInfo(path=str(weights), format="safetensors", sha256=file_sha256(weights))
     return None

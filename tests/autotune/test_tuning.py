@@ -320,12 +320,20 @@ def test_a_resume_that_measured_nothing_reuses_the_head_to_head(
     assert shown == ["compare", *(confirming if confirmed else []), "export: the optimized model"]
 
     events.clear()
-    outcome, written = run_tune(path, replace(INPROCESS, on_note=events.append))
+    artifact = Path(first["artifact"])
+    exported_at = artifact.stat().st_mtime_ns
+    outcome, written = run_tune(
+        path, replace(INPROCESS, on_note=events.append, on_phase=events.append)
+    )
     second = yaml.safe_load(written.read_text())
     assert events[2:] == ["study digits-test: 3 of 3 trials done, re-using them"]
     for key in ("config", "metrics", "baseline", "constraints", "headline", "revalidation"):
         assert second[key] == first[key], key
     assert any("its figures are reused" in note for note in outcome.notes)
+    # nor is the same configuration of the same model exported again
+    assert second["artifact"] == first["artifact"]
+    assert artifact.stat().st_mtime_ns == exported_at
+    assert any("exported last time is reused" in note for note in outcome.notes)
 
     events.clear()
     validation = {**FAST_VALIDATION, "remeasure_on_resume": True}

@@ -330,7 +330,13 @@ def test_the_torch_artifact_holds_pruned_fp32_weights_and_the_recipe(tmp_path: P
     kernels = np.concatenate([t.ravel() for n, t in weights.items() if n.endswith("weight")])
     assert np.count_nonzero(kernels == 0) == round(0.4 * kernels.size)
     recipe = json.loads((tmp_path / "variant.json").read_text())
-    assert recipe == {"config": config, "model_entry_point": "experiments.digits.model:build_model"}
+    entry_point = "experiments.digits.model:build_model"
+    model_sha256 = STORE.get(digits_workload()).model.sha256
+    assert recipe == {
+        "config": config,
+        "model_entry_point": entry_point,
+        "model_sha256": model_sha256,
+    }
     assert evaluate_artifact(artifact.path, digits_workload(), STORE) == ok(config).metrics.accuracy  # type: ignore[union-attr]
 
 

@@ -39,8 +39,8 @@ def export_onnx(
     assert isinstance(variant, OnnxVariant)  # an ONNX engine's pipeline ends in ONNX
     path = directory / ONNX_ARTIFACT
     path.write_bytes(variant.model_bytes)
-    describe(directory, {"config": spec.config})
     write_examples(variant.model_bytes, loaded.data.inputs[:INPUT_EXAMPLE_SAMPLES], directory)
+    describe(directory, {"config": spec.config, "model_sha256": loaded.model.sha256})
     return ArtifactInfo(path=str(path), format="onnx", sha256=file_sha256(path))
 
 
@@ -59,17 +59,24 @@ def write_examples(model_bytes: bytes, inputs: np.ndarray, directory: Path) -> N
 
 
 def export_torch(
-    pruned: TorchVariant, entry_point: str, spec: TrialSpec, directory: Path
+    pruned: TorchVariant, loaded: LoadedWorkload, spec: TrialSpec, directory: Path
 ) -> ArtifactInfo:
     """The pruned fp32 weights, with the model's entry point that rebuilds the module."""
     from safetensors.torch import save_file
 
+    from workers.loading.workloads import TorchModel
+
     weights = {name: t.detach().contiguous() for name, t in pruned.module.state_dict().items()}
     path = directory / WEIGHTS_ARTIFACT
     save_file(weights, str(path))
-    describe(directory, {"config": spec.config, "model_entry_point": entry_point})
+    assert isinstance(loaded.model, TorchModel)
+    entry_point, model_sha256 = loaded.model.entry_point, loaded.model.sha256
+    description = {"config": spec.config, "model_entry_point": entry_point}
+    describe(directory, {**description, "model_sha256": model_sha256})
     return ArtifactInfo(path=str(path), format="safetensors", sha256=file_sha256(path))
 
 
 def describe(directory: Path, description: dict[str, Any]) -> None:
+    """The artifact's description, written last: an export that stopped half-way has none
+    (a resume re-uses only a whole export, `autotune.core.artifacts.previous_export`)."""
     (directory / VARIANT_FILE).write_text(json.dumps(description, indent=2, sort_keys=True))

@@ -52,9 +52,7 @@ class TorchEngineImplementation(EngineImplementation):
         assert isinstance(loaded.model, TorchModel)  # parse_config refuses torch_eager for ONNX
         context = BuildContext(sample_inputs=loaded.data.inputs[:1])
         pruned = pruning_of(config.prune_method).apply(loaded.original_variant(), config, context)
-        return export_torch(
-            torch_variant_of(pruned, self.name), loaded.model.entry_point, spec, directory
-        )
+        return export_torch(torch_variant_of(pruned, self.name), loaded, spec, directory)
 
     def check_machine(self, config: TrialConfig) -> None:
         if config.device == "cuda":
