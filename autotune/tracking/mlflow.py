@@ -21,24 +21,27 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.core.metrics import Metric
+from autotune.core.metrics import Metric, selection_objective
 from autotune.results.records import Candidate
 from autotune.tracking.base import TrackerClosed
+from autotune.tracking.note import experiment_note, review_note
 from autotune.tracking.report import compare_tuned, is_number, pareto_csv
 from autotune.tracking.review import (
+    KINDS,
+    STUDY_COLOUR,
+    Point,
     pareto_html,
     pareto_png,
     points,
-    review_note,
-    runs_view,
+    rounded_figures,
     shown_metrics,
-    view_link,
 )
 from autotune.tracking.runs import PARENT_TAG, ROLE_TAG, STUDY_TAG, TRIAL_TAG, StudyRuns, TrialRun
+from autotune.tracking.view import PRIMARY_METRIC_TAG, runs_view, study_links
 from autotune.tracking.writer import ClientFactory, TrialWriter, start_writer
 
 if TYPE_CHECKING:
@@ -58,11 +61,14 @@ __all__ = [
 ]
 
 PREVIOUS_RUN_TAG = "autotune.previous_run_id"
-# The MLflow UI opens an experiment of this kind in its model-training view (runs and their
-# metrics), not the GenAI overview it shows an experiment without a kind.
+# What kind of experiment this is, for MLflow's UI: it spares the question "which kind?". The
+# page MLflow 3.17 opens is not chosen by it (see autotune.tracking.view): the experiment's
+# description (NOTE_TAG, shown above each of its pages) links to the runs.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 NOTE_TAG = "mlflow.note.content"
+# A run's name and its colour in MLflow's table and charts (the UI's own tag for a colour).
+RUN_NAME_TAG, RUN_COLOUR_TAG = "mlflow.runName", "mlflow.runColor"
 ROUND_TAG = "autotune.round"
 # A trial's run is FINISHED when it was measured, in full or in a short window; any other
 # status's run is FAILED, though it may carry where its time went (time.*).
@@ -231,7 +237,10 @@ class MlflowTracker:
             logged_ms=now,
             tags={"autotune.attempt": str(attempt), **tags},
             params={k: _param(v) for k, v in config.items()},
-            metrics={k: float(v) for k, v in figures.items() if is_number(v)},
+            metrics={
+                **{k: float(v) for k, v in figures.items() if is_number(v)},
+                **rounded_figures(figures),
+            },
             metric_tags={
                 k: str(v) for k, v in figures.items() if v is not None and not is_number(v)
             },
@@ -279,14 +288,27 @@ class MlflowTracker:
             self.client.set_tag(run_id, "revalidated", "true")
         self.client.log_text(self.parent_run_id, _as_text("r.json", report), "revalidation.json")
 
-    def mark_pareto(self, trial_numbers: set[int], chosen: int | None = None) -> None:
+    def mark_trials(self, cloud: Sequence[Point], renamed: Collection[int] = ()) -> None:
+        """Tag each trial's run `pareto`, `chosen` and `baseline`, colour it by its kind (the
+        chosen one red, the baseline black, one without figures grey), and say in their names
+        which are the chosen one and the baseline (`_run_name`); `renamed` are trials that may
+        carry such a name from an earlier round."""
         from mlflow.entities import RunTag
 
         self._wait_for_trials()
+        by_number = {p.number: p for p in cloud}
         for number, run_id in self._trial_runs.items():
-            marks = {"pareto": number in trial_numbers, "chosen": number == chosen}
-            tags = [RunTag(k, str(v).lower()) for k, v in marks.items()]
-            self.client.log_batch(run_id, tags=tags)
+            point = by_number.get(number)
+            roles = point.roles if point is not None else []
+            marks = {
+                "pareto": str(point is not None and point.kind == "front").lower(),
+                "chosen": str("chosen" in roles).lower(),
+                "baseline": str("baseline" in roles).lower(),
+                RUN_COLOUR_TAG: point.colour if point is not None else KINDS["infeasible"][1],
+            }
+            if roles or number in renamed:
+                marks[RUN_NAME_TAG] = _run_name(number, roles)
+            self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in marks.items()])
 
     def log_results(
         self,
@@ -304,16 +326,20 @@ class MlflowTracker:
         chosen, baseline = _trial_tag(tags, "chosen_trial"), _trial_tag(tags, "baseline_trial")
         cloud = points(candidates, front, baseline, chosen)
         tuned = documents.get("tuned.yaml")
-        view_key, view = runs_view(self.study, self.parent_run_id, objectives, _now_ms())
-        self.client.set_experiment_tag(self.experiment_id, view_key, view)
-        link = view_link(self.experiment_id, self.study)
-        note = review_note(self.study, tuned, cloud, objectives, self._request, link)
-        logged = self.client.get_run(self.parent_run_id).data.metrics
+        links = study_links(self.experiment_id, self.study, self.parent_run_id)
+        self._log_experiment_review(objectives, links)
+        note = review_note(self.study, tuned, cloud, objectives, self._request, links[:2])
+        parent = self.client.get_run(self.parent_run_id).data
+        earlier = {_trial_tag(parent.tags, k) for k in ("chosen_trial", "baseline_trial")}
+        logged = parent.metrics
         stale = {k: math.nan for k in logged if k.startswith(ROUND_FIGURES) and k not in metrics}
         self.client.log_batch(
             self.parent_run_id,
             metrics=self._metrics({**stale, **metrics}),
-            tags=[RunTag(k, v) for k, v in {**tags, NOTE_TAG: note}.items()],
+            tags=[
+                RunTag(k, v)
+                for k, v in {**tags, NOTE_TAG: note, RUN_COLOUR_TAG: STUDY_COLOUR}.items()
+            ],
         )
         self.client.log_text(self.parent_run_id, pareto_csv(front), "pareto/pareto_front.csv")
         self.client.log_text(self.parent_run_id, pareto_csv(candidates), "pareto/all_trials.csv")
@@ -322,7 +348,23 @@ class MlflowTracker:
         self._log_pareto_report(cloud, objectives)
         if artifact_dir is not None:
             self.client.log_artifacts(self.parent_run_id, artifact_dir, "optimized_model")
-        self.mark_pareto({c.trial_number for c in front}, chosen)
+        self.mark_trials(cloud, {n for n in earlier if n is not None})
+
+    def _log_experiment_review(
+        self, objectives: Sequence[Metric], links: list[tuple[str, str]]
+    ) -> None:
+        """The experiment's tags for its review: the study's saved view of the runs table, the
+        metric MLflow's charts start with, and the description that links to both."""
+        selection = (self._request.get("selection") or {}).get("strategy", "")
+        ranked_by = selection_objective(selection)
+        view_key, view = runs_view(self.study, objectives, ranked_by, _now_ms())
+        current = self.client.get_experiment(self.experiment_id).tags.get(NOTE_TAG)
+        for key, value in (
+            (view_key, view),
+            (PRIMARY_METRIC_TAG, ranked_by.name),
+            (NOTE_TAG, experiment_note(current, self.study, links)),
+        ):
+            self.client.set_experiment_tag(self.experiment_id, key, value)
 
     def _log_pareto_report(self, cloud: list[Any], objectives: Sequence[Metric]) -> None:
         selection = (self._request.get("selection") or {}).get("strategy")
@@ -371,6 +413,13 @@ class MlflowTracker:
     def _check_open(self) -> None:
         if self._closed:
             raise TrackerClosed(f"the tracker of study {self.study!r} is finished")
+
+
+def _run_name(number: int, roles: list[str]) -> str:
+    """`trial-3`, `trial-3 (chosen)`, `trial-0 (baseline)` or `trial-0 (chosen, baseline)`:
+    28 characters at most for trial numbers below 10,000, what the saved view's Run Name
+    column shows uncut."""
+    return f"trial-{number} ({', '.join(roles)})" if roles else f"trial-{number}"
 
 
 def _trial_tag(tags: dict[str, str], name: str) -> int | None:

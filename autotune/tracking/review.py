@@ -1,7 +1,8 @@
-"""What a person reviewing a study in MLflow reads first: the parent run's description (the
-choice, the baseline beside it, the headline, the front, why the choice won) and the Pareto
-report, every pair of objectives as linked scatter plots in one self-contained HTML file (a
-static PNG of the same for viewers that run no scripts).
+"""What a person reviewing a study in MLflow sees of its trials: the Pareto report, every pair
+of objectives as linked scatter plots in one self-contained HTML file (a static PNG of the same
+for viewers that run no scripts), the marks and colours of the trials' runs, and their key
+figures rounded to the digits they are shown with. The parent run's description is
+`autotune.tracking.note`, the runs table's saved view `autotune.tracking.view`.
 
 Points are coloured by kind: on the feasible front, feasible, or infeasible; the baseline and
 the chosen configuration are marked. Axes are logarithmic where the values span more than a
@@ -10,19 +11,15 @@ factor of ten.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import html
 import itertools
-import json
 import math
-import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.core.metrics import Metric
+from autotune.core.metrics import METRICS, OBJECTIVES, Metric
 from autotune.results.records import Candidate
 
 # kind -> (legend label, colour)
@@ -33,6 +30,10 @@ KINDS = {
 }
 # A log axis where the largest value is more than this many times the smallest.
 LOG_SPAN = 10.0
+# The marks of a trial's run beyond its kind: the chosen configuration and the baseline.
+CHOSEN_COLOUR, BASELINE_COLOUR = "#cc0000", "#000000"
+# The study's own run in MLflow's table and charts: a colour no trial has.
+STUDY_COLOUR = "#8172b3"
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,18 @@ class Point:
     @property
     def number(self) -> int:
         return self.candidate.trial_number
+
+    @property
+    def roles(self) -> list[str]:
+        return [r for r, on in (("chosen", self.chosen), ("baseline", self.baseline)) if on]
+
+    @property
+    def colour(self) -> str:
+        """The colour of its run in MLflow's table and charts: the chosen one red, the baseline
+        black, else its kind's colour (the report's)."""
+        if self.chosen:
+            return CHOSEN_COLOUR
+        return BASELINE_COLOUR if self.baseline else KINDS[self.kind][1]
 
 
 def points(
@@ -65,10 +78,39 @@ def points(
     ]
 
 
+# Figures shown beside the objectives wherever a trial is summed up.
+KEY_FIGURES = ("throughput_per_s", "accuracy_drop")
+
+
+def key_figures(objectives: Sequence[Metric]) -> list[str]:
+    """The objectives' metric names, then the key figures they leave out."""
+    names = [m.name for m in objectives]
+    return names + [name for name in KEY_FIGURES if name not in names]
+
+
+# A trial's key figures are logged a second time under this prefix, rounded to the digits
+# tables show (MLflow's table shows a float's every digit and cuts what does not fit); the
+# exact figure stays under its own name. The "/" puts them in their own section of charts.
+ROUNDED_PREFIX = "rounded/"
+ROUNDED = tuple(dict.fromkeys([*(m.name for m in OBJECTIVES.values()), *KEY_FIGURES]))
+
+
+def rounded(name: str) -> str:
+    return ROUNDED_PREFIX + name
+
+
+def rounded_figures(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Each key figure among `metrics` as its table shows it (the metric's number format:
+    0.9844 for 0.984444…, 0.125 ms, 5.57e-05 J), under `rounded/NAME`."""
+    return {
+        rounded(name): float(METRICS[name].shown(float(value)))
+        for name, value in metrics.items()
+        if name in ROUNDED and isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
 def shown_metrics(objectives: Sequence[Metric], selection: str | None) -> list[Metric]:
     """The study's objectives, and throughput where the selection asks for it."""
-    from autotune.core.metrics import OBJECTIVES
-
     shown = list(objectives)
     if selection == "highest_throughput" and OBJECTIVES["throughput"] not in shown:
         shown.append(OBJECTIVES["throughput"])
@@ -200,8 +242,7 @@ def _ticks(values: Sequence[float], to_px: Any, horizontal: bool) -> str:
 
 
 def _tooltip(point: Point) -> str:
-    roles = [r for r, on in (("baseline", point.baseline), ("chosen", point.chosen)) if on]
-    head = f"trial {point.number} ({', '.join([KINDS[point.kind][0], *roles])})"
+    head = f"trial {point.number} ({', '.join([KINDS[point.kind][0], *point.roles])})"
     config = [f"{k} = {v}" for k, v in sorted(point.candidate.config.items())]
     figures = [
         f"{k} = {format(v, '.4g') if isinstance(v, float) else v}"
@@ -273,175 +314,3 @@ def pareto_png(cloud: Sequence[Point], metrics: Sequence[Metric], title: str, pa
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-# -- the parent run's description --------------------------------------------------------
-
-
-def review_note(
-    study: str,
-    tuned: dict[str, Any] | None,
-    cloud: Sequence[Point],
-    objectives: Sequence[Metric],
-    request: dict[str, Any],
-    trials_link: str | None = None,
-) -> str:
-    """Markdown for the parent run's description (`mlflow.note.content`): the headline and a
-    link to the trials table first (what the UI shows before "Show more"), the choice beside
-    the baseline and why it won, the request, then the front."""
-    lines = [f"## autotune study `{study}`", ""]
-    if tuned is not None:
-        lines += [f"**Headline:** {(tuned.get('headline') or {}).get('text', '—')}", ""]
-    if trials_link is not None:
-        lines += [f"[Every trial with its figures, as a table]({trials_link})", ""]
-    front = [p for p in cloud if p.kind == "front"]
-    if tuned is not None:
-        lines += _choice_lines(tuned, objectives)
-    elif not front:
-        lines += ["**No configuration met the constraints.**", ""]
-    lines += [*_request_lines(request), ""]
-    if front:
-        lines += _front_table(front, objectives, "The feasible Pareto front")
-    else:
-        lines += _front_table(cloud, objectives, "Every measured configuration")
-    lines += [
-        "",
-        "The Pareto report (`pareto/pareto_report.html`, every pair of objectives; "
-        "`pareto/pareto_front.png` for a static view) and the tuned file (`tuned.yaml`) are "
-        "among this run's artifacts; each trial is a child run tagged `pareto` and `chosen`.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _request_lines(request: dict[str, Any]) -> list[str]:
-    constraints = request.get("constraints") or {}
-    shown = ", ".join(f"{k} {v:g}" for k, v in constraints.items() if isinstance(v, int | float))
-    selection = (request.get("selection") or {}).get("strategy", "—")
-    model = request.get("model")
-    source = _model_source(model) if isinstance(model, dict) else str(model or "—")
-    return [
-        f"- **Model:** `{source}`",
-        f"- **Objectives:** {', '.join(request.get('objectives', [])) or '—'}; "
-        f"**selection:** {selection}",
-        f"- **Constraints:** {shown or 'none'}",
-    ]
-
-
-def _model_source(model: dict[str, Any]) -> str:
-    return str(next((v for k, v in model.items() if k != "task" and v), "—"))
-
-
-def _choice_lines(tuned: dict[str, Any], objectives: Sequence[Metric]) -> list[str]:
-    lines = _choice_table(tuned, objectives)
-    why = (tuned.get("revalidation") or {}).get("chosen_because")
-    if why:
-        lines += ["", f"**Why this one:** {why}"]
-    met = [
-        f"{name} {c['bound']:g}: {c['value']:.4g} ({'met' if c['met'] else 'NOT met'})"
-        for name, c in (tuned.get("constraints") or {}).items()
-    ]
-    if met:
-        lines += ["", "**Constraints:** " + "; ".join(met)]
-    return [*lines, ""]
-
-
-# Figures shown beside the objectives wherever a trial is summed up.
-KEY_FIGURES = ("throughput_per_s", "accuracy_drop")
-
-
-def key_figures(objectives: Sequence[Metric]) -> list[str]:
-    """The objectives' metric names, then the key figures they leave out."""
-    names = [m.name for m in objectives]
-    return names + [name for name in KEY_FIGURES if name not in names]
-
-
-def _choice_table(tuned: dict[str, Any], objectives: Sequence[Metric]) -> list[str]:
-    names = key_figures(objectives)
-    rows = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for label, figures in (("chosen", tuned["metrics"]), ("baseline", tuned["baseline"])):
-        cells = [_cell(figures.get(name)) for name in names]
-        rows.append(f"| **{label}** | " + " | ".join(cells) + " |")
-    changed = ", ".join(f"`{k}={v}`" for k, v in sorted(tuned["config"].items()))
-    return [*rows, "", f"**Chosen configuration:** {changed}"]
-
-
-def _front_table(cloud: Sequence[Point], objectives: Sequence[Metric], title: str) -> list[str]:
-    names = [m.name for m in objectives]
-    rows = [
-        f"**{title}** ({len(cloud)} configurations):",
-        "",
-        "| trial | configuration | " + " | ".join(names) + " |",
-        "|---|---|" + "---|" * len(names),
-    ]
-    for point in sorted(cloud, key=lambda p: p.number):
-        marks = "".join(
-            m for m, on in ((" (chosen)", point.chosen), (" (baseline)", point.baseline)) if on
-        )
-        config = ", ".join(
-            f"{k.split('.')[-1]}={v}" for k, v in sorted(point.candidate.config.items())
-        )
-        cells = [_cell(point.candidate.metrics.get(name)) for name in names]
-        rows.append(f"| {point.number}{marks} | {config} | " + " | ".join(cells) + " |")
-    return rows
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return format(value, ".4g")
-    return "—" if value is None else str(value)
-
-
-# -- a saved view of the runs table ------------------------------------------------------
-
-VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # the MLflow UI's saved views (its "Views" menu)
-VIEW_URL_PARAM = "viewStateShareKey"
-VIEW_PARAMS = ("runtime.engine", "precision.mode", "batch.size", "prune.method", "runtime.threads")
-VIEW_TAGS = ("pareto", "chosen", "feasible", "status")
-
-
-def view_id(study: str) -> str:
-    return "autotune" + hashlib.sha256(study.encode()).hexdigest()[:16]
-
-
-def runs_view(
-    study: str, parent_run_id: str, metrics: Sequence[Metric], now_ms: int
-) -> tuple[str, str]:
-    """The experiment tag of a saved view that opens the study's trials expanded, with their
-    key figures, configuration and marks as columns (the UI shows no metric column until one
-    is picked): (tag key, tag value)."""
-    columns = [
-        *(f"metrics.`{name}`" for name in key_figures(metrics)),
-        *(f"tags.`{name}`" for name in VIEW_TAGS),
-        *(f"params.`{name}`" for name in VIEW_PARAMS),
-    ]
-    first = metrics[0] if metrics else None
-    state = {
-        "searchFilter": "",
-        "orderByKey": f"metrics.`{first.name}`" if first else "attributes.start_time",
-        "orderByAsc": bool(first and first.direction.value == "minimize"),
-        "startTime": "ALL",
-        "lifecycleFilter": "Active",
-        "datasetsFilter": [],
-        "modelVersionFilter": "All Runs",
-        "selectedColumns": columns,
-        "columnOrder": columns,
-        "runsExpanded": {parent_run_id: True},
-        "runsHiddenMode": "SHOW_ALL",
-        "viewMaximized": False,
-        "runListHidden": False,
-        "groupBy": None,
-        "groupsExpanded": {},
-    }
-    packed = base64.b64encode(zlib.compress(json.dumps(state).encode())).decode()
-    envelope = {
-        "name": f"autotune: {study}, every trial with its figures",
-        "createdAt": now_ms,
-        "updatedAt": now_ms,
-        "state": f"deflate;{packed}",
-    }
-    return VIEW_TAG_PREFIX + view_id(study), json.dumps(envelope)
-
-
-def view_link(experiment_id: str, study: str) -> str:
-    """The UI's address (after its host) of the study's saved view."""
-    return f"#/experiments/{experiment_id}/runs?{VIEW_URL_PARAM}={view_id(study)}"

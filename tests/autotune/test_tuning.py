@@ -139,11 +139,14 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
     views = [k for k in experiment.tags if k.startswith("mlflow.sharedViewState.")]
     assert len(views) == 1 and views[0].rsplit(".", 1)[1] in parent.data.tags["mlflow.note.content"]
     note = parent.data.tags["mlflow.note.content"]
-    assert headline["text"] in note and "| **chosen** |" in note and "| **baseline** |" in note
-    assert f"| {revalidation['chosen']}" in note  # the front table
+    assert headline["text"] in note and "re-measured head to head" in note  # the choice
+    assert all(f"- **#{number}**" in note for number in front_numbers)  # the front's list
+    assert "workflowType=machine_learning" in experiment.tags["mlflow.note.content"]
     now = runs_now(client, tuned)
     marked = {int(r.data.tags[TRIAL_TAG]) for r in now if r.data.tags.get("chosen") == "true"}
     assert marked == {revalidation["chosen"]}
+    names = {int(r.data.tags[TRIAL_TAG]): r.info.run_name for r in now}
+    assert names[revalidation["chosen"]].startswith(f"trial-{revalidation['chosen']} (chosen")
     chosen_tags = next(r for r in now if r.data.tags.get("chosen") == "true").data.tags
     assert chosen_tags["hardware_fingerprint"] == tuned["hardware"]["fingerprint"]
     assert chosen_tags["node_id"] == "local"  # the in-process executor's one node

@@ -1,4 +1,6 @@
-"""What a reviewer reads first: the parent run's description and the Pareto report."""
+"""What a reviewer sees of the trials: the Pareto report, their runs' marks and colours, and
+their key figures rounded as tables show them. Shared with the description's and the view's
+tests (test_note.py, test_view.py): the study below."""
 
 from __future__ import annotations
 
@@ -7,12 +9,16 @@ from pathlib import Path
 from autotune.core.metrics import OBJECTIVES
 from autotune.results.records import Candidate
 from autotune.tracking.review import (
+    BASELINE_COLOUR,
+    CHOSEN_COLOUR,
+    KINDS,
+    key_figures,
     log_axis,
     pairs,
     pareto_html,
     pareto_png,
     points,
-    review_note,
+    rounded_figures,
     shown_metrics,
 )
 
@@ -41,18 +47,30 @@ CANDIDATES = [
 FRONT = [CANDIDATES[1], CANDIDATES[2]]
 CLOUD = points(CANDIDATES, FRONT, baseline=0, chosen=2)
 
+# The chosen trial's figures head to head differ from its search figures (p95 0.07, 0.05).
+CHOSEN_HEAD_TO_HEAD = {**CANDIDATES[2].metrics, "latency_p95_ms": 0.07}
 TUNED = {
     "config": {"batch.size": 4, "runtime.engine": "onnxruntime"},
-    "metrics": CANDIDATES[2].metrics,
+    "metrics": CHOSEN_HEAD_TO_HEAD,
     "baseline": CANDIDATES[0].metrics,
     "headline": {"text": "40× lower p95 latency per call (95% CI 31–52×); 10 paired rounds"},
-    "revalidation": {"chosen_because": "lowest latency among the finalists beyond the noise"},
-    "constraints": {"max_accuracy_drop": {"bound": 0.01, "value": 0.01, "met": True}},
+    "study": {"trial_number": 2},
+    "revalidation": {
+        "rounds": 10,
+        "chosen": 2,
+        "baseline_trial": 0,
+        "confirmation": CHOSEN_HEAD_TO_HEAD,
+        "chosen_because": "lowest latency among the finalists beyond the noise",
+    },
+    "constraints": {
+        "max_accuracy_drop": {"bound": 0.01, "value": 0.01, "met": True},
+        "max_latency_p95_ms": {"bound": 2.0, "value": 0.07, "met": True},
+    },
 }
 REQUEST = {
     "model": {"onnx": "models/net.onnx"},
     "objectives": ["accuracy", "latency", "energy"],
-    "constraints": {"max_accuracy_drop": 0.01},
+    "constraints": {"max_accuracy_drop": 0.01, "max_latency_p95_ms": 2.0},
     "selection": {"strategy": "lowest_latency"},
 }
 
@@ -95,46 +113,42 @@ def test_the_static_picture_is_written(tmp_path: Path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_description_explains_the_choice_beside_the_baseline() -> None:
-    note = review_note("digits", TUNED, CLOUD, OBJECTIVE_METRICS, REQUEST)
-    assert note.startswith("## autotune study `digits`")
-    assert "`models/net.onnx`" in note and "max_accuracy_drop 0.01" in note
-    assert TUNED["headline"]["text"] in note
-    assert "| **chosen** | 0.98 | 0.05 |" in note and "| **baseline** | 0.99 | 2 |" in note
-    assert "**Why this one:** lowest latency among the finalists" in note
-    assert "max_accuracy_drop 0.01: 0.01 (met)" in note
-    front_rows = [line for line in note.splitlines() if line.startswith(("| 1 ", "| 2 "))]
-    assert len(front_rows) == 2 and "(chosen)" in front_rows[1]
-    assert "`batch.size=4`" in note
+def test_a_trial_s_key_figures_are_logged_again_rounded_as_tables_show_them() -> None:
+    figures = {
+        "accuracy": 0.9844444444444445,
+        "latency_p95_ms": 0.06013179999999999,
+        "energy_per_sample_j": 5.569936849561356e-05,
+        "throughput_per_s": 131563.67926567484,
+        "accuracy_drop": -0.0022222222222222365,
+        "latency_p50_ms": 0.05,  # not a key figure
+        "energy_source": "estimate",
+    }
+    assert rounded_figures(figures) == {
+        "rounded/accuracy": 0.9844,
+        "rounded/latency_p95_ms": 0.06,
+        "rounded/energy_per_sample_j": 5.57e-05,
+        "rounded/throughput_per_s": 131564.0,
+        "rounded/accuracy_drop": -0.0022,
+    }
 
 
-def test_a_study_without_a_feasible_configuration_says_so() -> None:
-    infeasible = points(CANDIDATES, [], baseline=0, chosen=None)
-    note = review_note("digits", None, infeasible, OBJECTIVE_METRICS, REQUEST)
-    assert "**No configuration met the constraints.**" in note
-    assert "**Every measured configuration** (5 configurations)" in note
-
-
-def test_the_saved_view_opens_the_trials_expanded_with_their_figures() -> None:
-    import base64
-    import json
-    import zlib
-
-    from autotune.tracking.review import VIEW_TAG_PREFIX, runs_view, view_id, view_link
-
-    key, value = runs_view("digits", "parent-run", OBJECTIVE_METRICS, now_ms=5)
-    assert key == VIEW_TAG_PREFIX + view_id("digits") and view_id("digits").isalnum()
-    envelope = json.loads(value)
-    assert envelope["createdAt"] == 5 and "digits" in envelope["name"]
-    packed = envelope["state"].removeprefix("deflate;")
-    state = json.loads(zlib.decompress(base64.b64decode(packed)))
-    assert state["runsExpanded"] == {"parent-run": True}
-    assert state["selectedColumns"][:3] == [
-        "metrics.`accuracy`",
-        "metrics.`latency_p95_ms`",
-        "metrics.`energy_per_sample_j`",
+def test_the_key_figures_are_the_objectives_then_throughput_and_the_accuracy_drop() -> None:
+    assert key_figures(OBJECTIVE_METRICS) == [
+        "accuracy",
+        "latency_p95_ms",
+        "energy_per_sample_j",
+        "throughput_per_s",
+        "accuracy_drop",
     ]
-    assert "tags.`chosen`" in state["selectedColumns"]
-    assert "params.`batch.size`" in state["selectedColumns"]
-    assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`accuracy`", False)
-    assert view_link("3", "digits") == f"#/experiments/3/runs?viewStateShareKey={view_id('digits')}"
+
+
+def test_a_trial_s_run_is_coloured_by_its_kind_and_its_role() -> None:
+    colours = {p.number: p.colour for p in CLOUD}
+    assert colours == {
+        0: BASELINE_COLOUR,
+        1: KINDS["front"][1],
+        2: CHOSEN_COLOUR,
+        3: KINDS["infeasible"][1],
+        4: KINDS["feasible"][1],
+    }
+    assert [p.roles for p in CLOUD if p.roles] == [["baseline"], ["chosen"]]

@@ -166,7 +166,12 @@ def test_a_trial_run_holds_what_was_logged_when_it_was_logged(
     assert measured.info.status == "FINISHED"
     assert measured.info.run_name == "trial-3"
     assert measured.data.params == {"batch_size": "8", "shape": "[1, 3]"}
-    assert measured.data.metrics == {"latency_p95_ms": 3.5, "accuracy": 0.9}
+    assert measured.data.metrics == {
+        "latency_p95_ms": 3.5,
+        "accuracy": 0.9,
+        "rounded/latency_p95_ms": 3.5,  # the key figures as tables show them, too
+        "rounded/accuracy": 0.9,
+    }
     assert measured.data.tags["energy_source"] == "estimate"
     assert measured.data.tags["autotune.attempt"] == "2"
     assert measured.data.tags["contended"] == "false"

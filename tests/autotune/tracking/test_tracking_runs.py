@@ -102,5 +102,10 @@ def test_a_batch_mlflow_refuses_is_written_run_by_run(mlflow_uri: str) -> None:
         tracker.flush()
     runs = child_runs(mlflow_uri, tracker)
     assert [runs[n].info.status for n in (0, 2)] == ["FINISHED", "FINISHED"]
-    assert runs[2].data.metrics == {"latency_p95_ms": 3.5, "accuracy": 0.9}
+    assert runs[2].data.metrics == {
+        "latency_p95_ms": 3.5,
+        "accuracy": 0.9,
+        "rounded/latency_p95_ms": 3.5,
+        "rounded/accuracy": 0.9,
+    }
     tracker.finish("FINISHED")
