@@ -157,6 +157,8 @@ def _print_tuned(outcome: Any, written: Path, registered: str | None) -> None:
     )
     ui = _ui_command(tuned.mlflow["tracking_uri"])
     out.print(f"Open the UI:     {escape(ui)}", highlight=False, soft_wrap=True)
+    review = _review_address(tuned.mlflow, tuned.study["name"])
+    out.print(f"Then review:     {escape(review)}", highlight=False, soft_wrap=True)
     firm = tuned.headline.conditions == "quiet" and tuned.headline.resolved
     colour = "green" if firm else "yellow"
     out.print(f"\n[bold {colour}]Against the baseline:[/bold {colour}] {tuned.headline.text}")
@@ -212,6 +214,20 @@ def _ui_command(tracking_uri: str, cwd: Path | None = None) -> str:
     if not mlflow.is_file():
         program = f"{shlex.quote(sys.executable)} -m mlflow"
     return f"{program} ui --backend-store-uri {shlex.quote(tracking_uri)}"
+
+
+# Where `mlflow ui` (and `make mlflow-ui`) listens unless told otherwise.
+LOCAL_UI = "http://127.0.0.1:5000"
+
+
+def _review_address(mlflow: dict[str, str], study: str) -> str:
+    """The address of the study's saved view of its trials: on the tracking server itself,
+    or on the UI the command above starts."""
+    from autotune.tracking.view import view_link
+
+    uri = mlflow["tracking_uri"]
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
+    return f"{base}/{view_link(mlflow['experiment_id'], study)}"
 
 
 # Wide enough for the longest phase name ("head to head"), kept whole however long the last

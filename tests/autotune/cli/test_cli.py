@@ -435,6 +435,9 @@ def test_tune_tells_the_resume_the_phases_and_a_ui_command_that_works(write_requ
     assert "export: the optimized model" in lines
     ui = next(line for line in first.stdout.splitlines() if line.startswith("Open the UI:"))
     assert f"{Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri sqlite:///" in ui
+    review = next(line for line in first.stdout.splitlines() if line.startswith("Then review:"))
+    assert review.split()[-1].startswith("http://127.0.0.1:5000/#/experiments/")
+    assert "workflowType=machine_learning" in review and "viewStateShareKey=" in review
     assert "Registered as:   models:/digits-test@tuned (version 1)" in first.stdout
 
     second = runner.invoke(app, ["tune", str(path), "--executor", "inprocess"])
