@@ -29,13 +29,12 @@ from autotune.core.metrics import Metric, selection_objective
 from autotune.results.records import Candidate
 from autotune.tracking.base import TrackerClosed
 from autotune.tracking.note import experiment_note, review_note
+from autotune.tracking.pareto_report import pareto_html, pareto_png
 from autotune.tracking.report import compare_tuned, is_number, pareto_csv
 from autotune.tracking.review import (
     KINDS,
     STUDY_COLOUR,
     Point,
-    pareto_html,
-    pareto_png,
     points,
     rounded_figures,
     shown_metrics,

@@ -1,22 +1,20 @@
-"""What a person reviewing a study in MLflow sees of its trials: the Pareto report, every pair
-of objectives as linked scatter plots in one self-contained HTML file (a static PNG of the same
-for viewers that run no scripts), the marks and colours of the trials' runs, and their key
-figures rounded to the digits they are shown with. The parent run's description is
-`autotune.tracking.note`, the runs table's saved view `autotune.tracking.view`.
+"""What a person reviewing a study in MLflow sees of its trials: the points of the Pareto report
+(`autotune.tracking.pareto_report`) and its axes, the marks and colours of the trials' runs,
+and their key figures rounded to the digits they are shown with. The parent run's description
+is `autotune.tracking.note`, the runs table's saved view `autotune.tracking.view`.
 
 Points are coloured by kind: on the feasible front, feasible, or infeasible; the baseline and
-the chosen configuration are marked. Axes are logarithmic where the values span more than a
-factor of ten.
+the chosen configuration are marked. An axis fits the feasible points (`fit_scale`); it is
+logarithmic where they span more than a factor of ten.
 """
 
 from __future__ import annotations
 
-import html
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from autotune.core.metrics import METRICS, OBJECTIVES, Metric
@@ -127,190 +125,260 @@ def log_axis(values: Sequence[float]) -> bool:
     return len(positive) == len(values) and bool(values) and max(values) > LOG_SPAN * min(values)
 
 
-def _values(cloud: Sequence[Point], metric: Metric) -> list[float]:
-    return [float(p.candidate.metrics[metric.name]) for p in cloud]
+# -- the axes of the Pareto report (autotune.tracking.pareto_report) ----------------------
+
+# Values beyond the fitted region by less than this share of its span are taken in.
+NEAR_SHARE = 0.25
+# The margin on each side of an axis, as a share of the span it shows.
+PAD_SHARE = 0.06
+# The region's outliers: beyond this many interquartile ranges from its quartiles.
+FAR_IQR = 3.0
 
 
-# -- the HTML report ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Scale:
+    """An axis from `lo` to `hi` in its own units: the value's, or its log10 on a log axis."""
 
-_WIDTH, _HEIGHT, _MARGIN = 360, 300, 48
+    lo: float
+    hi: float
+    log: bool = False
+
+    def at(self, value: float) -> float:
+        if not self.log:
+            return value
+        return math.log10(value) if value > 0 else -math.inf
+
+    def side(self, value: float) -> int:
+        """-1 where `value` lies below the axis, 1 above it, 0 on it."""
+        at = self.at(value)
+        return -1 if at < self.lo else 1 if at > self.hi else 0
+
+    def pixel(self, value: float, low_px: float, high_px: float) -> float:
+        """Where `value` is drawn between the pixels of the axis's two ends (at the end
+        beyond which it lies)."""
+        share = (min(max(self.at(value), self.lo), self.hi) - self.lo) / (self.hi - self.lo)
+        return low_px + share * (high_px - low_px)
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The values at the axis's two ends."""
+        return (10**self.lo, 10**self.hi) if self.log else (self.lo, self.hi)
+
+    def clip(self, value: float) -> float:
+        lo, hi = self.bounds
+        return min(max(value, lo), hi)
 
 
-def pareto_html(
-    cloud: Sequence[Point], metrics: Sequence[Metric], title: str, lines: Sequence[str] = ()
-) -> str:
-    """One page, no external resources: a scatter plot per pair of `metrics`, a point per
-    trial that has figures. Hovering a point shows its trial's configuration and figures and
-    highlights the same trial in every plot."""
-    plots = "\n".join(_svg(cloud, x, y) for x, y in pairs(metrics))
-    legend = " ".join(
-        f'<span class="key"><svg width="12" height="12"><circle cx="6" cy="6" r="5" '
-        f'fill="{colour}"/></svg> {html.escape(label)}</span>'
-        for label, colour in KINDS.values()
+def fit_scale(
+    values: Sequence[float], region: Sequence[float] = (), keep: Sequence[float] = ()
+) -> Scale:
+    """An axis for `values` that shows the `region` (the feasible points' values) and those
+    to `keep` (the front's, the chosen and the baseline's), so that a few points far off do
+    not squash the rest: the region's far outliers (beyond three interquartile ranges) are
+    left out, values just beyond it are taken in, and a margin is added. Values outside lie
+    off the scale. Where the region and the kept values are not two distinct values, it fits
+    all."""
+    fit = [*region, *keep]
+    if len(set(fit)) < 2:
+        region, keep, fit = values, (), list(values)
+    if not fit:
+        return Scale(0.0, 1.0)
+    log = log_axis(fit)
+    shown = _inliers(region, Scale(0.0, 1.0, log).at) + list(keep)
+    if log and not log_axis(shown):  # the span came from outliers
+        log, shown = False, _inliers(region, float) + list(keep)
+    at = Scale(0.0, 1.0, log).at
+    lo, hi = min(map(at, shown)), max(map(at, shown))
+    if hi == lo:
+        lo, hi = lo - (abs(lo) * 0.01 or 1.0), hi + (abs(hi) * 0.01 or 1.0)
+    near = NEAR_SHARE * (hi - lo)
+    every = [at(v) for v in values]
+    lo = min([lo, *(v for v in every if lo - near <= v < lo)])
+    hi = max([hi, *(v for v in every if hi < v <= hi + near)])
+    pad = PAD_SHARE * (hi - lo)
+    return Scale(lo - pad, hi + pad, log)
+
+
+def _inliers(values: Sequence[float], at: Callable[[float], float]) -> list[float]:
+    """The values but the far outliers (in the axis's units `at`) where there are 5 or more."""
+    if len(values) < 5:
+        return list(values)
+    q1, _, q3 = statistics.quantiles(map(at, values), n=4, method="inclusive")
+    reach = FAR_IQR * (q3 - q1)
+    if reach <= 0:
+        return list(values)
+    return [v for v in values if q1 - reach <= at(v) <= q3 + reach]
+
+
+def ticks(scale: Scale, most: int = 6) -> list[float]:
+    """Round values on the axis, at most `most` (at least 2): 1, 2, 2.5 or 5 times a power of
+    ten apart, about five of them; on a log axis decades (every other one where there are
+    many), with 2 and 5 between where it spans less than three, and round values on a linear
+    step where it spans less than a factor of about three."""
+    if not scale.log:
+        return _linear_ticks(scale.lo, scale.hi, most)
+    tolerance = 1e-9
+    decades = list(range(math.ceil(scale.lo - tolerance), math.floor(scale.hi + tolerance) + 1))
+    if len(decades) >= 3:
+        every = math.ceil(len(decades) / most)
+        return [10.0**k for k in decades if k % every == 0] or [10.0 ** decades[0]]
+    for steps in ((1, 2, 5), (1, 3)):
+        within = [
+            float(f"{m * 10.0**k:.12g}")
+            for k in range(math.floor(scale.lo) - 1, math.ceil(scale.hi) + 1)
+            for m in steps
+            if scale.lo - tolerance <= math.log10(m) + k <= scale.hi + tolerance
+        ]
+        if 3 <= len(within) <= most:
+            return within
+    return _linear_ticks(*scale.bounds, min(most, 5))
+
+
+def _linear_ticks(lo: float, hi: float, most: int) -> list[float]:
+    target, span = min(5, most), hi - lo
+    best: tuple[float, float, int, int] | None = None
+    top = math.floor(math.log10(span)) if span > 0 else 0
+    for power in range(top - 2, top + 2):
+        for mantissa in (1.0, 2.0, 2.5, 5.0):
+            step = mantissa * 10.0**power
+            first, last = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
+            count = last - first + 1
+            if 2 <= count <= max(most, 2):
+                # the closest count to the target, then steps of 1, 2 or 5, then the widest
+                score = abs(count - target) + (0.5 if mantissa == 2.5 else 0.0)
+                if best is None or (score, -step) < (best[0], -best[1]):
+                    best = (score, step, first, last)
+    if best is None:
+        return [lo, hi]
+    _, step, first, last = best
+    return [float(f"{k * step:.12g}") for k in range(first, last + 1)]
+
+
+def tick_labels(values: Sequence[float], log: bool = False) -> list[str]:
+    """The ticks' labels, as short as they can be: one number of decimals on a linear axis
+    (0.980, 0.985), each its own on a log axis (0.01, 0.1, 1); 5e-5 where the values are tiny
+    or huge (every label of a log axis that has one)."""
+    if log:
+        tiny = bool(values) and (min(values) < 1e-3 or max(values) >= 1e6)
+        return [_label(v, _decimals([v]), tiny) for v in values]
+    largest = max((abs(v) for v in values), default=0.0)
+    tiny = largest >= 1e6 or 0 < largest < 1e-3
+    decimals = _decimals(values)
+    return [_label(v, decimals, tiny) for v in values]
+
+
+def _decimals(values: Sequence[float]) -> int:
+    largest = max((abs(v) for v in values), default=0.0) or 1.0
+    return next(
+        (d for d in range(13) if all(abs(round(v, d) - v) <= 1e-9 * largest for v in values)),
+        12,
     )
-    marks = (
-        '<span class="key"><svg width="14" height="14"><rect x="1" y="1" width="12" height="12" '
-        'fill="none" stroke="#000" stroke-width="2"/></svg> baseline (the unmodified model)</span>'
-        ' <span class="key"><svg width="16" height="16"><circle cx="8" cy="8" r="7" fill="none" '
-        'stroke="#c00" stroke-width="3"/></svg> chosen</span>'
-    )
-    intro = "".join(f"<p>{html.escape(line)}</p>" for line in lines)
-    return _PAGE.format(
-        title=html.escape(title), intro=intro, legend=legend, marks=marks, plots=plots
-    )
 
 
-def _svg(cloud: Sequence[Point], x: Metric, y: Metric) -> str:
-    xs, ys = _values(cloud, x), _values(cloud, y)
-    to_x = _scale(xs, _MARGIN, _WIDTH - 12)
-    to_y = _scale(ys, _HEIGHT - _MARGIN + 8, 12)
-    shapes = []
-    # the chosen and baseline points drawn last, on top
-    for point in sorted(cloud, key=lambda p: (p.chosen or p.baseline, p.kind == "front")):
-        cx = to_x(float(point.candidate.metrics[x.name]))
-        cy = to_y(float(point.candidate.metrics[y.name]))
-        colour = KINDS[point.kind][1]
-        tip = html.escape(_tooltip(point))
-        shape = [f'<g class="pt" data-trial="{point.number}"><title>{tip}</title>']
-        shape.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{colour}"/>')
-        if point.baseline:
-            shape.append(
-                f'<rect x="{cx - 8:.1f}" y="{cy - 8:.1f}" width="16" height="16" fill="none" '
-                'stroke="#000" stroke-width="2"/>'
-            )
-        if point.chosen:
-            shape.append(
-                f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="10" fill="none" stroke="#c00" '
-                'stroke-width="3"/>'
-            )
-        shapes.append("".join(shape) + "</g>")
-    axes = (
-        f'<line x1="{_MARGIN}" y1="{_HEIGHT - _MARGIN + 8}" x2="{_WIDTH - 8}" '
-        f'y2="{_HEIGHT - _MARGIN + 8}" stroke="#444"/>'
-        f'<line x1="{_MARGIN}" y1="8" x2="{_MARGIN}" y2="{_HEIGHT - _MARGIN + 8}" stroke="#444"/>'
-        f'<text x="{(_WIDTH + _MARGIN) / 2:.0f}" y="{_HEIGHT - 6}" text-anchor="middle">'
-        f"{html.escape(_axis_title(x, xs))}</text>"
-        f'<text x="12" y="{_HEIGHT / 2:.0f}" text-anchor="middle" '
-        f'transform="rotate(-90 12 {_HEIGHT / 2:.0f})">{html.escape(_axis_title(y, ys))}</text>'
-        + _ticks(xs, to_x, horizontal=True)
-        + _ticks(ys, to_y, horizontal=False)
-    )
-    return (
-        f'<svg class="plot" width="{_WIDTH}" height="{_HEIGHT}" '
-        f'xmlns="http://www.w3.org/2000/svg">{axes}{"".join(shapes)}</svg>'
-    )
+def _label(value: float, decimals: int, scientific: bool) -> str:
+    if value == 0:
+        return "0"
+    if scientific:
+        mantissa, _, power = format(value, ".2e").partition("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(power)}"
+    return f"{value:.{decimals}f}"
 
 
-def _axis_title(metric: Metric, values: Sequence[float]) -> str:
-    better = "lower is better" if metric.direction.value == "minimize" else "higher is better"
-    scale = ", log scale" if log_axis(values) else ""
-    return f"{metric.axis_label}{scale}, {better}"
+@dataclass(frozen=True)
+class Placed:
+    """A point of one plot: its values, which side of each axis it lies beyond (-1 below, 1
+    above, 0 within), and where it is drawn (at the edge where it lies beyond)."""
+
+    point: Point
+    x: float
+    y: float
+    x_side: int
+    y_side: int
+    px: float = 0.0
+    py: float = 0.0
+
+    @property
+    def off_scale(self) -> bool:
+        return bool(self.x_side or self.y_side)
 
 
-def _scale(values: Sequence[float], low_px: float, high_px: float) -> Any:
-    logarithmic = log_axis(values)
-
-    def at(value: float) -> float:
-        return math.log10(value) if logarithmic else value
-
-    lo, hi = min(map(at, values)), max(map(at, values))
-    span = hi - lo or abs(hi) or 1.0
-    lo, hi = lo - 0.05 * span, hi + 0.05 * span
-
-    def to_px(value: float) -> float:
-        return low_px + (at(value) - lo) / (hi - lo) * (high_px - low_px)
-
-    return to_px
+def value(point: Point, metric: Metric) -> float | None:
+    """The trial's figure for `metric`, or None where it has none (not measured, NaN)."""
+    figure = point.candidate.metrics.get(metric.name)
+    if not isinstance(figure, int | float) or isinstance(figure, bool):
+        return None
+    return float(figure) if math.isfinite(figure) else None
 
 
-def _ticks(values: Sequence[float], to_px: Any, horizontal: bool) -> str:
-    marks = []
-    for value in (min(values), max(values)):
-        position = to_px(value)
-        label = html.escape(format(value, ".3g"))
-        if horizontal:
-            marks.append(
-                f'<text x="{position:.1f}" y="{_HEIGHT - _MARGIN + 22}" text-anchor="middle" '
-                f'class="tick">{label}</text>'
-            )
-        else:
-            marks.append(
-                f'<text x="{_MARGIN - 4}" y="{position + 4:.1f}" text-anchor="end" '
-                f'class="tick">{label}</text>'
-            )
-    return "".join(marks)
-
-
-def _tooltip(point: Point) -> str:
-    head = f"trial {point.number} ({', '.join([KINDS[point.kind][0], *point.roles])})"
-    config = [f"{k} = {v}" for k, v in sorted(point.candidate.config.items())]
-    figures = [
-        f"{k} = {format(v, '.4g') if isinstance(v, float) else v}"
-        for k, v in sorted(point.candidate.metrics.items())
-        if not k.startswith("contention.")
+def plot_scales(cloud: Sequence[Point], x: Metric, y: Metric) -> tuple[Scale, Scale, list[Placed]]:
+    """The two axes of a plot, each fitted to its feasible points (the front's, the chosen and
+    the baseline always shown), and the points that have both figures, with the side of each
+    axis they lie beyond."""
+    both = [
+        (p, vx, vy)
+        for p in cloud
+        if (vx := value(p, x)) is not None and (vy := value(p, y)) is not None
     ]
-    return "\n".join([head, *config, "", *figures])
+    sx, sy = (
+        fit_scale(
+            [v for _, v in column],
+            [v for p, v in column if p.candidate.feasible],
+            [v for p, v in column if p.roles or p.kind == "front"],
+        )
+        for column in ([(p, vx) for p, vx, _ in both], [(p, vy) for p, _, vy in both])
+    )
+    return sx, sy, [Placed(p, vx, vy, sx.side(vx), sy.side(vy)) for p, vx, vy in both]
 
 
-_PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>{title}</title>
-<style>
-body {{ font-family: sans-serif; margin: 16px; color: #222; }}
-.plot {{ border: 1px solid #ddd; margin: 4px; background: #fff; }}
-.plot text {{ font-size: 11px; }} .plot .tick {{ fill: #666; }}
-.key {{ margin-right: 14px; white-space: nowrap; }}
-.pt {{ cursor: pointer; }} .pt.on circle:first-of-type {{ stroke: #000; stroke-width: 2; r: 8; }}
-</style></head><body>
-<h2>{title}</h2>{intro}
-<p>{legend} {marks}</p>
-<p>Hover a point: its trial's configuration and figures; the same trial lights up in every
-plot.</p>
-<div>{plots}</div>
-<script>
-for (const g of document.querySelectorAll(".pt")) {{
-  const same = () => document.querySelectorAll('.pt[data-trial="' + g.dataset.trial + '"]');
-  g.addEventListener("mouseenter", () => same().forEach(p => p.classList.add("on")));
-  g.addEventListener("mouseleave", () => same().forEach(p => p.classList.remove("on")));
-}}
-</script>
-</body></html>
-"""
+# -- what the Pareto report's details panel reads -----------------------------------------
 
 
-# -- the static PNG ----------------------------------------------------------------------
+def panel_data(cloud: Sequence[Point], metrics: Sequence[Metric]) -> dict[str, Any]:
+    """Each trial's heading, configuration and figures as the panel lists them, by trial
+    number; settings and figures without a value are left out."""
+    first = key_figures(metrics)
+    return {
+        str(p.number): {
+            "heading": heading(p),
+            "config": [
+                [key, str(setting)]
+                for key, setting in sorted(p.candidate.config.items())
+                if setting is not None
+            ],
+            "figures": _figures(p.candidate.metrics, first),
+        }
+        for p in cloud
+    }
 
 
-def pareto_png(cloud: Sequence[Point], metrics: Sequence[Metric], title: str, path: Path) -> None:
-    """The report's plots as one image: a panel per pair of metrics."""
-    import matplotlib
+def heading(point: Point) -> str:
+    return f"trial {point.number} ({', '.join([KINDS[point.kind][0], *point.roles])})"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    panels = pairs(metrics)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), squeeze=False)
-    for ax, (x, y) in zip(axes[0], panels, strict=True):
-        for kind, (label, colour) in reversed(KINDS.items()):
-            group = [p for p in cloud if p.kind == kind]
-            if group:
-                ax.scatter(_values(group, x), _values(group, y), c=colour, s=28, label=label)
-        for role, style in (
-            ("baseline", {"marker": "s", "s": 150, "edgecolors": "black", "linewidths": 2}),
-            ("chosen", {"marker": "o", "s": 260, "edgecolors": "#cc0000", "linewidths": 3}),
-        ):
-            marked = [p for p in cloud if getattr(p, role)]
-            if marked:
-                ax.scatter(
-                    _values(marked, x), _values(marked, y), facecolors="none", label=role, **style
-                )
-        if log_axis(_values(cloud, x)):
-            ax.set_xscale("log")
-        if log_axis(_values(cloud, y)):
-            ax.set_yscale("log")
-        ax.set_xlabel(_axis_title(x, _values(cloud, x)))
-        ax.set_ylabel(_axis_title(y, _values(cloud, y)))
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def _figures(metrics: dict[str, Any], first: Sequence[str]) -> list[list[str]]:
+    order = {name: i for i, name in enumerate(first)}
+    names = sorted(metrics, key=lambda n: (order.get(n, len(order)), n))
+    shown = [
+        (name, shown_figure(name, metrics[name]))
+        for name in names
+        if not name.startswith("contention.")
+    ]
+    return [[name, text] for name, text in shown if text]
+
+
+def shown_figure(name: str, figure: Any) -> str:
+    """A figure as the panel shows it (with its metric's unit and digits); '' for none."""
+    if isinstance(figure, bool | str):
+        return str(figure)
+    if isinstance(figure, int | float):
+        if not math.isfinite(figure):
+            return ""
+        metric = METRICS.get(name)
+        return metric.with_unit(float(figure)) if metric else format(figure, ".4g")
+    if (
+        isinstance(figure, list | tuple)
+        and figure
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in figure)
+    ):
+        return "–".join(shown_figure(name, v) for v in figure)
+    return ""

@@ -1,10 +1,8 @@
-"""What a reviewer sees of the trials: the Pareto report, their runs' marks and colours, and
-their key figures rounded as tables show them. Shared with the description's and the view's
-tests (test_note.py, test_view.py): the study below."""
+"""What a reviewer sees of the trials: their runs' marks and colours, and their key figures
+rounded as tables show them. Shared with the report's, the description's and the view's tests
+(test_pareto_report.py, test_note.py, test_view.py): the study below."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from autotune.core.metrics import OBJECTIVES
 from autotune.results.records import Candidate
@@ -15,8 +13,6 @@ from autotune.tracking.review import (
     key_figures,
     log_axis,
     pairs,
-    pareto_html,
-    pareto_png,
     points,
     rounded_figures,
     shown_metrics,
@@ -91,26 +87,6 @@ def test_throughput_is_shown_where_the_selection_asks_for_it() -> None:
     with_throughput = shown_metrics(OBJECTIVE_METRICS, "highest_throughput")
     assert with_throughput[-1] is OBJECTIVES["throughput"]
     assert len(pairs(with_throughput)) == 6
-
-
-def test_the_report_is_one_page_of_linked_plots_for_every_pair() -> None:
-    page = pareto_html(CLOUD, OBJECTIVE_METRICS, "study: 5 measured configurations")
-    assert page.count('<svg class="plot"') == 3
-    assert page.count('data-trial="2"') == 3  # one point per plot, linked by trial
-    assert "log scale" in page  # latency spans 200×
-    assert page.count('stroke="#c00"') == 3 + 1  # the chosen ring in each plot and the legend
-    assert "batch.size = 4" in page and "trial 2 (Pareto front (feasible), chosen)" in page
-    assert (
-        "<script src" not in page
-        and "<link" not in page
-        and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
-    )
-
-
-def test_the_static_picture_is_written(tmp_path: Path) -> None:
-    path = tmp_path / "front.png"
-    pareto_png(CLOUD, OBJECTIVE_METRICS, "study", path)
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_trial_s_key_figures_are_logged_again_rounded_as_tables_show_them() -> None:
