@@ -99,7 +99,10 @@ def test_the_dry_run_needs_neither_ray_nor_mlflow(tmp_path: Path) -> None:
             assert rows[(f"paths: {model}", name)]["outcome"] == "builds on an H200", name
     study = next(r for r in results["rows"] if r["section"] == "studies")
     assert study["outcome"] == "ok", study["detail"]
-    assert study["figures"]["trials"] == {"ok": 3}
+    # Three trials measured: in full, or screened out by their short window (on a busy
+    # machine a trial's short window can already show it off the front).
+    trials = study["figures"]["trials"]
+    assert set(trials) <= {"ok", "screened"} and sum(trials.values()) == 3, trials
     report = (out / "gpu-check.md").read_text()
     assert report.startswith("# GPU check: dry run (no CUDA device)")
     assert "## Not run on hardware" in report
