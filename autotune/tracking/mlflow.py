@@ -440,5 +440,5 @@ def _as_text(name: str, document: Any) -> str:
     if name.endswith((".yaml", ".yml")):
         import yaml
 
-        return yaml.safe_dump(document, sort_keys=False)
+        return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
     return json.dumps(document, indent=2, default=str)

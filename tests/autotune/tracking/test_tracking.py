@@ -318,3 +318,12 @@ def test_without_a_writer_process_the_caller_writes_each_run(
     assert not tracker.writing
     assert writer_processes() == []
     tracker.finish("FINISHED")
+
+
+def test_a_yaml_document_of_the_study_reads_as_written(uri: str, tracker: MlflowTracker) -> None:
+    """The tuned file logged to the study's run shows × and – as themselves, not \\xD7."""
+    headline = {"headline": {"text": "2.04× throughput (95% CI 1.9–2.2×)"}}
+    tracker.log_study_inputs({}, {"tuned.yaml": headline}, {})
+    local = MlflowClient(uri).download_artifacts(tracker.parent_run_id, "tuned.yaml")
+    text = Path(local).read_text(encoding="utf-8")
+    assert "2.04× throughput (95% CI 1.9–2.2×)" in text and "\\x" not in text
