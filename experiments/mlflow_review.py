@@ -283,7 +283,7 @@ def walk(browser: Browser, base: str, tuned: dict[str, Any], out: Path) -> list[
     table.seen.append("the link opens a new tab (MLflow opens a description's links so)")
     browser.click_into_new_tab(link_with_text(LINK_TO_TRIALS))
     browser.wait_for("document.querySelectorAll('.ag-row').length > 3", settle_s=5)
-    table_checks(browser, table, chosen, baseline)
+    table_checks(browser, table, chosen, baseline, min(10, int(tuned["study"]["n_trials"])))
     steps.append(finish(browser, table, out))
 
     charts = Step("runs-charts.png", "click «the trade-off as charts» in the description")
@@ -334,7 +334,9 @@ def finish(browser: Browser, step: Step, out: Path) -> Step:
     return step
 
 
-def table_checks(browser: Browser, step: Step, chosen: int, baseline: int) -> None:
+def table_checks(browser: Browser, step: Step, chosen: int, baseline: int, trials: int) -> None:
+    """The runs table as the saved view shows it; `trials`: how many trial rows it must list
+    (not folded under their parent run)."""
     headers = browser.js(
         "[...document.querySelectorAll('.ag-header-cell[col-id]')]"
         ".sort((a, b) => a.getBoundingClientRect().x - b.getBoundingClientRect().x).map(h => {"
@@ -358,7 +360,7 @@ def table_checks(browser: Browser, step: Step, chosen: int, baseline: int) -> No
     step.seen += [f"rows, first to last: {', '.join(rows[:8])}{' …' if len(rows) > 8 else ''}"]
     step.seen += [f"metric columns in view: {', '.join(h[1] for h in rounded)}"]
     step.seen += [f"sorted by: {browser.js(SORT_LABEL)}"]
-    step.checks["the trials are listed, not folded under their parent"] = len(rows) >= 10
+    step.checks["the trials are listed, not folded under their parent"] = len(rows) >= trials
     step.checks["the key figures are columns, rounded"] = len(rounded) >= 3
     step.checks["no metric header is cut"] = not any(h[2] for h in rounded)
     step.checks["no figure is cut"] = cut_cells == 0
