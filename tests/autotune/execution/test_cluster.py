@@ -176,26 +176,32 @@ def test_a_worker_killed_mid_trial_is_retried(
     assert child_run_numbers(tracking) == list(range(8))
 
 
-def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path) -> None:
+def cli_inside_a_trial(
+    databases: tuple[str, str], tmp_path: Path, counted_at_least: int
+) -> tuple[Path, subprocess.Popen[str]]:
+    """A coordinator of 8 trials of 1.5 s at least, once `counted_at_least` of them are
+    counted and one is running: a trial seen running is still running when a signal lands
+    (a trial of a few milliseconds could end between the look and the signal)."""
     storage, tracking = databases
-    # Trials of 1.5 s at least: one seen running is still running when the kill lands (a
-    # trial of a few milliseconds could end between the look and the kill).
     slow = {"warmup_iters": 2, "min_iters": 10, "min_seconds": 1.5, "max_seconds": 2.0}
     path = write_request(tmp_path, storage, tracking, budget={"trials": 8}, measurement=slow)
     process = cli(path, tmp_path)
     deadline = time.monotonic() + 300
-    # Killed inside a trial, so that one trial is left RUNNING for the next run to reap.
     while time.monotonic() < deadline and not (
-        counted(storage) >= 3 and trial_states(storage).get("running", 0) >= 1
+        counted(storage) >= counted_at_least and trial_states(storage).get("running", 0) >= 1
     ):
         time.sleep(0.2)
+    return path, process
+
+
+def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path) -> None:
+    storage, tracking = databases
+    # Killed inside a trial, so that one trial is left RUNNING for the next run to reap.
+    path, process = cli_inside_a_trial(databases, tmp_path, counted_at_least=3)
     process.kill()  # the coordinator alone: its Ray's processes end with it (the reaper)
     process.wait(timeout=30)
     assert counted(storage) < 8
-    deadline = time.monotonic() + 30  # Ray's agents alone would wait a minute and more
-    while live_processes_of(process.pid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not live_processes_of(process.pid)
+    assert session_ends(process.pid, within_s=30)  # Ray's agents alone take a minute or more
 
     resumed = cli(path, tmp_path)
     output, _ = resumed.communicate(timeout=900)
@@ -229,15 +235,8 @@ def test_a_stop_signal_lets_the_running_trials_finish(
     running one finishes and is recorded, Ray stops with the process, exit 130; a second
     signal would interrupt at once. Ray's own SIGTERM handler would kill the trial's worker
     and abort the process instead."""
-    storage, tracking = databases
-    slow = {"warmup_iters": 2, "min_iters": 10, "min_seconds": 1.5, "max_seconds": 2.0}
-    path = write_request(tmp_path, storage, tracking, budget={"trials": 8}, measurement=slow)
-    process = cli(path, tmp_path)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (
-        counted(storage) >= 2 and trial_states(storage).get("running", 0) >= 1
-    ):
-        time.sleep(0.2)
+    storage, _ = databases
+    _, process = cli_inside_a_trial(databases, tmp_path, counted_at_least=2)
     process.send_signal(stop)  # to the coordinator alone, as `kill PID` sends it
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 130, output[-3000:]
@@ -245,10 +244,15 @@ def test_a_stop_signal_lets_the_running_trials_finish(
     states = trial_states(storage)
     assert states.get("running", 0) == 0 and "failed" not in states, states
     assert 2 < counted(storage) < 8
-    deadline = time.monotonic() + 60
-    while live_processes_of(process.pid) and time.monotonic() < deadline:
+    assert session_ends(process.pid, within_s=60)
+
+
+def session_ends(session: int, within_s: float) -> bool:
+    """Whether every process of the coordinator's session (its Ray's) ends within that time."""
+    deadline = time.monotonic() + within_s
+    while live_processes_of(session) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not live_processes_of(process.pid)
+    return not live_processes_of(session)
 
 
 def live_processes_of(session: int) -> list[str]:
