@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.contract import REGISTERED_URI, REGISTERED_URI_RULE
 from autotune.core.errors import RequestError
+from autotune.tracking.report import is_number
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -182,7 +183,7 @@ def figure_tags(tuned: dict[str, Any]) -> dict[str, str]:
     return {
         f"metric.{name}": f"{metrics[name]:.4g}"
         for name in KEY_FIGURES
-        if isinstance(metrics.get(name), int | float) and not isinstance(metrics[name], bool)
+        if is_number(metrics.get(name))
     }
 
 

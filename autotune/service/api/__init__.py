@@ -8,6 +8,6 @@ database is unreachable, or a submission while every request parser is busy, 503
 """
 
 from autotune.service.api.app import create_app
-from autotune.service.documents import MAX_DOCUMENT_BYTES, MAX_YAML_BYTES
+from autotune.service.documents import MAX_DOCUMENT_BYTES
 
-__all__ = ["MAX_DOCUMENT_BYTES", "MAX_YAML_BYTES", "create_app"]
+__all__ = ["MAX_DOCUMENT_BYTES", "create_app"]
