@@ -21,6 +21,8 @@ Workers = int | Literal["auto"]
 # A CPU node under `--workers auto` runs this many trials at a time: its cores, caches and
 # memory bandwidth are one device, and two trials on it would disturb each other's timings.
 CPU_NODE_SLOTS = 1
+# How long the probe of a node that joined may take before it is asked again later.
+PROBE_TIMEOUT_S = 60.0
 
 
 def parse_workers(value: str) -> Workers:
@@ -93,14 +95,42 @@ class RayCluster:
             if self.local:  # its processes end with this one, even if this one is killed
                 self._reaper = Reaper(children() - before)
         self._users = 0
+        self.workers = workers
+        # Each trial node's fingerprint, probed once on the node itself.
+        self._fingerprints: dict[str, str] = {}
         try:
-            nodes = self._trial_nodes()
-            self.kinds = group_kinds(nodes, self._probe(nodes), workers)
+            self.kinds = self.survey()
         except BaseException:
             self._shutdown()
             raise
 
-    def _trial_nodes(self) -> list[NodeInfo]:
+    def survey(self) -> list[NodeKind]:
+        """The alive trial nodes now, grouped into kinds with their slots planned."""
+        nodes = self.trial_nodes()
+        if not nodes:
+            raise AutotuneError("the Ray cluster has no alive node that offers CPUs to trials")
+        profiles = self._probe(nodes)
+        for node, profile in zip(nodes, profiles, strict=True):
+            self._fingerprints[node.node_id] = profile.fingerprint
+        return group_kinds(nodes, profiles, self.workers)
+
+    def fingerprint_of(self, node: NodeInfo) -> str | None:
+        """The node's fingerprint, probed on it the first time it is asked for (None while
+        the node cannot be probed: it is still starting, or already gone)."""
+        if node.node_id not in self._fingerprints:
+            try:
+                (profile,) = self._probe([node], timeout_s=PROBE_TIMEOUT_S)
+            except (self.ray.exceptions.RayError, TimeoutError):
+                return None
+            self._fingerprints[node.node_id] = profile.fingerprint
+        return self._fingerprints[node.node_id]
+
+    def alive_node_ids(self) -> set[str]:
+        """Ray's node table: the nodes it holds alive now."""
+        return {node["NodeID"] for node in self.ray.nodes() if node.get("Alive")}
+
+    def trial_nodes(self) -> list[NodeInfo]:
+        """The alive nodes that offer CPUs to trials, as Ray's node table lists them now."""
         nodes = []
         for node in self.ray.nodes():
             resources = node.get("Resources", {})
@@ -116,17 +146,20 @@ class RayCluster:
                     slots=0,
                 )
             )
-        if not nodes:
-            raise AutotuneError("the Ray cluster has no alive node that offers CPUs to trials")
         return nodes
 
-    def _probe(self, nodes: list[NodeInfo]) -> list[HardwareProfile]:
+    def _probe(self, nodes: list[NodeInfo], timeout_s: float | None = None) -> list[HardwareProfile]:
         """Each node's profile, probed in a worker process on that node."""
         from workers.building.probe import probe
 
         remote = self.ray.remote(num_cpus=0)(probe)
         refs = [remote.options(scheduling_strategy=on_node(n.node_id)).remote() for n in nodes]
-        profiles: list[HardwareProfile] = self.ray.get(refs)
+        try:
+            profiles: list[HardwareProfile] = self.ray.get(refs, timeout=timeout_s)
+        except self.ray.exceptions.GetTimeoutError:
+            for ref in refs:
+                self.ray.cancel(ref, force=True)
+            raise TimeoutError(f"no probe answered within {timeout_s:g} s") from None
         return profiles
 
     def acquire(self) -> None:
@@ -147,17 +180,30 @@ class RayCluster:
 
 @contextmanager
 def _signal_handlers_kept() -> Iterator[None]:
-    """`ray.init` installs its own SIGTERM handler (which kills this process's Ray and its
-    running trials, and then aborts it): the process's own handlers of SIGTERM and SIGINT are
-    put back, so that a stop signal ends a study as its owner set it to (the running trials
-    finish first)."""
+    """`ray.init` takes SIGTERM from the process twice over, and the process's own handlers of
+    SIGTERM and SIGINT are kept through it, so that a stop signal ends a study (or a service)
+    as its owner set it to (the running trials finish first):
+
+    - in the main thread it installs a Python handler that exits at once; it is not
+      installed while `ray.init` runs, and the process's handlers are put back after;
+    - in any thread Ray's core worker installs its C++ crash handler on SIGTERM with
+      sigaction, which `signal.getsignal` does not see: it aborts the process at the next
+      SIGTERM, and `ray.shutdown` leaves SIGTERM at its default (the process dies of it).
+      That handler is switched off (Ray's RAY_DISABLE_FAILURE_SIGNAL_HANDLER) in this
+      process; Python's faulthandler still reports a crash."""
+    from ray._private import ray_constants, utils
+
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield  # Ray installs no Python handler there, nor can anyone
         return
     kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    install = utils.set_sigterm_handler
+    utils.set_sigterm_handler = lambda handler: None
     try:
         yield
     finally:
+        utils.set_sigterm_handler = install
         for signum, handler in kept.items():
             if handler is not None:  # None: set outside Python, nothing to put back
                 signal.signal(signum, handler)

@@ -2,7 +2,13 @@
 
 While a job runs, a keeper thread renews the lease and watches for a cancel request; a
 cancel (or a lost lease) sets the coordinator's stop event, so the study stops asking for
-trials, lets the running ones finish, and stays resumable.
+trials, lets the running ones finish, and stays resumable. A runner that is stopped gives
+its job back to the queue, whenever the stop came (before the baseline was measured, or
+before the study even started, included).
+
+A job runs on the kind of node it was accepted for (its hardware fingerprint, the request's
+target from then on): a retry on a cluster whose kinds changed meanwhile runs on that kind,
+or waits for it, and never asks for a target again.
 """
 
 from __future__ import annotations
@@ -86,6 +92,11 @@ class JobRunner:
         if keeper is not None:
             keeper.stop_study.set()
 
+    def give_back(self) -> None:
+        """Give back whatever job this runner holds, now (its process is about to end)."""
+        for job_id in self.store.release_owner(self.owner):
+            log.warning("job %s: its runner is ending; back in the queue", job_id)
+
     def run_forever(self) -> None:
         while not self.stopped.is_set():
             try:
@@ -104,6 +115,8 @@ class JobRunner:
         log.info("job %s: claimed (attempt %d)", job.id, job.attempts)
         keeper = LeaseKeeper(self.store, job.id, self.owner, self.settings.lease_s)
         self._keeper = keeper
+        if self.stopped.is_set():  # stopped while it claimed: `shutdown` saw no keeper
+            keeper.stop_study.set()
         keeper.start()
         try:
             state, outcome = self._execute(job, keeper)
@@ -129,18 +142,24 @@ class JobRunner:
             return "infeasible", {"error": job_error(error)}
         except Interrupted:
             return "cancelled", {"error": "cancelled; the study stopped cleanly"}
-        except AutotuneError as error:
-            log.warning("job %s failed: %s", job.id, error)
-            return "failed", {"error": job_error(error)}
         except Exception as error:
-            log.exception("job %s failed", job.id)
+            if keeper.stop_study.is_set():
+                # Stopped before its baseline was measured, or before the study started: it
+                # raised on its way out, but nothing failed and the study stays resumable.
+                log.info("job %s: stopped early (%s)", job.id, job_error(error))
+                return "cancelled", {"error": "cancelled before its baseline was measured"}
+            if isinstance(error, AutotuneError):
+                log.warning("job %s failed: %s", job.id, error)
+            else:
+                log.exception("job %s failed", job.id)
             return "failed", {"error": job_error(error)}
 
     def _tune(self, job: Job, stop: threading.Event) -> dict[str, Any]:
         from autotune.requests.request import parse_request
         from autotune.tuning import TuneOptions, tune_request
 
-        request = parse_request(job.request)
+        # The kind it was accepted for, whatever kinds the cluster has now.
+        request = parse_request({**job.request, "target": job.hardware_fingerprint})
         options = TuneOptions(
             study=job.study_name,
             executor=self.settings.executor,

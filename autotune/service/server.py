@@ -6,7 +6,8 @@ that crashes takes only its own job down. The main process supervises them
 the queue, where the next runner resumes its study. The API and the scheduler share the
 main process. SIGTERM or SIGINT stops the API, then the runners (each gives its job back
 after its running trials, or is killed after the grace period), then exits 0; a second
-signal kills the runners that are still stopping.
+signal kills the runners that are still stopping. A runner whose `serve` is gone (killed,
+crashed) gives its job back and exits at once: none works the queue unsupervised.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ log = logging.getLogger("autotune.server")
 # How often a runner asks whether its Ray node is alive, and its exit code when it is not.
 RAY_NODE_CHECK_S = 5.0
 RAY_NODE_DIED_EXIT = 3
+# A runner whose serve is gone: how long it tries to give its job back, and its exit code.
+ORPHAN_GIVE_BACK_S = 2.0
+ORPHANED_EXIT = 4
 
 
 def _configure_logging() -> None:
@@ -81,8 +85,31 @@ def run_runner(settings: ServiceSettings, token: str | None = None) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    _exit_with_the_parent(runner)
     _exit_when_the_ray_node_dies()
     runner.run_forever()
+
+
+def _exit_with_the_parent(runner: Any) -> None:
+    """A runner started by `serve` ends with it, even with a `serve` that was killed: the
+    pipe that multiprocessing leaves open from the parent process closes when it ends (a
+    parent-death signal would come when the parent's *thread* that started the runner
+    ends: the supervisor's, on an orderly stop, before the runner could drain). The runner
+    gives its job back to the queue, where another serve resumes its study, and exits at
+    once; the Ray it started ends with it (`autotune.execution.ray_reaper`)."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()
+        log.error("serve (pid %s) is gone; this runner gives its job back and exits", parent.pid)
+        giving_back = threading.Thread(target=runner.give_back, daemon=True)
+        giving_back.start()
+        giving_back.join(ORPHAN_GIVE_BACK_S)  # else its lease expires, and the job comes back
+        os._exit(ORPHANED_EXIT)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _exit_when_the_ray_node_dies(every_s: float = RAY_NODE_CHECK_S) -> None:
