@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -10,11 +9,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autotune.conclusion.conclude import TuneOutcome
+from autotune.conclusion.conclude import TuneOutcome, closest_to_bounds
 from autotune.conclusion.front import front_of
-from autotune.conclusion.tuned_file import TunedIndex, TunedKind
+from autotune.conclusion.tuned_file import ConstraintOutcome
 from autotune.core.contract import ModelInfo, NodeKind, Workload
-from autotune.core.errors import RequestError
+from autotune.core.errors import Interrupted, RequestError
 from autotune.core.metrics import OBJECTIVES
 from autotune.execution.base import Executor, trial_memory_limit_mb
 from autotune.execution.in_process import InProcessExecutor
@@ -22,6 +21,17 @@ from autotune.execution.ray_cluster import RayCluster, Workers
 from autotune.execution.ray_executor import RayExecutor
 from autotune.execution.replay import ReplayExecutor
 from autotune.execution.replay_table import ReplayTable
+from autotune.kinds_at_once import (
+    KindDisplay,
+    KindEnd,
+    KindStudy,
+    KindTuned,
+    LabelledLines,
+    ProgressFactory,
+    kind_label,
+    tune_at_once,
+    write_index,
+)
 from autotune.requests.checks import check_workload
 from autotune.requests.request import TuningRequest, load_request
 from autotune.results import OptunaStore, StudyIdentity, opened_store
@@ -30,7 +40,7 @@ from autotune.results.records import Candidate
 from autotune.search.budget import Budget
 from autotune.search.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
 from autotune.search.warm_start import WarmStart
-from autotune.space.hardware import describe_hardware, describe_kind, one_kind, select_kinds
+from autotune.space.hardware import describe_kind, one_kind, select_kinds
 from autotune.space.search_space import (
     EffectiveSpace,
     effective_space,
@@ -51,8 +61,6 @@ from autotune.tracking import (
     artifact_location,
     is_database_store,
 )
-
-ProgressFactory = Callable[[int | None], AbstractContextManager[Callable[[int, Any], None]]]
 
 
 @dataclass
@@ -97,6 +105,10 @@ class TuneOptions:
     # finalists' head-to-head, the export).
     on_note: Callable[[str], None] | None = None
     on_phase: Callable[[str], None] | None = None
+    # Where several kinds of node are tuned at once: each kind's display, given the kind's
+    # label; without it, a kind's notes and phases go to on_note and on_phase with its label
+    # in front, and its trials to the progress given.
+    kind_display: Callable[[str], KindDisplay] | None = None
 
     def overrides(self) -> dict[str, Any]:
         pairs = {
@@ -198,21 +210,17 @@ class _Plan:
 
 
 @dataclass
-class KindTuned:
-    """One kind of node's study: what it concluded and where its tuned file is."""
-
-    kind: NodeKind
-    outcome: TuneOutcome
-    path: Path
-
-
-@dataclass
 class Tuned:
-    """What a tuning wrote: each kind's study, and the tuned file (one kind's, or the list of
-    several kinds' files)."""
+    """What a tuning wrote: how each kind's study ended, and the tuned file (one kind's, or
+    the list of several kinds' outcomes and files)."""
 
-    kinds: list[KindTuned]
+    ends: list[KindEnd]
     path: Path
+
+    @property
+    def kinds(self) -> list[KindTuned]:
+        """The kinds whose study gave a tuned configuration."""
+        return [end for end in self.ends if isinstance(end, KindTuned)]
 
 
 def _measured_plans(
@@ -270,8 +278,9 @@ def tune_kinds(
     several: bool = True,
 ) -> Tuned:
     """Tune a validated request on each kind of node its executor's slots run on, one study
-    and one tuned file per kind; with several kinds, the studies are named `NAME@FINGERPRINT`
-    and the tuned file (`tuned.yaml`) lists each kind's."""
+    and one tuned file per kind. One kind: its outcome, or the exception that ended its study.
+    Several: the studies, named `NAME@FINGERPRINT`, run at once, each on its kind's nodes;
+    the tuned file (`tuned.yaml`) lists how each ended, whatever that was."""
     if options.sampler not in STRATEGIES:
         raise RequestError("sampler", f"must be one of {strategy_names()}", options.sampler)
     if options.replay is None:
@@ -283,27 +292,57 @@ def tune_kinds(
     out_file = options.out or out_dir / "tuned.yaml"
     # One experiment for every kind: its artifact root is the tuning's, not a kind's.
     options = replace(options, mlflow_artifacts=mlflow_artifacts(request, options, out_dir))
+
+    def close() -> None:
+        for plan in plans:
+            plan.executor.close()
+
     try:
         if len(plans) == 1:
             only = _tune_kind(plans[0], request, study_name, out_dir, out_file, options, progress)
             return Tuned([only], out_file)
-        tuned = []
-        for plan in plans:
-            (kind,) = plan.executor.kinds()
-            name = f"{study_name}@{kind.fingerprint}"
-            if options.on_note is not None:
-                options.on_note(f"kind {describe_kind(kind)}: study {name}")
-            kind_dir = kinds_dir / name
-            tuned.append(
-                _tune_kind(
-                    plan, request, name, kind_dir, kind_dir / "tuned.yaml", options, progress
-                )
-            )
+        stop = options.stop or threading.Event()
+        options = replace(options, stop=stop)
+        studies = [
+            _kind_study(plan, request, study_name, kinds_dir, options, progress) for plan in plans
+        ]
+        ends = tune_at_once(studies, stop, close)
     finally:
-        for plan in plans:
-            plan.executor.close()
-    write_index(out_file, tuned)
-    return Tuned(tuned, out_file)
+        close()
+    write_index(out_file, ends)
+    return Tuned(ends, out_file)
+
+
+def _kind_study(
+    plan: _Plan,
+    request: TuningRequest,
+    study_name: str,
+    kinds_dir: Path,
+    options: TuneOptions,
+    progress: ProgressFactory | None,
+) -> KindStudy:
+    """One kind's study among several: its own directory and display."""
+    (kind,) = plan.executor.kinds()
+    name = f"{study_name}@{kind.fingerprint}"
+    label = kind_label(kind)
+    if options.kind_display is not None:
+        display = options.kind_display(label)
+    else:
+        display = LabelledLines(label, options.on_note, options.on_phase, progress)
+    display.note(f"kind {describe_kind(kind)}: study {name}")
+    kind_dir = kinds_dir / name
+    told = replace(options, on_note=display.note, on_phase=display.phase)
+
+    def run() -> KindTuned:
+        tuned_file = kind_dir / "tuned.yaml"
+        return _tune_kind(plan, request, name, kind_dir, tuned_file, told, display.trials)
+
+    def closest() -> dict[str, ConstraintOutcome]:
+        constraints = request.constraints.model_dump(exclude_none=True)
+        with opened_store(name, request.storage, "study") as store:
+            return closest_to_bounds([r.candidate() for r in store.completed()], constraints)
+
+    return KindStudy(kind, name, run, closest)
 
 
 DEFAULT_OUT = Path("autotune-out")
@@ -334,21 +373,6 @@ def mlflow_artifacts(
     return out_dir / "mlruns"
 
 
-def write_index(path: Path, tuned: list[KindTuned]) -> None:
-    """The list of each kind's tuned file, where `autotune.load` finds its machine's."""
-    kinds = [
-        TunedKind(
-            fingerprint=t.kind.fingerprint,
-            hardware=describe_hardware(t.kind),
-            study=t.outcome.study_name,
-            tuned=os.path.relpath(t.path.resolve(), path.resolve().parent),
-        )
-        for t in tuned
-    ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(TunedIndex(kinds=kinds).to_yaml(), encoding="utf-8")
-
-
 def _tune_kind(
     plan: _Plan,
     request: TuningRequest,
@@ -373,6 +397,10 @@ def _tune_kind(
         options.on_note("start: loading and inspecting the model on a trial worker")
     inspection = executor.inspect(plan.workload)
     (kind,) = inspection.kinds
+    if options.stop is not None and options.stop.is_set():
+        raise Interrupted(
+            f"stopped before study {study_name} began; run the same command to start it"
+        )
     model_info = inspection.model
     space = plan.space(model_info, kind)
     with (progress or _no_progress)(settings.n_trials) as update:

@@ -6,18 +6,31 @@ import json
 import re
 import shlex
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
-from autotune.cli.shared import _exit_codes, err, out, sigterm_interrupts
+from autotune.cli.shared import (
+    EXIT_INFEASIBLE,
+    EXIT_INTERRUPTED,
+    _exit_codes,
+    err,
+    out,
+    sigterm_interrupts,
+)
 from autotune.cli.tables import _print_comparison, _print_front, _shown
 from autotune.space.hardware import describe_kind
 from autotune.strategies import DEFAULT_STRATEGY, strategy_names
+
+if TYPE_CHECKING:
+    from autotune.kinds_at_once import KindEnd
+    from autotune.tuning import Tuned
 
 
 def tune(
@@ -81,7 +94,9 @@ def tune(
 ) -> None:
     """Tune a model: search, measure, and write the tuned configuration. With --replay,
     the same search runs against a recorded table, each slot of --workers on a simulated
-    clock."""
+    clock. Nodes of several kinds are tuned at once, a study each; the last lines say how
+    each kind's ended, and the exit code is 0 where every kind was tuned, else 1 where a
+    kind's study failed, 130 where one was stopped, 3 where one was infeasible."""
     from autotune.execution.ray_cluster import parse_workers
     from autotune.tuning import TuneOptions, run_tune_kinds
 
@@ -106,23 +121,66 @@ def tune(
             sampler=sampler,
             on_note=display.note,
             on_phase=display.phase,
+            kind_display=display.for_kind,
         )
         tuned = run_tune_kinds(request_file, options, progress=display.trials)
     tuned_kinds = tuned.kinds
-    several = len(tuned_kinds) > 1
+    several = len(tuned.ends) > 1
     if as_json:
         shown = [t.outcome.tuned.model_dump(mode="json") for t in tuned_kinds if t.outcome.tuned]
         for kind in tuned_kinds:
             _register(kind.outcome.tuned, several)
         print(json.dumps(shown if several else shown[0], indent=2))
-        return
-    for kind in tuned_kinds:
-        if several:
-            out.print(f"\n[bold]Kind {escape(describe_kind(kind.kind))}[/bold]", soft_wrap=True)
-        _print_tuned(kind.outcome, kind.path, _register(kind.outcome.tuned, several))
+    else:
+        for kind in tuned_kinds:
+            if several:
+                header = f"\n[bold]Kind {escape(describe_kind(kind.kind))}[/bold]"
+                out.print(header, soft_wrap=True)
+            _print_tuned(kind.outcome, kind.path, _register(kind.outcome.tuned, several))
     if several:
-        out.print(
-            f"\nTuned configs of {len(tuned_kinds)} kinds: {escape(str(tuned.path))}",
+        _print_kinds(tuned, err if as_json else out)
+        code = kinds_exit_code(tuned.ends)
+        if code:
+            raise typer.Exit(code)
+
+
+# Each outcome of a kind's study: its colour, and the exit code it gives where it is the
+# gravest of the kinds' (in this order).
+_OUTCOMES = {
+    "failed": ("red", 1),
+    "interrupted": ("yellow", EXIT_INTERRUPTED),
+    "infeasible": ("yellow", EXIT_INFEASIBLE),
+    "tuned": ("green", 0),
+}
+
+
+def kinds_exit_code(ends: list[KindEnd]) -> int:
+    """Several kinds' exit code: 0 where every kind was tuned, else the gravest outcome's:
+    1 where a study failed, 130 where one was stopped, 3 where one was infeasible."""
+    from autotune.kinds_at_once import status
+
+    statuses = {status(end) for end in ends}
+    return next(code for outcome, (_, code) in _OUTCOMES.items() if outcome in statuses)
+
+
+def _print_kinds(tuned: Tuned, console: Any) -> None:
+    """The last lines: where the list of kinds is, and how each kind's study ended (its
+    tuned file, or why it has none)."""
+    from autotune.kinds_at_once import KindTuned, status
+
+    statuses = [status(end) for end in tuned.ends]
+    counts = ", ".join(f"{statuses.count(o)} {o}" for o in _OUTCOMES if o in statuses)
+    console.print(
+        f"\n[bold]Kinds of node:[/bold] {counts}; listed in {escape(str(tuned.path))}",
+        soft_wrap=True,
+    )
+    for end, outcome in zip(tuned.ends, statuses, strict=True):
+        detail = str(end.path) if isinstance(end, KindTuned) else end.reason
+        colour = _OUTCOMES[outcome][0]
+        console.print(
+            f"  {escape(describe_kind(end.kind))}: [{colour}]{outcome}[/{colour}]: "
+            f"{escape(detail)}",
+            highlight=False,
             soft_wrap=True,
         )
 
@@ -239,70 +297,124 @@ class _TuneProgress:
     """The tune command's progress on stderr: a bar of the trials; then, for each phase
     after the search (the finalists' head-to-head, the export), its line with an
     elapsed-time bar, since one blocking call does its work; and notes above them. Where
-    stderr is not a terminal (a log file, a pipe), a line for each trial and each phase."""
+    stderr is not a terminal (a log file, a pipe), a line for each trial and each phase.
+    Several kinds tuned at once share the display: each kind's bars are labelled with the
+    kind, and each of its lines starts with it (`for_kind`)."""
 
     def __init__(self) -> None:
         self._progress: Any = None
-        self._trials: Any = None
-        self._phase: Any = None
+        self._users = 0
+        self._lock = threading.Lock()
+        self._trials: dict[str, Any] = {}  # each kind's trials bar, by its label
+        self._phases: dict[str, Any] = {}
+
+    def for_kind(self, label: str) -> _KindProgress:
+        return _KindProgress(self, label)
 
     @contextmanager
-    def trials(self, total: int | None) -> Iterator[Callable[[int, Any], None]]:
+    def trials(self, total: int | None, label: str = "") -> Iterator[Callable[[int, Any], None]]:
         if not err.is_terminal:
-            yield lambda done, result: self._trial_line(done, total, result)
+            yield lambda done, result: self._trial_line(done, total, result, label)
             return
+        progress = self._open()
+        task = progress.add_task(
+            "", total=total, label=_labelled(label, "tuning"), count=_count(0, total)
+        )
+        self._trials[label] = task
+
+        def update(done: int, result: Any) -> None:
+            last = "" if result is None else _trial_text(result)
+            progress.update(task, completed=done, description=last, count=_count(done, total))
+
+        try:
+            yield update
+        finally:
+            self._end_phase(label)
+            del self._trials[label]
+            self._close()
+
+    def _open(self) -> Any:
+        """The one live display, started by the first kind's trials."""
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
         from rich.table import Column
 
-        label = Column(min_width=LABEL_WIDTH, no_wrap=True)
-        columns = [
-            TextColumn("{task.fields[label]}", table_column=label),
-            BarColumn(bar_width=20),
-            TextColumn("{task.fields[count]}"),
-            TimeElapsedColumn(),
-            TextColumn("{task.description}"),
-        ]
-        with Progress(*columns, console=err, transient=False) as progress:
-            task = progress.add_task("", total=total, label="tuning", count=_count(0, total))
-            self._progress, self._trials = progress, task
+        with self._lock:
+            if self._progress is None:
+                label = Column(min_width=LABEL_WIDTH, no_wrap=True)
+                columns = [
+                    TextColumn("{task.fields[label]}", table_column=label),
+                    BarColumn(bar_width=20),
+                    TextColumn("{task.fields[count]}"),
+                    TimeElapsedColumn(),
+                    TextColumn("{task.description}"),
+                ]
+                self._progress = Progress(*columns, console=err, transient=False)
+                self._progress.start()
+            self._users += 1
+            return self._progress
 
-            def update(done: int, result: Any) -> None:
-                last = "" if result is None else _trial_text(result)
-                progress.update(task, completed=done, description=last, count=_count(done, total))
-
-            try:
-                yield update
-            finally:
-                self._end_phase()
+    def _close(self) -> None:
+        """Stopped when the last kind's trials end."""
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                self._progress.stop()
                 self._progress = None
 
-    def phase(self, text: str) -> None:
+    def phase(self, text: str, label: str = "") -> None:
         """A phase told as "name: what it does" (the name in the label column)."""
-        if self._progress is None:
-            err.print(escape(text), highlight=False, soft_wrap=True)
+        trials = self._trials.get(label)
+        if self._progress is None or trials is None:
+            err.print(escape(_prefixed(label, text)), highlight=False, soft_wrap=True)
             return
-        self._end_phase()
-        self._progress.stop_task(self._trials)
+        self._end_phase(label)
+        self._progress.stop_task(trials)
         name, told, detail = text.partition(": ")
         if not told:
             name, detail = "phase", text
-        self._phase = self._progress.add_task(
-            escape(detail), total=None, label=escape(name), count=""
+        self._phases[label] = self._progress.add_task(
+            escape(detail), total=None, label=escape(_labelled(label, name)), count=""
         )
 
-    def _end_phase(self) -> None:
-        if self._phase is not None:
-            self._progress.update(self._phase, total=1, completed=1)
-            self._progress.stop_task(self._phase)
-            self._phase = None
+    def _end_phase(self, label: str) -> None:
+        phase = self._phases.pop(label, None)
+        if phase is not None:
+            self._progress.update(phase, total=1, completed=1)
+            self._progress.stop_task(phase)
 
     def note(self, text: str) -> None:
         err.print(escape(text), highlight=False, soft_wrap=True)
 
-    def _trial_line(self, done: int, total: int | None, result: Any) -> None:
+    def _trial_line(self, done: int, total: int | None, result: Any, label: str) -> None:
         if result is not None:  # a resumed study's count is told by its note
             line = f"tuning {_count(done, total)}: {_trial_text(result)}"
-            err.print(escape(line), highlight=False, soft_wrap=True)
+            err.print(escape(_prefixed(label, line)), highlight=False, soft_wrap=True)
+
+
+@dataclass
+class _KindProgress:
+    """One kind's view of the display, where several kinds are tuned at once."""
+
+    display: _TuneProgress
+    label: str
+
+    def trials(self, total: int | None) -> Any:
+        return self.display.trials(total, self.label)
+
+    def note(self, text: str) -> None:
+        self.display.note(_prefixed(self.label, text))
+
+    def phase(self, text: str) -> None:
+        self.display.phase(text, self.label)
+
+
+def _prefixed(label: str, line: str) -> str:
+    """A kind's line, where several kinds are tuned at once: `[kind 0f27ab12] line`."""
+    return f"[{label}] {line}" if label else line
+
+
+def _labelled(label: str, name: str) -> str:
+    return f"{label} {name}" if label else name
 
 
 def _trial_text(result: Any) -> str:

@@ -195,6 +195,25 @@ class Conclusion:
         )
 
 
+def closest_to_bounds(
+    candidates: list[Candidate], constraints: dict[str, float]
+) -> dict[str, ConstraintOutcome]:
+    """Where a study found nothing feasible: for each bound, the measured value closest to it
+    over every configuration, and whether any configuration met it (each bound may be met by
+    some configuration and yet none meets them all)."""
+    closest = {}
+    for name, bound in constraints.items():
+        metric = BOUNDS[name].metric.name
+        scored = [c for c in candidates if name in c.violations and metric in c.metrics]
+        if scored:
+            best = min(scored, key=lambda c: c.violations[name])
+            value = float(best.metrics[metric])
+            closest[name] = ConstraintOutcome(
+                bound=bound, value=value, met=best.violations[name] <= 0
+            )
+    return closest
+
+
 def prefixed(prefix: str, metrics: dict[str, Any]) -> dict[str, float]:
     return {f"{prefix}.{k}": float(v) for k, v in metrics.items() if is_number(v)}
 

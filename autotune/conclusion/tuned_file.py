@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autotune.conclusion.decision import Headline
 from autotune.core.contract import ConfigValue, Strict
-from autotune.core.errors import RequestError
+from autotune.core.errors import AutotuneError, Interrupted, NoFeasibleConfiguration, RequestError
 from autotune.core.metrics import ENERGY, reported_metrics, with_derived
 from autotune.requests.request import Cost
 
@@ -41,22 +41,52 @@ class TunedConfig(BaseModel):
         return _as_yaml(self.model_dump(mode="json"))
 
 
+# How a kind's study ended, in the list a tuning of several kinds writes.
+KindOutcome = Literal["tuned", "infeasible", "failed", "interrupted"]
+
+
 class TunedKind(Strict):
-    """One kind of node's tuned file, in the list a tuning of several kinds writes."""
+    """One kind of node in the list a tuning of several kinds writes: its tuned file, or why
+    it has none."""
 
     fingerprint: str
     hardware: str = Field(description="the kind in a few words: cores, GPUs, hosts")
     study: str
-    tuned: str = Field(description="the kind's tuned file, relative to the list")
+    outcome: KindOutcome = Field(
+        default="tuned",
+        description="tuned; infeasible (no configuration met the constraints); failed; "
+        "interrupted (stopped before it concluded: the same command resumes it)",
+    )
+    tuned: str | None = Field(
+        default=None, description="a tuned kind's tuned file, relative to the list"
+    )
+    reason: str | None = Field(default=None, description="why a kind is not tuned")
+    constraints: dict[str, ConstraintOutcome] | None = Field(
+        default=None,
+        description="an infeasible kind's: each bound, the measured value closest to it, and "
+        "whether any configuration met it",
+    )
+
+    @model_validator(mode="after")
+    def _tuned_or_why_not(self) -> TunedKind:
+        if (self.outcome == "tuned") != (self.tuned is not None):
+            raise ValueError(
+                f"tuned: a tuned kind names its tuned file and no other kind does (outcome "
+                f"{self.outcome!r}, tuned {self.tuned!r})"
+            )
+        if self.outcome != "tuned" and not self.reason:
+            raise ValueError(f"reason: a kind that is {self.outcome} says why (got none)")
+        return self
 
 
 class TunedIndex(Strict):
-    """What a tuning of several kinds of node writes in place of one tuned file."""
+    """What a tuning of several kinds of node writes in place of one tuned file: each kind
+    and how its study ended."""
 
     kinds: list[TunedKind] = Field(min_length=2)
 
     def to_yaml(self) -> str:
-        return _as_yaml(self.model_dump(mode="json"))
+        return _as_yaml(self.model_dump(mode="json", exclude_none=True))
 
 
 def _as_yaml(document: dict[str, Any]) -> str:
@@ -75,7 +105,9 @@ def is_index(path: Path) -> bool:
 
 def tuned_for_kind(path: Path, fingerprint: str) -> Path:
     """In a list of several kinds' tuned files, the file of the kind `fingerprint` names; a
-    kind the list lacks is a `RequestError` naming those it has."""
+    kind the list lacks is a `RequestError` naming those it has; a kind whose study gave no
+    tuned configuration says how it ended (`NoFeasibleConfiguration` where it was
+    infeasible, `Interrupted` where it was stopped, else `AutotuneError`)."""
     try:
         index = TunedIndex.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
     except ValidationError as error:
@@ -83,10 +115,22 @@ def tuned_for_kind(path: Path, fingerprint: str) -> Path:
         raise RequestError("tuned file", f"{rule} ({type(error).__name__})", str(path)) from None
     for kind in index.kinds:
         if kind.fingerprint == fingerprint:
-            return path.parent / kind.tuned
+            return _tuned_path(path, kind)
     known = "; ".join(f"{k.fingerprint} ({k.hardware})" for k in index.kinds)
     rule = f"has no configuration tuned for this machine's kind; it lists {known}"
     raise RequestError("tuned file", rule, fingerprint)
+
+
+def _tuned_path(path: Path, kind: TunedKind) -> Path:
+    if kind.tuned is not None:
+        return path.parent / kind.tuned
+    machine = f"this machine's kind {kind.fingerprint} ({kind.hardware})"
+    told = f"{path} has no tuned configuration for {machine}: its study {kind.study}"
+    if kind.outcome == "infeasible":
+        raise NoFeasibleConfiguration(f"{told} was infeasible: {kind.reason}")
+    if kind.outcome == "interrupted":
+        raise Interrupted(f"{told} was stopped before it concluded: {kind.reason}")
+    raise AutotuneError(f"{told} failed: {kind.reason}")
 
 
 def read_tuned(path: Path) -> TunedConfig:
