@@ -118,8 +118,8 @@ def tune_at_once(
             thread.start()
         try:
             for thread in threads:
-                while thread.is_alive():
-                    thread.join(JOIN_EVERY_S)
+                while not thread.done.wait(JOIN_EVERY_S):
+                    pass
         except KeyboardInterrupt:
             _interrupt(threads, close)
             raise
@@ -128,25 +128,32 @@ def tune_at_once(
 
 def _interrupt(threads: list[_KindThread], close: Callable[[], None]) -> None:
     for thread in threads:
-        interrupt_thread(thread)
+        if not thread.done.is_set():
+            interrupt_thread(thread)
     close()  # wakes the threads that wait for a running trial
     deadline = time.monotonic() + UNWIND_S
     for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
+        thread.done.wait(max(0.0, deadline - time.monotonic()))
 
 
 class _KindThread(threading.Thread):
+    """A kind's study. Its end is waited for on `done`, not by `join`: a join that a signal
+    handler's exception interrupts can take the thread for ended while it runs on."""
+
     def __init__(self, study: KindStudy) -> None:
         super().__init__(name=f"study {study.name}", daemon=True)
         self.study = study
         self.end: KindEnd | None = None
         self.error: BaseException | None = None
+        self.done = threading.Event()
 
     def run(self) -> None:
         try:
             self.end = _ended(self.study)
         except BaseException as error:  # the KeyboardInterrupt of a second signal
             self.error = error
+        finally:
+            self.done.set()
 
     def ended(self) -> KindEnd:
         if self.error is not None:

@@ -79,7 +79,7 @@ def interrupt_thread(thread: threading.Thread) -> None:
     """Raise KeyboardInterrupt in `thread` as soon as it runs Python code again (a blocking
     call it is in returns first): a second signal interrupts a study in another thread as it
     interrupts one in the main thread."""
-    if thread.ident is None or not thread.is_alive():
+    if thread.ident is None:
         return
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt)
