@@ -21,7 +21,10 @@ def load(tuned_file: str | Path, python_path: Sequence[str] = ()) -> Predictor:
     """The tuned model of a tuned file, ready to call, run as it was measured: its engine,
     precision, threads, engine options and batch size (`predictor.predict(inputs)`). A torch
     artifact imports its model's entry point from `python_path` and `sys.path`. Where the
-    file lists several kinds of node, the one this machine is (its fingerprint) is loaded."""
+    file lists several kinds of node, the one this machine is (its fingerprint) is loaded;
+    where that kind's study gave no tuned configuration, the error says how it ended
+    (`NoFeasibleConfiguration` where it was infeasible, `Interrupted` where it was stopped,
+    else `AutotuneError`, each with the study's reason)."""
     from autotune.execution.local import load_tuned
 
     return load_tuned(tuned_file, python_path)
