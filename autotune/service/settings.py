@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +15,8 @@ from autotune.execution.ray_cluster import Workers
 
 if TYPE_CHECKING:
     from autotune.core.contract import NodeKind
+
+log = logging.getLogger("autotune.service")
 
 
 @dataclass
@@ -31,6 +34,9 @@ class ServiceSettings:
     # Module prefixes whose entry points requests may name (trusted server-side code).
     trusted_modules: tuple[str, ...] = ()
     max_upload_bytes: int = 1 << 30
+    # A request body must arrive within this time, and a second more for each MiB of it (a
+    # large upload on a slow link); past that it is refused (408).
+    body_timeout_s: float = 30.0
     executor: str = "ray"
     ray_address: str | None = None
     workers: Workers = 1  # trial slots on each kind of node, or 'auto'
@@ -44,7 +50,8 @@ class ServiceSettings:
     registered_alias: str = "tuned"
     # The shortest interval a watch may check at (`every`).
     min_watch_every_s: float = 60.0
-    # How long a survey of the trial nodes' hardware is reused (dedupe keys, watch ticks).
+    # How long a survey of the trial nodes' hardware is reused (dedupe keys, watch ticks);
+    # while the API runs, the survey is renewed in the background that often.
     hardware_ttl_s: float = 60.0
     # Serve /docs, /redoc and /openapi.json without a token.
     public_docs: bool = False
@@ -89,18 +96,54 @@ class ServiceSettings:
 class HardwareSurvey:
     """The kinds of node `survey` reports (an executor's, probed on the nodes), asked again
     once the last answer is older than `ttl_s`: a node replaced by another model is seen
-    within that time, without a survey for every request."""
+    within that time, without a survey for every request.
+
+    Kept warm (`keep_warm`, while the API runs), it is asked in the background at once and
+    every half `ttl_s` after, so that a request finds an answer that is still fresh rather
+    than waiting for a survey: on a cluster one costs seconds (Ray's start and a probe on
+    each node). The first request waits for the first survey, not for one of its own."""
 
     def __init__(self, survey: Callable[[], list[NodeKind]], ttl_s: float) -> None:
         self._survey = survey
         self._ttl_s = ttl_s
-        self._lock = threading.Lock()
-        self._kinds: list[NodeKind] | None = None
-        self._at = 0.0
+        self._surveying = threading.Lock()  # one survey at a time
+        self._answer: tuple[list[NodeKind], float] | None = None  # the kinds, and when
 
     def kinds(self) -> list[NodeKind]:
-        with self._lock:
-            if self._kinds is None or time.monotonic() - self._at >= self._ttl_s:
-                self._kinds = self._survey()
-                self._at = time.monotonic()
-            return self._kinds
+        kinds = self._fresh()
+        if kinds is not None:
+            return kinds
+        with self._surveying:
+            kinds = self._fresh()  # surveyed by another thread while this one waited
+            return kinds if kinds is not None else self._renew()
+
+    def keep_warm(self) -> Callable[[], None]:
+        """Survey in the background now and every half `ttl_s`, until the function this
+        returns is called (with a `ttl_s` of 0 no answer is reused: nothing to keep)."""
+        stop = threading.Event()
+        if self._ttl_s > 0:
+            keeper = threading.Thread(
+                target=self._keep, args=(stop,), name="hardware-survey", daemon=True
+            )
+            keeper.start()
+        return stop.set
+
+    def _fresh(self) -> list[NodeKind] | None:
+        answer = self._answer
+        if answer is None or time.monotonic() - answer[1] >= self._ttl_s:
+            return None
+        return answer[0]
+
+    def _renew(self) -> list[NodeKind]:
+        kinds = self._survey()
+        self._answer = (kinds, time.monotonic())
+        return kinds
+
+    def _keep(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            with self._surveying:
+                try:
+                    self._renew()
+                except Exception as error:  # noqa: BLE001 - a request that surveys says what
+                    log.warning("surveying the trial nodes' hardware failed: %s", error)
+            stop.wait(self._ttl_s / 2)

@@ -12,7 +12,7 @@ from fastapi import APIRouter, FastAPI
 from autotune.requests.request import TuningRequest
 from autotune.requests.uploads import ModelStore
 from autotune.service.api import health, jobs, watches
-from autotune.service.api.bodies import BodyLimit
+from autotune.service.api.bodies import BodyDeadline, BodyLimit, TokenBeforeBody
 from autotune.service.api.dependencies import Service
 from autotune.service.api.docs import docs_router
 from autotune.service.api.errors import add_error_handlers
@@ -64,7 +64,10 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The first submission (its dedupe key is the kind of node) finds the survey done.
+        stop_survey = settings.hardware.keep_warm()
         yield
+        stop_survey()
         documents.close()
 
     app = ServiceApp(
@@ -92,6 +95,8 @@ def create_app(
     app.include_router(docs_router(settings.public_docs))
     add_error_handlers(app)
     app.add_middleware(BodyLimit, max_upload_bytes=settings.max_upload_bytes)
+    app.add_middleware(BodyDeadline, timeout_s=settings.body_timeout_s)
+    app.add_middleware(TokenBeforeBody, db=db)  # the outermost: before anything is read
     return app
 
 

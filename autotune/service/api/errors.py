@@ -26,6 +26,12 @@ DATABASE_DOWN = "the service's job database is unavailable; try again later"
 UNAVAILABLE = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
 
 log = logging.getLogger("autotune.api")
+# What a client is told of a request whose connection the server closes after answering.
+CLOSED = {"Connection": "close"}
+
+
+class BodyTimeout(RequestError):
+    """The request body did not arrive in time (408); the connection is closed."""
 
 
 def add_error_handlers(app: FastAPI) -> None:
@@ -42,6 +48,8 @@ def add_error_handlers(app: FastAPI) -> None:
 
 async def _request_error(request: Request, exc: Exception) -> JSONResponse:
     error = cast(RequestError, exc)
+    if isinstance(error, BodyTimeout):
+        return problem(408, error, headers=CLOSED)
     status = 413 if isinstance(error, TooLarge) else 422
     return problem(status, service_of(request).paths.error(error))
 
@@ -73,13 +81,23 @@ async def _busy(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    path = request.url.path
-    log.warning("%s %s: the job database is unavailable: %s", request.method, path, exc)
-    return JSONResponse({"detail": DATABASE_DOWN}, status_code=503, headers={"Retry-After": "10"})
+    return database_unavailable(request.method, request.url.path, exc)
+
+
+def database_unavailable(
+    method: str, path: str, exc: Exception, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    log.warning("%s %s: the job database is unavailable: %s", method, path, exc)
+    headers = {"Retry-After": "10", **(headers or {})}
+    return JSONResponse({"detail": DATABASE_DOWN}, status_code=503, headers=headers)
 
 
 async def _unauthorized(request: Request, exc: Exception) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"}
+    return unauthorized(cast(Unauthorized, exc))
+
+
+def unauthorized(exc: Unauthorized, headers: dict[str, str] | None = None) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
     return JSONResponse({"detail": str(exc)}, status_code=401, headers=headers)
 
 
@@ -91,9 +109,11 @@ def _message(status: int) -> Callable[[Request, Exception], Awaitable[JSONRespon
     return handler
 
 
-def problem(status: int, error: RequestError) -> JSONResponse:
+def problem(
+    status: int, error: RequestError, headers: dict[str, str] | None = None
+) -> JSONResponse:
     detail = {"field": error.field, "rule": error.rule, "value": json_safe(error.value)}
-    return JSONResponse({"detail": detail}, status_code=status)
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
 def json_safe(value: Any, budget: int = 200) -> Any:
