@@ -58,6 +58,14 @@ def serve_command(
     max_upload_mb: Annotated[
         int | None, typer.Option(min=1, help="largest model upload, MiB (default 1024)")
     ] = None,
+    body_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1,
+            envvar="AUTOTUNE_BODY_TIMEOUT_S",
+            help="seconds a request body may take to arrive, one more per MiB (default 30)",
+        ),
+    ] = None,
     api: Annotated[bool, typer.Option("--api/--no-api", help="serve the REST API")] = True,
     runners: Annotated[int, typer.Option(min=0, help="job runner processes (0: none here)")] = 1,
     scheduler: Annotated[
@@ -113,6 +121,7 @@ def serve_command(
         "lease_s": lease_s,
         "poll_s": poll_s,
         "max_upload_bytes": None if max_upload_mb is None else max_upload_mb << 20,
+        "body_timeout_s": body_timeout_s,
         "min_watch_every_s": min_watch_every,
         "public_docs": public_docs,
     }
