@@ -17,12 +17,11 @@ from autotune.core.errors import Interrupted, RequestError
 from autotune.core.metrics import OBJECTIVES
 from autotune.execution.base import Executor, trial_memory_limit_mb
 from autotune.execution.in_process import InProcessExecutor
-from autotune.execution.ray_cluster import RayCluster, Workers
+from autotune.execution.ray_cluster import RayCluster
 from autotune.execution.ray_executor import RayExecutor
 from autotune.execution.replay import ReplayExecutor
 from autotune.execution.replay_table import ReplayTable
 from autotune.kinds_at_once import (
-    KindDisplay,
     KindEnd,
     KindStudy,
     KindTuned,
@@ -61,65 +60,7 @@ from autotune.tracking import (
     artifact_location,
     is_database_store,
 )
-
-
-@dataclass
-class TuneOptions:
-    trials: int | None = None
-    timeout_s: float | None = None
-    storage: str | None = None
-    study: str | None = None
-    tracking_uri: str | None = None
-    experiment: str | None = None
-    ray_address: str | None = None
-    # Trial slots on each kind of node, or 'auto': every slot the nodes hold.
-    workers: Workers = 1
-    executor: str = "ray"
-    # The kind of node to tune for where the slots span several (`select_kinds`); replaces
-    # the request's `target`.
-    target: str | None = None
-    seed: int | None = None
-    # The tuned file (default: `tuned.yaml` in `out_dir`).
-    out: Path | None = None
-    # Where the optimized model (`model/`) goes, and, on a database MLflow store, a new
-    # experiment's artifacts (`mlruns/`) unless `mlflow_artifacts` or a SQLite store's file
-    # says otherwise; default: beside `out`, else autotune-out/<study>. With several kinds
-    # of node, each kind's outputs go in a directory of its own (`output_dirs`).
-    out_dir: Path | None = None
-    # The artifact root of a new MLflow experiment on a database store (a directory or a
-    # URI); the service's lies under its data directory.
-    mlflow_artifacts: str | Path | None = None
-    stop: threading.Event | None = None
-    stale_after_s: float | None = None
-    # A previous study to start from (`autotune.search.warm_start.load_warm_start`), and the tuned
-    # config it gave, to compare the new one with in MLflow.
-    warm_start: WarmStart | None = None
-    previous_tuned: dict[str, Any] | None = None
-    # Trials answered from this recorded table (`autotune.execution.replay`) instead of measured.
-    replay: Path | None = None
-    space: str | None = None  # a space file in place of the request's search_space
-    sampler: str = DEFAULT_STRATEGY
-    # False: nothing is tracked in MLflow (benchmarks and tests that never read it)
-    track: bool = True
-    # Told a line for the user (a study is resumed), and each phase after the search (the
-    # finalists' head-to-head, the export).
-    on_note: Callable[[str], None] | None = None
-    on_phase: Callable[[str], None] | None = None
-    # Where several kinds of node are tuned at once: each kind's display, given the kind's
-    # label; without it, a kind's notes and phases go to on_note and on_phase with its label
-    # in front, and its trials to the progress given.
-    kind_display: Callable[[str], KindDisplay] | None = None
-
-    def overrides(self) -> dict[str, Any]:
-        pairs = {
-            "budget.trials": self.trials,
-            "budget.timeout_s": self.timeout_s,
-            "storage": self.storage,
-            "tracking.uri": self.tracking_uri,
-            "tracking.experiment": self.experiment,
-            "target": self.target,
-        }
-        return {k: v for k, v in pairs.items() if v is not None}
+from autotune.tune_options import TuneOptions
 
 
 def make_executors(
