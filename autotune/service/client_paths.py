@@ -5,13 +5,20 @@ API answers shows each path as the client can name it: a file under the models r
 path relative to the root (as requests name it), an upload by its content id
 (`upload:<sha256>`), the service's own files (job outputs, MLflow artifacts) by their path
 relative to its data directory, and any other absolute path by its last name only
-(`…/name`). A password in a URL is shown as `***`.
+(`…/name`).
+
+Where the service keeps its studies, runs and jobs is not the client's business: a URL
+that names a host (`scheme://host…`) is shown as its scheme only (`postgresql+psycopg://…`)
+when it is a database's, when it carries a user or a password, or when its host is one of
+the service's own stores (its job database, study storage, MLflow tracking server and
+artifact store, Ray cluster). A SQLite file is a path like any other
+(`sqlite:///…/studies.db`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +34,15 @@ _STOP = r"\s'\"(),;\[\]{}<>"
 _START = r"(?<![\w.\-/:~])"
 _SCHEME = r"(?P<scheme>file://|sqlite:///)?"
 _OTHER = rf"(?P<other>(?:/[^/{_STOP}]+){{2,}}/?)"
-_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][\w+.\-]*://[^\s:/@'\"]*):[^\s@/'\"]+@")
+# A URL that names a host: its scheme, then its authority (user and password, host, port).
+_URL = re.compile(
+    rf"(?<![\w+.\-])(?P<scheme>[A-Za-z][\w+.\-]*)://(?P<authority>[^/?#{_STOP}]+)[^{_STOP}]*"
+)
+# Schemes (a SQLAlchemy dialect's, before its '+driver') whose URL names a database server.
+DATABASE_SCHEMES = frozenset(
+    {"postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle", "cockroachdb"}
+    | {"redis", "rediss", "mongodb", "mongodb+srv"}
+)
 _STORED_NAMES = frozenset(STORED_FILES.values())
 
 
@@ -35,7 +50,15 @@ class ClientPaths:
     """Maps the server's absolute paths, wherever they appear in what the API answers, to
     what the client may see (the module's docstring says how)."""
 
-    def __init__(self, models_root: Path | None, uploads_dir: Path, data_dir: Path) -> None:
+    def __init__(
+        self,
+        models_root: Path | None,
+        uploads_dir: Path,
+        data_dir: Path,
+        stores: Iterable[str] = (),
+    ) -> None:
+        """`stores`: the URLs (or Ray's `host:port`) of the service's own stores."""
+        self._store_hosts = frozenset(filter(None, map(_host, stores)))
         self._renders = _renders(
             [(models_root, _relative), (uploads_dir, _upload), (data_dir, _relative)]
         )
@@ -47,14 +70,21 @@ class ClientPaths:
 
     @classmethod
     def of(cls, settings: ServiceSettings) -> ClientPaths:
-        return cls(settings.models_root, settings.uploads_dir, settings.data_dir)
+        stores = (
+            settings.db,
+            settings.storage,
+            settings.tracking_uri,
+            settings.mlflow_artifacts or "",
+            settings.ray_address or "",
+        )
+        return cls(settings.models_root, settings.uploads_dir, settings.data_dir, stores)
 
     def text(self, text: str, others: bool = True) -> str:
         """`text` with every server path in it shown to the client; without `others`, an
         absolute path under none of the service's directories is left as it is (a value the
         client wrote itself)."""
         pattern = self._every if others else self._service_only
-        return _PASSWORD.sub(r"\g<head>:***@", pattern.sub(self._shown, text))
+        return pattern.sub(self._shown, _URL.sub(self._url_shown, text))
 
     def value(self, value: Any, others: bool = True) -> Any:
         """Every string in a JSON-like value (a tuned config, a status) passed through `text`."""
@@ -78,12 +108,34 @@ class ClientPaths:
         )
         return shown
 
+    def _url_shown(self, match: re.Match[str]) -> str:
+        scheme, authority = match["scheme"], match["authority"]
+        hidden = (
+            "@" in authority
+            or scheme.lower().split("+")[0] in DATABASE_SCHEMES
+            or _without_user(authority) in self._store_hosts
+        )
+        return f"{scheme}://{ELIDED}" if hidden else match[0]
+
     def _shown(self, match: re.Match[str]) -> str:
         scheme = match["scheme"] or ""
         kept = scheme if scheme == "sqlite:///" else ""
         if match["root"] is None:
             return f"{kept}{ELIDED}/{Path(match['other']).name}"
         return kept + self._renders[match["root"]](match["tail"].lstrip("/"))
+
+
+def _host(store: str) -> str | None:
+    """The `host[:port]` a store's URL (or Ray's bare `host:port`) names, or None (a file)."""
+    match = _URL.fullmatch(store.strip())
+    if match is not None:
+        return _without_user(match["authority"])
+    bare = store.strip()
+    return bare.lower() if bare and "/" not in bare and ":" in bare else None
+
+
+def _without_user(authority: str) -> str:
+    return authority.rpartition("@")[2].lower()
 
 
 def _renders(

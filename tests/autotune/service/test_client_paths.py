@@ -26,9 +26,13 @@ from tests.autotune.service.support import service_request, sqlite_settings
 SHA = "ab" * 32
 
 
+STORES = ("http://mlflow.internal:5000", "s3://autotune-artifacts", "ray://head.internal:10001")
+
+
 @pytest.fixture
 def paths(tmp_path: Path) -> ClientPaths:
-    return ClientPaths(tmp_path / "models", tmp_path / "data" / "models", tmp_path / "data")
+    models, data = tmp_path / "models", tmp_path / "data"
+    return ClientPaths(models, data / "models", data, stores=STORES)
 
 
 @pytest.mark.parametrize(
@@ -43,10 +47,16 @@ def paths(tmp_path: Path) -> ClientPaths:
         ("sqlite:///{root}/studies.db", "sqlite:///…/studies.db"),
         ("{root}/models-old/tiny.onnx", "…/tiny.onnx"),  # a sibling of the root is not in it
         ("/srv/autotune/search_spaces/quick-cpu.yaml", "…/quick-cpu.yaml"),
-        (
-            "postgresql+psycopg://svc:s3cret@db:5432/mlflow",
-            "postgresql+psycopg://svc:***@db:5432/mlflow",
-        ),
+        ("postgresql+psycopg://svc:s3cret@db:5432/mlflow", "postgresql+psycopg://…"),
+        ("postgresql+psycopg://svc:***@db:5432/mlflow", "postgresql+psycopg://…"),
+        ("postgresql://db.internal/mlflow?sslmode=require", "postgresql://…"),
+        ("mysql+pymysql://root@10.0.0.7/jobs", "mysql+pymysql://…"),
+        ("redis://cache:6379/0", "redis://…"),
+        ("https://svc:token@hub.example.com/model", "https://…"),
+        ("http://mlflow.internal:5000/#/experiments/1", "http://…"),  # the service's own
+        ("s3://autotune-artifacts/1/r", "s3://…"),  # the service's own
+        ("ray://head.internal:10001", "ray://…"),  # the service's own
+        ("https://huggingface.co/bert-base-uncased", "https://huggingface.co/bert-base-uncased"),
         ("p50/p95 per call, 1,000/s", "p50/p95 per call, 1,000/s"),
         ("models:/digits@tuned", "models:/digits@tuned"),
     ],
