@@ -48,6 +48,7 @@ def serving(
         *("--models-root", str(settings.models_root), "--trust", "experiments.digits"),
         *("--executor", settings.executor, "--lease-s", str(settings.lease_s)),
         *("--poll-s", str(settings.poll_s), "--runners", str(runners), "--no-scheduler"),
+        *(("--ray-address", settings.ray_address) if settings.ray_address else ()),
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     with log.open("wb") as out:  # run from the test's directory: MLflow writes ./mlruns
