@@ -90,10 +90,16 @@ class RayCluster:
         self._reaper: Reaper | None = None
         if self.owns_ray:
             before = children()
-            with _signal_handlers_kept():
-                ray.init(**_init_kwargs(address, workers, num_gpus))
-            if self.local:  # its processes end with this one, even if this one is killed
-                self._reaper = Reaper(children() - before)
+            if self.local:  # its processes end with this one, even one killed inside ray.init
+                self._reaper = Reaper()
+            try:
+                with _signal_handlers_kept():
+                    ray.init(**_init_kwargs(address, workers, num_gpus))
+            except BaseException:
+                self._shutdown()
+                raise
+            if self._reaper is not None:
+                self._reaper.follow(children() - before)
         self._users = 0
         self.workers = workers
         # Each trial node's fingerprint, probed once on the node itself.

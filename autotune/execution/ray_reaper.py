@@ -4,10 +4,17 @@ and runtime-env agents, children of the raylet, outlive a killed coordinator by 
 more (they spend it trying to tell the dead cluster that its raylet died), some 185 MB.
 
 The reaper is a small process of its own (`python -m autotune.execution.ray_reaper`),
-given the processes `ray.init` started (the children the coordinator did not have before):
-it learns their descendants every `REFRESH_S`, and when the coordinator is gone (the pipe it
-holds ends) kills those still running. A coordinator that stops Ray itself closes the pipe
-after `ray.shutdown`, and the reaper kills only what Ray left behind.
+started before `ray.init` and then told the processes `ray.init` started (the children the
+coordinator did not have before): it learns their descendants every `REFRESH_S`, and when
+the coordinator is gone (the pipe it holds ends) kills those still running. A coordinator
+that stops Ray itself closes the pipe after `ray.shutdown`, and the reaper kills only what
+Ray left behind.
+
+The raylet dies with the coordinator (Ray makes the processes `ray.init` starts share its
+fate), which leaves its agents to init: a coordinator killed inside `ray.init`, or before the
+reaper has seen the agents, would leave them running. So the reaper also kills the strays of
+the coordinator's process group: the processes that began after the reaper and that no older
+process of the group parents (a live coordinator's own children are its).
 """
 
 from __future__ import annotations
@@ -17,8 +24,16 @@ import os
 import select
 import subprocess
 import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 REFRESH_S = 1.0
+# Passes over the process table after the pipe ends: a raylet killed in the first cannot start
+# anything the second does not see.
+SWEEPS = 3
 
 
 def children() -> set[int]:
@@ -28,30 +43,38 @@ def children() -> set[int]:
 
 
 class Reaper:
-    """The reaper of the Ray processes in `roots` (and theirs): `close` it after
-    `ray.shutdown`."""
+    """The reaper of a local Ray: made before `ray.init`, told the processes it started
+    (`follow`), and `close`d after `ray.shutdown`."""
 
-    def __init__(self, roots: set[int]) -> None:
+    def __init__(self) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", __name__, *map(str, sorted(roots))],
+            [sys.executable, "-m", __name__, str(os.getpgid(0))],
             stdin=subprocess.PIPE,
             start_new_session=True,  # a Ctrl-C to the terminal's group is not for it
         )
 
+    def follow(self, roots: set[int]) -> None:
+        """Kill these processes too, and their descendants, wherever they are."""
+        if self._process.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):  # the reaper is gone: nothing to tell
+                self._process.stdin.write(" ".join(map(str, sorted(roots))).encode() + b"\n")
+                self._process.stdin.flush()
+
     def close(self) -> None:
         if self._process.stdin is not None:
-            self._process.stdin.close()
+            with contextlib.suppress(BrokenPipeError):
+                self._process.stdin.close()
         self._process.wait()
 
 
-def reap(roots: set[int]) -> None:
-    """Follow the roots and their descendants until stdin ends, then kill them."""
+def reap(group: int) -> None:
+    """Follow the roots that stdin names and their descendants until stdin ends, then kill
+    them and the strays of the coordinator's process `group` that began after the reaper."""
     import psutil
 
+    since = psutil.Process().create_time()  # the clock the other processes' times are read by
     started: dict[int, psutil.Process] = {}
-    for pid in roots:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            started[pid] = psutil.Process(pid)
+    told = b""
     while True:
         for pid, process in list(started.items()):
             try:
@@ -60,13 +83,59 @@ def reap(roots: set[int]) -> None:
             except psutil.NoSuchProcess:
                 del started[pid]  # ended (a trial's worker, say): nothing to kill
         readable, _, _ = select.select([sys.stdin.buffer], [], [], REFRESH_S)
-        if readable and not os.read(sys.stdin.fileno(), 1):
+        if not readable:
+            continue
+        chunk = os.read(sys.stdin.fileno(), 4096)
+        if not chunk:
             break
-    for process in started.values():
+        told += chunk
+        *lines, told = told.split(b"\n")
+        for pid in (int(word) for line in lines for word in line.split()):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                started.setdefault(pid, psutil.Process(pid))
+    _kill(started.values())
+    for _ in range(SWEEPS):
+        _kill(strays(group, since))
+
+
+def strays(group: int, since: float) -> list[psutil.Process]:
+    """The live processes of process group `group` that began at `since` or later and that no
+    process of the group older than that parents (the reaper aside)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):  # OSError: gone before getpgid
+            if (
+                process.pid != os.getpid()
+                and os.getpgid(process.pid) == group
+                and process.create_time() >= since
+                and process.status() != psutil.STATUS_ZOMBIE
+                and not _parented(process, group, since)
+            ):
+                found.append(process)
+    return found
+
+
+def _parented(process: psutil.Process, group: int, since: float) -> bool:
+    """Whether a process of `group` older than `since` is among the process's ancestors
+    (reached through the group)."""
+    parent = process.parent()
+    while parent is not None and os.getpgid(parent.pid) == group:
+        if parent.create_time() < since:
+            return True
+        parent = parent.parent()
+    return False
+
+
+def _kill(processes: Iterable[psutil.Process]) -> None:
+    import psutil
+
+    for process in processes:
         # psutil checks that the pid still names the process it saw
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             process.kill()
 
 
 if __name__ == "__main__":
-    reap({int(pid) for pid in sys.argv[1:]})
+    reap(int(sys.argv[1]))
