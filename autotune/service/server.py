@@ -19,12 +19,15 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
 from autotune.service.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from autotune.service.runner import JobRunner
 
 log = logging.getLogger("autotune.server")
 
@@ -90,13 +93,14 @@ def run_runner(settings: ServiceSettings, token: str | None = None) -> None:
     runner.run_forever()
 
 
-def _exit_with_the_parent(runner: Any) -> None:
+def _exit_with_the_parent(runner: JobRunner) -> None:
     """A runner started by `serve` ends with it, even with a `serve` that was killed: the
-    pipe that multiprocessing leaves open from the parent process closes when it ends (a
-    parent-death signal would come when the parent's *thread* that started the runner
-    ends: the supervisor's, on an orderly stop, before the runner could drain). The runner
-    gives its job back to the queue, where another serve resumes its study, and exits at
-    once; the Ray it started ends with it (`autotune.execution.ray_reaper`)."""
+    pipe that multiprocessing keeps open in the parent (with the runner's Process object)
+    closes when the parent ends. A parent-death signal would come when the parent's
+    *thread* that started the runner ends instead: the supervisor's, on an orderly stop,
+    before the runner could drain. The runner gives its job back to the queue, where
+    another serve resumes its study, and exits at once; the Ray it started ends with it
+    (`autotune.execution.ray_reaper`)."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
