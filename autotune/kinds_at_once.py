@@ -133,12 +133,13 @@ def _interrupt(threads: list[_KindThread], close: Callable[[], None]) -> None:
     close()  # wakes the threads that wait for a running trial
     deadline = time.monotonic() + UNWIND_S
     for thread in threads:
-        thread.done.wait(max(0.0, deadline - time.monotonic()))
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class _KindThread(threading.Thread):
-    """A kind's study. Its end is waited for on `done`, not by `join`: a join that a signal
-    handler's exception interrupts can take the thread for ended while it runs on."""
+    """A kind's study. While signals may come, its end is waited for on `done`, not by
+    `join`: a join that a signal handler's exception interrupts can take the thread for
+    ended while it runs on."""
 
     def __init__(self, study: KindStudy) -> None:
         super().__init__(name=f"study {study.name}", daemon=True)
