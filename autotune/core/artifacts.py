@@ -3,6 +3,7 @@ the data plane that writes and loads artifacts and by the control plane that reg
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import json
 import platform
@@ -24,14 +25,25 @@ INPUT_EXAMPLE_SAMPLES = 2
 
 
 def software_versions() -> dict[str, str]:
-    """The versions of Python, numpy and every registered engine's software installed here."""
+    """The versions of Python, numpy and every registered engine's software that this process
+    can import (a package installed but hidden, or failing to import, is not recorded: it
+    cannot have made a result, and the versions are part of what a result is reused by)."""
     versions = {"python": platform.python_version()}
     names = ["numpy", *(name for engine in ENGINES.values() for name in engine.software)]
     for name in dict.fromkeys(names):
         installed = installed_distribution(name)
-        if installed is not None:
+        if installed is not None and importable(name):
             versions[name] = installed[1]
     return versions
+
+
+def importable(package: str) -> bool:
+    """Whether `package` imports in this process."""
+    try:
+        importlib.import_module(package)
+    except Exception:  # a broken install raises what its own code raises, not only ImportError
+        return False
+    return True
 
 
 # Where a package is published under several names, the names to look for.

@@ -273,7 +273,7 @@ def effective_space(
     dims: list[EffectiveDimension] = []
     excluded: list[Exclusion] = []
     for dim in space.dimensions:
-        unmet = target.unmet(dim.requires)
+        unmet = target.unmet(dim.requires) or _never_active(dim, dims)
         if unmet is not None:
             excluded.append(Exclusion(dimension=dim.name, value=None, reason=unmet))
             continue
@@ -293,6 +293,19 @@ def effective_space(
         dimensions=dims,
         excluded=excluded,
     )
+
+
+def _never_active(dim: Dimension, earlier: list[EffectiveDimension]) -> str | None:
+    """Why `dim` can never be sampled: an earlier dimension its `when` names keeps none of
+    the values it waits for (OpenVINO's options where the node has no OpenVINO), or None."""
+    for name, awaited in dim.when.items():
+        offered = [d for d in earlier if d.name == name]
+        if any(d.values is None for d in offered):
+            continue  # a range: `when` lists values, which a range may take
+        if not any(value in awaited for d in offered for value in d.values or []):
+            wanted = " or ".join(str(value) for value in awaited)
+            return f"active only when {name} is {wanted}, which is not offered here"
+    return None
 
 
 def _filter_dimension(

@@ -42,7 +42,7 @@ def probe() -> HardwareProfile:
         cpu_flags=_cpu_flags(),
         gpus=gpus,
         onnxruntime_providers=_ort_providers(notes),
-        engines=_engine_capabilities(),
+        engines=_engine_capabilities(notes),
         torch_version=torch_version,
         cuda_version=cuda_version,
         cudnn_version=cudnn_version,
@@ -80,17 +80,25 @@ def _memory_mb() -> int:
     return int(psutil.virtual_memory().total / 2**20)
 
 
-def _engine_capabilities() -> list[str]:
+def _engine_capabilities(notes: list[str]) -> list[str]:
+    """What the engines whose software imports here offer (an engine whose package is
+    missing, hidden or broken offers nothing, so its dimensions leave this node's space)."""
     from workers.building.knobs.base import ENGINE_IMPLEMENTATIONS
 
-    return sorted({cap for engine in ENGINE_IMPLEMENTATIONS.values() for cap in engine.probe()})
+    capabilities: set[str] = set()
+    for engine in ENGINE_IMPLEMENTATIONS.values():
+        try:
+            capabilities |= engine.probe()
+        except Exception as error:  # a broken install raises what its own code raises
+            notes.append(f"runtime.engine={engine.name} is not usable here ({error})")
+    return sorted(capabilities)
 
 
 def _ort_providers(notes: list[str]) -> list[str]:
     try:
         import onnxruntime
-    except ImportError:
-        notes.append("onnxruntime is not installed: no ONNX Runtime providers")
+    except Exception as error:  # missing, hidden or broken: no providers either way
+        notes.append(f"onnxruntime does not import here ({error}): no ONNX Runtime providers")
         return []
     return list(onnxruntime.get_available_providers())
 

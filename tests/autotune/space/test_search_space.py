@@ -16,6 +16,7 @@ from autotune.space.search_space import (
 )
 
 PROFILES = SPACES_DIR / "profiles"
+NO_OPENVINO_HINT = "active only when runtime.engine is openvino, which is not offered here"
 
 
 def model_info(kind: str, activation_bytes: int | None = 1024) -> ModelInfo:
@@ -96,8 +97,23 @@ def test_h200_node_gets_every_gpu_family() -> None:
     assert space.baseline()["runtime.device"] == "cuda"
     # the profile was saved before engines' own probes were recorded: no OpenVINO in it
     assert always_excluded(space) == {
-        ("runtime.engine", "openvino"): "runtime.engine=openvino needs openvino"
+        ("runtime.engine", "openvino"): "runtime.engine=openvino needs openvino",
+        ("runtime.ov_performance_hint", None): NO_OPENVINO_HINT,
     }
+
+
+def test_a_node_without_openvino_gets_none_of_its_options(cpu_profile: HardwareProfile) -> None:
+    """OpenVINO's own dimension is active only where OpenVINO runs: a node whose probe found
+    no OpenVINO is offered neither the engine nor its options."""
+    with_openvino = effective(
+        "default.yaml", cpu_profile.model_copy(update={"engines": ["openvino"]})
+    )
+    assert "openvino" in with_openvino.choices()["runtime.engine"]
+    assert "runtime.ov_performance_hint" in with_openvino.choices()
+    space = effective("default.yaml", cpu_profile.model_copy(update={"engines": []}))
+    assert "openvino" not in space.choices()["runtime.engine"]
+    assert "runtime.ov_performance_hint" not in {d.name for d in space.dimensions}
+    assert always_excluded(space)[("runtime.ov_performance_hint", None)] == NO_OPENVINO_HINT
 
 
 def test_ampere_gpu_has_no_fp8_and_no_sharding() -> None:
