@@ -13,7 +13,7 @@ from autotune.core.errors import Conflict, RequestError
 from autotune.service.api.bodies import MULTIPART_TYPE, media_type, multipart_parts, read_form
 from autotune.service.api.dependencies import Caller, Service, service_of
 from autotune.service.api.schemas import (
-    BAD_INPUT,
+    BAD_BODY,
     ENDED,
     ERRORS,
     REQUEST_REF,
@@ -70,7 +70,7 @@ router = APIRouter()
     status_code=202,
     openapi_extra=SUBMIT_BODY,
     responses={
-        **BAD_INPUT,
+        **BAD_BODY,
         413: {"model": ProblemBody, "description": "the request or the upload is too large"},
         415: {"model": ProblemBody, "description": "an unsupported content type"},
         503: {"description": "every request parser is busy; retry (Retry-After)"},

@@ -145,6 +145,11 @@ PROTECTED: dict[int | str, dict[str, Any]] = {
 BAD_INPUT: dict[int | str, dict[str, Any]] = {
     422: {"model": ProblemBody, "description": "bad input: the field, the rule and the value"},
 }
+# What a route that reads a body answers besides.
+BAD_BODY: dict[int | str, dict[str, Any]] = {
+    **BAD_INPUT,
+    408: {"model": ProblemBody, "description": "the body did not arrive in the server's time"},
+}
 ERRORS: dict[int | str, dict[str, Any]] = {
     **BAD_INPUT,
     404: {"model": MessageBody, "description": "no such job or watch visible to this token"},

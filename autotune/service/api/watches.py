@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 
 from autotune.service.api.dependencies import Caller, service_of
 from autotune.service.api.schemas import (
-    BAD_INPUT,
+    BAD_BODY,
     ERRORS,
     WatchCreate,
     WatchList,
@@ -21,7 +21,7 @@ from autotune.service.documents import check_document
 router = APIRouter()
 
 
-@router.post("/watches", status_code=201, responses=BAD_INPUT)
+@router.post("/watches", status_code=201, responses=BAD_BODY)
 def create_watch(body: WatchCreate, request: Request, principal: Caller) -> WatchOut:
     """Re-tune on a schedule (`every` or `cron`, exactly one) when the model or the
     hardware changed; the first check is due at once."""
