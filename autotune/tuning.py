@@ -13,6 +13,7 @@ from autotune.conclusion.conclude import TuneOutcome, closest_to_bounds
 from autotune.conclusion.front import front_of
 from autotune.conclusion.tuned_file import ConstraintOutcome
 from autotune.core.contract import ModelInfo, NodeKind, Workload
+from autotune.core.contract.hardware import FINGERPRINT
 from autotune.core.errors import Interrupted, RequestError
 from autotune.core.metrics import OBJECTIVES
 from autotune.execution.base import Executor, trial_memory_limit_mb
@@ -32,7 +33,7 @@ from autotune.kinds_at_once import (
     write_index,
 )
 from autotune.requests.checks import check_workload
-from autotune.requests.request import TuningRequest, load_request
+from autotune.requests.request import DEFAULT_NODE_WAIT_S, TuningRequest, load_request
 from autotune.results import OptunaStore, StudyIdentity, opened_store
 from autotune.results.leases import schema_lock
 from autotune.results.records import Candidate
@@ -64,11 +65,15 @@ from autotune.tune_options import TuneOptions
 
 
 def make_executors(
-    options: TuneOptions, target: str | None = None, several: bool = True
+    options: TuneOptions,
+    target: str | None = None,
+    several: bool = True,
+    node_wait_s: float = DEFAULT_NODE_WAIT_S,
 ) -> list[Executor]:
     """One executor for each kind of node the trials run on (`target` keeps one of them).
     Without `several`, nodes of several kinds and no target are bad input, refused before
-    any trial slot starts."""
+    any trial slot starts. A target that is a kind's fingerprint (a job's kind, fixed when it
+    was accepted) is waited for up to `node_wait_s` while no node of it is there."""
     if options.executor == "inprocess":
         in_process = InProcessExecutor()
         select_kinds(in_process.kinds(), target)  # a target that is not this machine is refused
@@ -83,12 +88,19 @@ def make_executors(
     executors: list[Executor] = []
     cluster.acquire()  # held while the executors start: a failed start stops a Ray started here
     try:
+        if target is not None and FINGERPRINT.fullmatch(target):
+            cluster.await_kind(target, node_wait_s, options.on_note)
         kinds = (
             select_kinds(cluster.kinds, target) if several else [one_kind(cluster.kinds, target)]
         )
         for kind in kinds:
             executors.append(
-                RayExecutor(memory_limit_mb=limit, target=kind.fingerprint, cluster=cluster)
+                RayExecutor(
+                    memory_limit_mb=limit,
+                    target=kind.fingerprint,
+                    cluster=cluster,
+                    node_wait_s=node_wait_s,
+                )
             )
     except BaseException:
         for executor in executors:
@@ -181,7 +193,9 @@ def _measured_plans(
         where = "the Ray cluster" if options.ray_address else "Ray"
         starting = "" if options.executor == "inprocess" else f"starting {where}, "
         options.on_note(f"start: {starting}probing the trial nodes' hardware")
-    executors = make_executors(options, request.target, several)
+    executors = make_executors(
+        options, request.target, several, node_wait_s=request.cluster.node_wait_s
+    )
     return [_Plan(workload, executor, space) for executor in executors]
 
 

@@ -45,6 +45,7 @@ from autotune.core.contract import (  # noqa: E402
 )
 from autotune.core.knobs import variant_key  # noqa: E402
 from autotune.core.metrics import OBJECTIVES  # noqa: E402
+from autotune.execution.base import FixedSlots  # noqa: E402
 from autotune.requests.request import TuningRequest, parse_request  # noqa: E402
 from autotune.results import OptunaStore, StudyIdentity  # noqa: E402
 from autotune.search.budget import Budget  # noqa: E402
@@ -86,7 +87,7 @@ def answer(config: dict[str, Any]) -> TrialMetrics:
     )
 
 
-class TableExecutor:
+class TableExecutor(FixedSlots):
     """Answers each trial at once from `answer`."""
 
     slots = 1

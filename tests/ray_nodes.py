@@ -57,6 +57,7 @@ class LocalRayCluster:
             "RAY_AUTH_TOKEN": uuid.uuid4().hex + uuid.uuid4().hex,
         }
         self._processes: list[subprocess.Popen[bytes]] = []
+        self._named: dict[str, subprocess.Popen[bytes]] = {}
 
     def start_head(self, num_cpus: int = 0) -> None:
         """The head: it schedules the driver's tasks; by default it offers no CPU to trials."""
@@ -119,6 +120,15 @@ class LocalRayCluster:
         )
         log.close()
         self._processes.append(process)
+        self._named[name] = process
+
+    def kill_node(self, name: str) -> None:
+        """The node gone at once, as a machine that is switched off or preempted: SIGKILL to
+        its process group (its raylet, its object store and its workers)."""
+        process = self._named[name]
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
 
     def _check(self, code: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

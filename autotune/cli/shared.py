@@ -16,6 +16,7 @@ from rich.markup import escape
 from autotune.core.errors import (
     AutotuneError,
     Interrupted,
+    NodesGone,
     NoFeasibleConfiguration,
     NotFound,
     RequestError,
@@ -24,6 +25,8 @@ from autotune.core.errors import (
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
+# No node of the study's kind came back within cluster.node_wait_s; the study is resumable.
+EXIT_NODES_GONE = 4
 EXIT_INTERRUPTED = 130
 
 app = typer.Typer(
@@ -63,6 +66,9 @@ def _exit_codes() -> Iterator[None]:
     except NoFeasibleConfiguration as exc:
         _error("[yellow]no tuned configuration:[/yellow]", exc)
         raise typer.Exit(EXIT_INFEASIBLE) from None
+    except NodesGone as exc:
+        _error("[red]nodes gone:[/red]", exc)
+        raise typer.Exit(EXIT_NODES_GONE) from None
     except NotFound as exc:  # not "failed:": nothing failed, there is no such job or watch
         _error("[red]not found:[/red]", exc)
         raise typer.Exit(1) from None

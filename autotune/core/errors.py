@@ -96,6 +96,11 @@ class Interrupted(AutotuneError):
     """The user stopped the study (Ctrl-C); running the same command resumes it."""
 
 
+class NodesGone(AutotuneError):
+    """No node of the study's kind was alive for `cluster.node_wait_s`: the study stopped,
+    keeping what it measured; running the same command resumes it."""
+
+
 class Unauthorized(AutotuneError):
     """A service call without a valid, unrevoked token."""
 

@@ -9,7 +9,10 @@ answers them from a recorded table.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from autotune.core.contract import (
     ArtifactInfo,
@@ -23,12 +26,56 @@ from autotune.core.contract import (
 )
 from autotune.core.errors import AutotuneError
 
-if TYPE_CHECKING:
-    pass
-
-
 # The node id of trials run in the coordinator's own process.
 LOCAL_NODE = "local"
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """A node of an executor's kind left the cluster or joined it: Ray's node table in
+    autotune's words."""
+
+    change: Literal["left", "joined"]
+    node_id: str
+    kind: str  # the kind's fingerprint
+    cpus: int
+    gpus: int
+    nodes_alive: int  # nodes of the kind that hold slots after the change
+    nodes_before: int  # ... and before it
+    wait_s: float  # how long the executor waits for a node of the kind when none is left
+    trial: int | None = None  # the trial that was running on a node that left
+
+    def describe(self) -> str:
+        cores = f"{self.cpus} core{'s' if self.cpus != 1 else ''}"
+        gpus = f", {self.gpus} GPU{'s' if self.gpus != 1 else ''}" if self.gpus else ""
+        node = f"node {short_id(self.node_id)} (kind {short_id(self.kind)}, {cores}{gpus})"
+        if self.change == "joined":
+            return f"{node} joined; {self.nodes_alive} node(s) of this kind now run trials"
+        during = "" if self.trial is None else f" during trial {self.trial}"
+        remain = f"{self.nodes_alive} of {self.nodes_before} nodes of this kind remain"
+        if self.nodes_alive:
+            again = f": re-running it elsewhere; {remain}" if self.trial is not None else ""
+            return f"{node} left{during}{again or '; ' + remain}"
+        wait = f"waiting up to {describe_wait(self.wait_s)} for one"
+        again = "; its trial runs again there" if self.trial is not None else ""
+        return f"{node} left{during}; {remain}; {wait}{again}"
+
+
+def describe_wait(seconds: float) -> str:
+    """A wait in the unit a person would say it in: '10 min', '45 s', '2 h'."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
+def short_id(identifier: str) -> str:
+    """A node's or a kind's id as a person reads it: its first characters."""
+    return identifier[:4] + "…" if len(identifier) > 6 else identifier
+
+
+NodeListener = Callable[[NodeEvent], None]
 
 
 class Executor(Protocol):
@@ -63,7 +110,28 @@ class Executor(Protocol):
 
     def export(self, spec: TrialSpec, out_dir: str) -> ArtifactInfo: ...
 
+    def on_node_event(self, listener: NodeListener) -> None:
+        """Call `listener` with each node of the kind that leaves or joins."""
+        ...
+
+    def wait_for_slots(self, stop: threading.Event | None = None) -> None:
+        """Return once a slot is alive (at once while one is); while none is, wait for a node
+        of the kind to join, up to the executor's node wait, then raise `NodesGone`. A set
+        `stop` ends the wait early (the caller sees no slot)."""
+        ...
+
     def close(self) -> None: ...
+
+
+class FixedSlots:
+    """For executors whose slots never come or go (this process, a recorded table): no node
+    event ever happens, and a slot is always alive."""
+
+    def on_node_event(self, listener: NodeListener) -> None:
+        return None
+
+    def wait_for_slots(self, stop: threading.Event | None = None) -> None:
+        return None
 
 
 def require_idle_slot(idle_slots: int) -> None:

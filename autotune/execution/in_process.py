@@ -18,6 +18,7 @@ from autotune.core.contract import (
 )
 from autotune.execution.base import (
     LOCAL_NODE,
+    FixedSlots,
     require_idle_slot,
     require_nothing_pending,
     trial_memory_limit_mb,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from workers.actor import TrialWorker
 
 
-class InProcessExecutor:
+class InProcessExecutor(FixedSlots):
     """Runs each trial synchronously in this process, on one slot, its memory growth capped
     (`memory_limit_mb`, by default `trial_memory_limit_mb`)."""
 

@@ -8,12 +8,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any, Literal
 
 from autotune.core.contract import HardwareProfile, NodeInfo, NodeKind
-from autotune.core.errors import AutotuneError, MissingDependency, RequestError
+from autotune.core.errors import AutotuneError, MissingDependency, NodesGone, RequestError
+from autotune.execution.base import describe_wait
 from autotune.execution.ray_reaper import Reaper, children
 
 # How many trial slots: a number for each kind of node, or every slot the nodes hold.
@@ -23,6 +25,8 @@ Workers = int | Literal["auto"]
 CPU_NODE_SLOTS = 1
 # How long the probe of a node that joined may take before it is asked again later.
 PROBE_TIMEOUT_S = 60.0
+# How often the cluster is surveyed while a kind that was asked for has no node.
+KIND_POLL_S = 2.0
 
 
 def parse_workers(value: str) -> Workers:
@@ -102,8 +106,8 @@ class RayCluster:
                 self._reaper.follow(children() - before)
         self._users = 0
         self.workers = workers
-        # Each trial node's fingerprint, probed once on the node itself.
-        self._fingerprints: dict[str, str] = {}
+        # Each trial node's profile, probed once on the node itself.
+        self._profiles: dict[str, HardwareProfile] = {}
         try:
             self.kinds = self.survey()
         except BaseException:
@@ -111,25 +115,52 @@ class RayCluster:
             raise
 
     def survey(self) -> list[NodeKind]:
-        """The alive trial nodes now, grouped into kinds with their slots planned."""
+        """The alive trial nodes now, grouped into kinds with their slots planned (a node
+        seen before is not probed again)."""
         nodes = self.trial_nodes()
         if not nodes:
             raise AutotuneError("the Ray cluster has no alive node that offers CPUs to trials")
-        profiles = self._probe(nodes)
-        for node, profile in zip(nodes, profiles, strict=True):
-            self._fingerprints[node.node_id] = profile.fingerprint
+        new = [node for node in nodes if node.node_id not in self._profiles]
+        if new:
+            for node, profile in zip(new, self._probe(new), strict=True):
+                self._profiles[node.node_id] = profile
+        profiles = [self._profiles[node.node_id] for node in nodes]
         return group_kinds(nodes, profiles, self.workers)
 
     def fingerprint_of(self, node: NodeInfo) -> str | None:
         """The node's fingerprint, probed on it the first time it is asked for (None while
         the node cannot be probed: it is still starting, or already gone)."""
-        if node.node_id not in self._fingerprints:
+        if node.node_id not in self._profiles:
             try:
                 (profile,) = self._probe([node], timeout_s=PROBE_TIMEOUT_S)
             except (self.ray.exceptions.RayError, TimeoutError):
                 return None
-            self._fingerprints[node.node_id] = profile.fingerprint
-        return self._fingerprints[node.node_id]
+            self._profiles[node.node_id] = profile
+        return self._profiles[node.node_id].fingerprint
+
+    def await_kind(
+        self, fingerprint: str, wait_s: float, on_note: Callable[[str], None] | None = None
+    ) -> None:
+        """While no alive node is of the kind `fingerprint` names (a kind fixed before, whose
+        nodes are away), survey the cluster again every few seconds, up to `wait_s`; past it
+        raise `NodesGone`. Returns at once where the kind is there."""
+        if any(kind.fingerprint == fingerprint for kind in self.kinds):
+            return
+        if on_note is not None:
+            on_note(
+                f"no node of kind {fingerprint} is in the cluster now; waiting up to "
+                f"{describe_wait(wait_s)} for one (cluster.node_wait_s)"
+            )
+        deadline = time.monotonic() + wait_s
+        while not any(kind.fingerprint == fingerprint for kind in self.kinds):
+            if time.monotonic() >= deadline:
+                raise NodesGone(
+                    f"no node of kind {fingerprint} joined within {describe_wait(wait_s)} "
+                    "(cluster.node_wait_s)"
+                )
+            time.sleep(KIND_POLL_S)
+            with suppress(AutotuneError):  # no trial node at all yet
+                self.kinds = self.survey()
 
     def alive_node_ids(self) -> set[str]:
         """Ray's node table: the nodes it holds alive now."""
@@ -154,7 +185,9 @@ class RayCluster:
             )
         return nodes
 
-    def _probe(self, nodes: list[NodeInfo], timeout_s: float | None = None) -> list[HardwareProfile]:
+    def _probe(
+        self, nodes: list[NodeInfo], timeout_s: float | None = None
+    ) -> list[HardwareProfile]:
         """Each node's profile, probed in a worker process on that node."""
         from workers.building.probe import probe
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,18 +16,24 @@ from autotune.core.contract import (
     HeadToHeadResult,
     HeadToHeadSpec,
     Inspection,
+    NodeInfo,
     NodeKind,
     TrialResult,
     TrialSpec,
     Workload,
 )
-from autotune.core.errors import AutotuneError
+from autotune.core.errors import AutotuneError, NodesGone
 from autotune.execution.base import (
+    NodeEvent,
+    NodeListener,
+    describe_wait,
     require_idle_slot,
     require_nothing_pending,
+    short_id,
 )
 from autotune.execution.in_process import InProcessExecutor
-from autotune.execution.ray_cluster import RayCluster, Workers, on_node
+from autotune.execution.ray_cluster import RayCluster, Workers, node_capacity, on_node
+from autotune.requests.request import DEFAULT_NODE_WAIT_S
 from autotune.space.hardware import one_kind
 
 if TYPE_CHECKING:
@@ -64,9 +71,15 @@ RECYCLE_AFTER = frozenset({"oom", "timeout", "lost"})
 
 
 # A call outside a trial (inspect, compare, export) whose worker died before it answered
-# (killed by the OOM killer or Ray's memory monitor while starting, its node lost) goes to
-# a fresh worker, like a lost trial: at most this many times in all.
+# (killed by the OOM killer or Ray's memory monitor while starting) goes to a fresh worker,
+# like a lost trial: at most this many times in all. A worker whose node left does not count.
 LOST_CALL_ATTEMPTS = 3
+# How often Ray's node table is read while the kind is short of its slots (a node may join).
+NODE_POLL_S = 2.0
+# A worker that died is followed by a fresh one on its node; Ray marks a node whose raylet
+# died as dead only after its health checks fail (about 15 s), so the fresh worker's first
+# answer, or the node table, decides within this long whether the node is still there.
+NODE_VERDICT_S = 60.0
 
 
 class RayExecutor:
@@ -79,6 +92,12 @@ class RayExecutor:
     per slot. `target` chooses the kind where the cluster has several (`select_kinds`). A
     trial past its `timeout_s` is stopped by killing its actor; the slot gets a fresh actor,
     as it does after an out-of-memory outcome.
+
+    Nodes come and go. A node that leaves takes its slots with it, and the trial that was
+    running there runs once more, from the start, on the next free slot of the kind; a node
+    of the kind that joins (or one that held no slot) takes over the slots that were lost.
+    While no node of the kind is left, `wait_for_slots` waits up to `node_wait_s` for one.
+    Listeners (`on_node_event`) hear of each node that leaves or joins.
     """
 
     runs_in_process = False
@@ -91,6 +110,7 @@ class RayExecutor:
         num_gpus: int | None = None,
         target: str | None = None,
         cluster: RayCluster | None = None,
+        node_wait_s: float = DEFAULT_NODE_WAIT_S,
     ) -> None:
         self._cluster = cluster or RayCluster(address, workers, num_gpus)
         self._cluster.acquire()
@@ -109,14 +129,21 @@ class RayExecutor:
         ]
         self._actor_cls = ray.remote(_worker_class())
         self._memory_limit_mb = self.trial_memory_mb = memory_limit_mb
+        self.node_wait_s = node_wait_s
         # On this machine each slot gets its own cores, so neighbours do not disturb its
         # timings; a cluster's nodes' cores are Ray's to place.
         slots = len(self._slots)
         self._cores = _split_cores(slots) if self._cluster.local else [None] * slots
         self._actors = [self._new_actor(slot) for slot in range(slots)]
+        self._planned = slots  # the slots a joining node may make up for
+        self._gone: set[str] = set()  # nodes that left
+        self._nodes = {node.node_id: node for node in self.kind.nodes}
+        self._listeners: list[NodeListener] = []
         self._idle: list[Any] = list(self._actors)
         self._running: dict[Any, _Running] = {}
         self._gangs: list[TrialSpec] = []  # sharded trials waiting for enough idle slots
+        self._reruns: list[TrialSpec] = []  # trials whose node left, waiting for a slot
+        self._interrupted: dict[int, str] = {}  # why each such trial stopped
         self._ready: list[TrialResult] = []
         self._blobs: dict[str, Any] = {}
 
@@ -128,7 +155,14 @@ class RayExecutor:
 
     @property
     def slots(self) -> int:
-        return len(self._actors)
+        """The slots on nodes that are still there."""
+        return len(self._live_slots())
+
+    def _live_slots(self) -> list[int]:
+        return [i for i, slot in enumerate(self._slots) if slot.node_id not in self._gone]
+
+    def on_node_event(self, listener: NodeListener) -> None:
+        self._listeners.append(listener)
 
     def kinds(self) -> list[NodeKind]:
         return [self.kind]
@@ -139,20 +173,23 @@ class RayExecutor:
         return Inspection(model=info, kinds=self.kinds())
 
     def pings(self) -> list[dict[str, Any]]:
-        """Each slot's worker process: pid, host, node and the cores it may run on."""
-        pings: list[dict[str, Any]] = self._ray.get([a.ping.remote() for a in self._actors])
+        """Each live slot's worker process: pid, host, node and the cores it may run on."""
+        actors = [self._actors[slot] for slot in self._live_slots()]
+        pings: list[dict[str, Any]] = self._ray.get([a.ping.remote() for a in actors])
         return pings
 
     def _on_first_slot(self, call: Any, timeout_s: float | None = None) -> Any:
-        """`call(actor)`'s answer from the first slot's worker. A worker that died before it
-        answered is replaced and asked again; an exception the call raised, or a timeout,
-        is the caller's: an autotune error as itself (a RequestError stays bad input with
-        its one-line message, not Ray's traceback)."""
+        """`call(actor)`'s answer from the first live slot's worker. A worker that died before
+        it answered is replaced and asked again (on another node if its node left); an
+        exception the call raised, or a timeout, is the caller's: an autotune error as itself
+        (a RequestError stays bad input with its one-line message, not Ray's traceback)."""
         exceptions = self._ray.exceptions
         attempt = 1
         while True:
+            self.wait_for_slots()
+            slot = self._live_slots()[0]
             try:
-                return self._ray.get(call(self._actors[0]), timeout=timeout_s)
+                return self._ray.get(call(self._actors[slot]), timeout=timeout_s)
             except exceptions.RayTaskError as exc:
                 if isinstance(exc.cause, AutotuneError):
                     raise exc.cause from None
@@ -160,14 +197,121 @@ class RayExecutor:
             except exceptions.GetTimeoutError:
                 raise
             except exceptions.RayError as exc:
+                if not self._still_there(slot):
+                    continue
                 if attempt == LOST_CALL_ATTEMPTS:
                     first_line = (str(exc).splitlines() or [""])[0]
                     raise AutotuneError(
                         f"the worker died {attempt} times before it answered; "
                         f"last: {type(exc).__name__}: {first_line}"
                     ) from exc
-                self._replace(0)
                 attempt += 1
+
+    # -- nodes that leave and join -----------------------------------------------------------
+
+    def _still_there(self, slot: int, trial: int | None = None) -> bool:
+        """After the slot's worker died: a fresh worker for it where its node is still there
+        (True); else the node's slots are gone, and listeners hear that it left."""
+        node_id = self._slots[slot].node_id
+        if node_id in self._gone:
+            return False
+        fresh = self._replace(slot)
+        if self._node_answers(node_id, fresh):
+            return True
+        self._node_left(node_id, trial)
+        return False
+
+    def _node_answers(self, node_id: str, fresh: Any) -> bool:
+        """Whether a fresh worker on the node answers (the node is there), before Ray's node
+        table says the node is dead or `NODE_VERDICT_S` passes."""
+        exceptions = self._ray.exceptions
+        ping = fresh.ping.remote()
+        deadline = time.monotonic() + NODE_VERDICT_S
+        while time.monotonic() < deadline:
+            ready, _ = self._ray.wait([ping], timeout=1.0)
+            if ready:
+                try:
+                    self._ray.get(ping)
+                    return True
+                except exceptions.ActorUnschedulableError:
+                    return False
+                except exceptions.RayError:
+                    return node_id in self._cluster.alive_node_ids()
+            if node_id not in self._cluster.alive_node_ids():
+                return False
+        return node_id in self._cluster.alive_node_ids()
+
+    def _node_left(self, node_id: str, trial: int | None) -> None:
+        before = self._nodes_alive()
+        self._gone.add(node_id)
+        for slot, place in enumerate(self._slots):
+            if place.node_id == node_id:
+                actor = self._actors[slot]
+                if actor in self._idle:
+                    self._idle.remove(actor)
+                self._ray.kill(actor)
+        self._tell("left", self._nodes[node_id], before, trial)
+
+    def _nodes_alive(self) -> int:
+        return len({self._slots[slot].node_id for slot in self._live_slots()})
+
+    def _tell(self, change: str, node: NodeInfo, before: int, trial: int | None = None) -> None:
+        event = NodeEvent(
+            change="left" if change == "left" else "joined",
+            node_id=node.node_id,
+            kind=self.kind.fingerprint,
+            cpus=node.cpus,
+            gpus=node.gpus,
+            nodes_alive=self._nodes_alive(),
+            nodes_before=before,
+            wait_s=self.node_wait_s,
+            trial=trial,
+        )
+        for listener in self._listeners:
+            listener(event)
+
+    def _look_for_nodes(self) -> None:
+        """Slots lost with nodes that left are taken over by alive nodes of the kind that have
+        room (one that joined, or one that held no slot), up to the slots planned at start."""
+        if self.slots >= self._planned:
+            return
+        used = {self._slots[slot].node_id for slot in self._live_slots()}
+        for node in self._cluster.trial_nodes():
+            if self.slots >= self._planned:
+                return
+            if node.node_id in self._gone or node.node_id in used:
+                continue
+            if self._cluster.fingerprint_of(node) != self.kind.fingerprint:
+                continue
+            self._take_node(node)
+
+    def _take_node(self, node: NodeInfo) -> None:
+        before = self._nodes_alive()
+        room = min(node_capacity(node, self._cluster.workers), self._planned - self.slots)
+        node = node.model_copy(update={"slots": room})
+        self._nodes[node.node_id] = node
+        for _ in range(room):
+            self._slots.append(_Slot(node.node_id, node.cpus // room, node.gpus // room))
+            self._cores.append(None)
+            actor = self._new_actor(len(self._slots) - 1)
+            self._actors.append(actor)
+            self._idle.append(actor)
+        self._tell("joined", node, before)
+        self._start_reruns()
+
+    def wait_for_slots(self, stop: threading.Event | None = None) -> None:
+        deadline = time.monotonic() + self.node_wait_s
+        while not self.slots:
+            if stop is not None and stop.is_set():
+                return
+            if time.monotonic() >= deadline:
+                raise NodesGone(
+                    f"no node of kind {self.kind.fingerprint} came back within "
+                    f"{describe_wait(self.node_wait_s)} (cluster.node_wait_s)"
+                )
+            self._look_for_nodes()
+            if not self.slots:
+                time.sleep(NODE_POLL_S)
 
     def _replace(self, slot: int) -> Any:
         """A fresh worker for the slot (the old one is stopped); idle if the old one was."""
@@ -180,17 +324,34 @@ class RayExecutor:
         return fresh
 
     def submit(self, spec: TrialSpec) -> None:
-        degree, most = _shard_degree(spec), max(slot.gpus for slot in self._slots)
-        if most and degree > most:  # more GPUs than a slot holds (none: the worker refuses it)
-            self._submit_gang(spec, degree)
+        if self._needs_gang(spec):
+            self._submit_gang(spec, _shard_degree(spec))
             return
         require_idle_slot(len(self._idle))
+        self._run(spec)
+
+    def _needs_gang(self, spec: TrialSpec) -> bool:
+        """More GPUs than a slot holds (on slots without GPUs the worker refuses it)."""
+        most = max(slot.gpus for slot in self._slots)
+        return bool(most) and _shard_degree(spec) > most
+
+    def _run(self, spec: TrialSpec) -> None:
         actor = self._idle.pop()
         ref = actor.run.remote(spec, self._ship(spec.workload))
         self._running[ref] = _Running(actor, spec, time.monotonic())
 
     def pending(self) -> int:
-        return len(self._running) + len(self._gangs) + len(self._ready)
+        return len(self._running) + len(self._gangs) + len(self._reruns) + len(self._ready)
+
+    def _start_reruns(self) -> None:
+        """Trials whose node left, on the next idle slots (a gang trial waits for its gang)."""
+        while self._reruns and self._idle:
+            spec = self._reruns.pop(0)
+            if self._needs_gang(spec):
+                self._gangs.append(spec)
+                self._start_gangs()
+            else:
+                self._run(spec)
 
     def _node_gpus(self, node_id: str) -> int:
         """The GPUs of all the slots on a node: the most a gang trial there can borrow."""
@@ -212,7 +373,7 @@ class RayExecutor:
         """Idle slots on one node whose GPUs together hold `degree`, or None while no node
         has enough of them idle: a sharded trial never spans nodes."""
         by_node: dict[str, list[int]] = {}
-        for actor in self._idle:
+        for actor in self._idle:  # the idle slots are on nodes that are still there
             slot = self._actors.index(actor)
             by_node.setdefault(self._slots[slot].node_id, []).append(slot)
         for slots in by_node.values():
@@ -247,37 +408,75 @@ class RayExecutor:
             self._running[ref] = _Running(holder, spec, time.monotonic(), borrowed)
 
     def wait(self) -> list[TrialResult]:
+        """Every finished trial, once at least one is. A trial whose node left runs again
+        and is not among them; with no slot left to run it on, this returns nothing (the
+        caller waits for slots)."""
         results: list[TrialResult] = self._ready
         self._ready = []
         while self._running and not results:
             now = time.monotonic()
             lefts = [r.seconds_left(now) for r in self._running.values()]
+            if self.slots < self._planned:
+                lefts.append(NODE_POLL_S)
             timeout = min((x for x in lefts if x is not None), default=None)
             ready, _ = self._ray.wait(list(self._running), num_returns=1, timeout=timeout)
             ready, _ = self._ray.wait(
                 list(self._running), num_returns=len(self._running), timeout=0
             )
             for ref in ready:
-                results.append(self._finish(ref, self._collect(ref)))
+                result = self._finish(ref, self._collect(ref))
+                if result is not None:
+                    results.append(result)
             now = time.monotonic()
             for ref in [ref for ref, r in self._running.items() if r.overdue(now)]:
-                results.append(self._finish(ref, _timed_out(self._running[ref].spec)))
+                result = self._finish(ref, _timed_out(self._running[ref].spec))
+                if result is not None:
+                    results.append(result)
+            self._look_for_nodes()
         return results
 
-    def _finish(self, ref: Any, result: TrialResult) -> TrialResult:
+    def _finish(self, ref: Any, result: TrialResult) -> TrialResult | None:
+        """The slot back to idle (with a fresh worker where needed) and the result; None for
+        a trial whose node left: it runs again, once, elsewhere."""
         running = self._running.pop(ref)
+        spec = running.spec
+        slot = self._slot_of(running)
+        if result.status == "lost" and not self._still_there(slot, spec.trial_number):
+            if running.borrowed_slots is not None:
+                self._gang_ended(running)
+            return self._interrupt(spec, self._slots[slot].node_id)
         if running.borrowed_slots is not None:
-            self._end_gang(running)
-            return result
-        actor = running.actor
-        if result.status in RECYCLE_AFTER or result.device_fault:
-            actor = self._replace(self._actors.index(actor))
-        self._idle.append(actor)
-        return result
+            self._gang_ended(running)
+        else:
+            actor = self._actors[slot]
+            if result.status in RECYCLE_AFTER or result.device_fault:
+                actor = self._replace(slot) if result.status != "lost" else actor
+            self._idle.append(actor)
+        self._start_reruns()
+        return _marked(result, self._interrupted.pop(spec.trial_number, None))
 
-    def _end_gang(self, running: _Running) -> None:
+    def _slot_of(self, running: _Running) -> int:
+        if running.borrowed_slots is not None:
+            return running.borrowed_slots[0]
+        return self._actors.index(running.actor)
+
+    def _interrupt(self, spec: TrialSpec, node_id: str) -> TrialResult | None:
+        """A trial whose node left: queued to run again, or, the second time, lost."""
+        reason = f"node {short_id(node_id)} left while it ran"
+        if spec.trial_number in self._interrupted:
+            lost = TrialResult.for_spec(spec, "lost", f"{reason}, the second time")
+            return _marked(lost, self._interrupted.pop(spec.trial_number))
+        self._interrupted[spec.trial_number] = reason
+        self._reruns.append(spec)
+        self._start_reruns()
+        return None
+
+    def _gang_ended(self, running: _Running) -> None:
         self._ray.kill(running.actor)
         for slot in running.borrowed_slots or []:
+            if self._slots[slot].node_id in self._gone:
+                continue
+            self._ray.kill(self._actors[slot])  # stopped for the gang, or a node check's
             self._actors[slot] = self._new_actor(slot)
             self._idle.append(self._actors[slot])
         self._start_gangs()
@@ -367,6 +566,12 @@ def _split_cores(slots: int) -> list[list[int] | None]:
 def _timed_out(spec: TrialSpec) -> TrialResult:
     reason = f"still running after {spec.timeout_s:g} s; its worker was stopped"
     return TrialResult.for_spec(spec, "timeout", reason, float(spec.timeout_s or 0.0))
+
+
+def _marked(result: TrialResult, interrupted: str | None) -> TrialResult:
+    if interrupted is None:
+        return result
+    return result.model_copy(update={"interrupted": interrupted})
 
 
 def _worker_class() -> type[TrialWorker]:

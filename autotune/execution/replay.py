@@ -24,7 +24,7 @@ from autotune.core.contract import (
     Workload,
 )
 from autotune.core.errors import AutotuneError
-from autotune.execution.base import require_idle_slot, require_nothing_pending
+from autotune.execution.base import FixedSlots, require_idle_slot, require_nothing_pending
 from autotune.execution.replay_table import NOT_IN_TABLE, ReplayTable
 
 
@@ -39,7 +39,7 @@ class _Running:
 REPLAY_NODE = "replay"
 
 
-class ReplayExecutor:
+class ReplayExecutor(FixedSlots):
     """The Executor protocol answered from a ReplayTable on a simulated clock.
 
     A trial submitted at simulated time t finishes at t + its row's `measure_seconds` (a

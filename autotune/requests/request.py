@@ -225,6 +225,24 @@ class Cost(RequestPart):
     )
 
 
+# How long a study waits, by default, for a node of its kind when none is left.
+DEFAULT_NODE_WAIT_S = 600.0
+MAX_NODE_WAIT_S = 7 * 24 * 3600.0
+
+
+class Cluster(RequestPart):
+    """How a study rides out a Ray cluster whose nodes come and go."""
+
+    node_wait_s: float = Field(
+        default=DEFAULT_NODE_WAIT_S,
+        ge=0.0,
+        le=MAX_NODE_WAIT_S,
+        description="how long a study waits for a node of its kind when the last one left "
+        "(or none is there when it starts); past it the study stops, resumable, keeping "
+        "what it measured",
+    )
+
+
 class Tracking(RequestPart):
     uri: str = "sqlite:///mlflow.db"
     experiment: str = "autotune"
@@ -256,6 +274,7 @@ class TuningRequest(RequestPart):
     measurement: MeasurementSettings = MeasurementSettings()
     validation: Validation = Validation()
     cost: Cost = Cost()
+    cluster: Cluster = Cluster()
     tracking: Tracking = Tracking()
     storage: str = "sqlite:///autotune.db"
 

@@ -74,6 +74,9 @@ class TrialRecord(Strict):
     call_ms_by_batch: dict[int, float] = Field(
         default_factory=dict, description="call time (ms) by batch size, the baseline's scan"
     )
+    interrupted: str | None = Field(
+        default=None, description="why an earlier run of it stopped (its node left); run again"
+    )
 
     @property
     def ended(self) -> bool:
@@ -121,6 +124,7 @@ class TrialRecord(Strict):
                 "reused_from": outcome.reused_from,
                 "measured": outcome.measured,
                 "call_ms_by_batch": outcome.call_ms_by_batch,
+                "interrupted": outcome.interrupted,
             }
         )
 
@@ -157,6 +161,7 @@ class Outcome(Strict):
     reused_from: str | None = None
     measured: bool
     call_ms_by_batch: dict[int, float] = Field(default_factory=dict)
+    interrupted: str | None = None
 
     @property
     def failed(self) -> bool:

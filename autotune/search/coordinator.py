@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.conclusion.conclude import Conclusion, TuneOutcome
 from autotune.conclusion.front import RunningFront, by_contribution, value_of
 from autotune.core.contract import ConfigValue, Screen, ScreenObjective, TrialResult, TrialSpec
-from autotune.core.errors import AutotuneError, Interrupted
+from autotune.core.errors import AutotuneError, Interrupted, NodesGone
 from autotune.core.knobs import variant_key
 from autotune.core.metrics import ACCURACY, OBJECTIVES, Direction
 from autotune.results.leases import Heartbeat, Owner
@@ -95,6 +95,7 @@ class Coordinator:
             self.stale_after_s,
             self.stop,
         )
+        self.executor.on_node_event(lambda event: self.events.on_note(event.describe()))
 
     def run(self) -> TuneOutcome:
         request = self.tuning.request
@@ -148,6 +149,8 @@ class Coordinator:
                 self.reaper.reap(set(state.running))
                 last_reap = time.monotonic()
             self._follow_the_baseline()
+            if not self.executor.slots:
+                self._wait_for_a_node()
             while len(state.running) < self.executor.slots and not self.stop.is_set():
                 record = self._ask()
                 if record is None:
@@ -162,6 +165,31 @@ class Coordinator:
             finished, state.ready = state.ready or self.executor.wait(), []
             for result in finished:
                 self._settle(result)
+
+    def _wait_for_a_node(self) -> None:
+        """No node of the kind is left: wait for one (the executor's bounded wait). Stopped
+        meanwhile, or past the wait, the trials it held are given back to the study (run
+        again on resume), and past the wait the study ends."""
+        try:
+            self.executor.wait_for_slots(self.stop)
+        except NodesGone as gone:
+            self._give_back("no node of the study's kind was left to run it")
+            state = self.state
+            of = "" if self.budget.trials is None else f" of {self.budget.trials}"
+            raise NodesGone(
+                f"{gone}: the study {self.store.name!r} stops with {state.counted}{of} trials "
+                "done; run the same command to resume once a node of the kind is back"
+            ) from None
+        if not self.executor.slots:
+            self._give_back("the study stopped while no node of its kind was left")
+
+    def _give_back(self, reason: str) -> None:
+        state = self.state
+        with self.store.locked():
+            for record, spec in state.running.values():
+                self.reaper.retry_later(record, spec, reason)
+        state.running.clear()
+        state.ready.clear()
 
     # -- asking ----------------------------------------------------------------------------
 
@@ -300,7 +328,8 @@ class Coordinator:
         gave_up_waiting = self.quiet.told(result)
         if gave_up_waiting is not None:
             self.events.on_note(gave_up_waiting)
-        if result.status == "lost" and spec.attempt + 1 < MAX_ATTEMPTS:
+        left_twice = result.interrupted is not None  # its node left twice: not run a third time
+        if result.status == "lost" and not left_twice and spec.attempt + 1 < MAX_ATTEMPTS:
             retry = spec.model_copy(update={"attempt": spec.attempt + 1})
             self.executor.submit(retry)
             state.running[record.number] = (record, retry)

@@ -53,16 +53,21 @@ class Reaper:
                 if record.died_in_process:
                     self.teller.tell(record, spec, TrialResult.for_spec(spec, "oom", KILLED_REASON))
                     continue
-                self.teller.tell(record, spec, TrialResult.for_spec(spec, "lost", LOST_REASON))
-                if record.attempt + 1 < MAX_ATTEMPTS:
-                    marks = TrialMarks(
-                        baseline=record.marks.baseline,
-                        attempt=record.attempt + 1,
-                        retry_of=record.number,
-                    )
-                    store.enqueue(self.space, record.config, marks)
+                self.retry_later(record, spec, LOST_REASON)
         if store.counted() != self.state.counted:
             self.state.load(store.records())
+
+    def retry_later(self, record: TrialRecord, spec: TrialSpec, reason: str) -> None:
+        """Under the study lock: the trial told lost, and its configuration enqueued again
+        while it has attempts left."""
+        self.teller.tell(record, spec, TrialResult.for_spec(spec, "lost", reason))
+        if record.attempt + 1 < MAX_ATTEMPTS:
+            marks = TrialMarks(
+                baseline=record.marks.baseline,
+                attempt=record.attempt + 1,
+                retry_of=record.number,
+            )
+            self.store.enqueue(self.space, record.config, marks)
 
     def wait_for_others(self) -> bool:
         """Nothing of ours is running but the baseline is not known: wait while another

@@ -65,6 +65,7 @@ class Teller:
             reused_from=reused_from,
             measured=reused_from is None and result.status != "skipped",
             call_ms_by_batch=result.call_ms_by_batch,
+            interrupted=result.interrupted,
         )
         self.store.tell(record.number, outcome, values)
         told = record.told(outcome)

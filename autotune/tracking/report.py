@@ -108,6 +108,8 @@ def trial_log(
         tags["failure_reason"] = result.reason[:5000]
     if told.reused_from is not None:
         tags.update(reused="true", reused_from=told.reused_from)
+    if result.interrupted is not None:
+        tags["interrupted"] = result.interrupted[:5000]
     logged = told.metrics
     if told.has_metrics:
         tags["feasible"] = str(told.feasible).lower()

@@ -36,7 +36,7 @@ from autotune.core.contract import (
 )
 from autotune.core.errors import AutotuneError
 from autotune.core.metrics import OBJECTIVES
-from autotune.execution.base import require_idle_slot
+from autotune.execution.base import FixedSlots, require_idle_slot
 from autotune.requests.request import TuningRequest, parse_request
 from autotune.results import OptunaStore, StudyIdentity, TrialMarks, TrialRecord
 from autotune.search.budget import Budget
@@ -165,7 +165,7 @@ def scripted_provenance(spec: TrialSpec, fingerprint: str = PROFILE.fingerprint)
     )
 
 
-class ScriptedExecutor:
+class ScriptedExecutor(FixedSlots):
     """Answers each submitted spec from `reply` at once, and hands one result back per
     `wait`: the oldest submitted, or with `newest_first` the newest (results out of order
     across slots). `on_submit` sees each spec after it is submitted; `measured_on` names the

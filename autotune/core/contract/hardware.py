@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 
 from pydantic import Field
 
 from autotune.core.contract.refs import Strict
+
+# What a hardware fingerprint looks like (`HardwareProfile.fingerprint`).
+FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 
 
 class GpuInfo(Strict):

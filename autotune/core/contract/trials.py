@@ -280,6 +280,11 @@ class TrialResult(Strict):
         description="the failure may have left the device unusable (a CUDA error): its worker "
         "is replaced before the next trial",
     )
+    interrupted: str | None = Field(
+        default=None,
+        description="why an earlier run of this trial stopped before it ended (its node "
+        "left); the trial was run again from the start, and this result is that run's",
+    )
 
     @classmethod
     def for_spec(

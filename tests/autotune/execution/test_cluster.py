@@ -163,7 +163,7 @@ def test_a_worker_killed_mid_trial_is_retried(
     try:
         from autotune import tuning
 
-        monkeypatch.setattr(tuning, "make_executors", lambda options, target, several: [executor])
+        monkeypatch.setattr(tuning, "make_executors", lambda *args, **kwargs: [executor])
         run_tune(path, TuneOptions(seed=0))
     finally:
         killer.join(timeout=5)

@@ -94,7 +94,7 @@ def test_a_worker_killed_while_starting_is_replaced_and_the_study_goes_on(
     path = write_request(budget={"trials": 3})
     monkeypatch.setattr(ray_executor, "_worker_class", lambda: dying_worker(armed))
     executor = RayExecutor(workers=1)
-    monkeypatch.setattr(tuning, "make_executors", lambda options, target, several: [executor])
+    monkeypatch.setattr(tuning, "make_executors", lambda *args, **kwargs: [executor])
 
     outcome, _ = run_tune(path, TuneOptions(seed=0))
 

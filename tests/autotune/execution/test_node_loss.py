@@ -1,0 +1,180 @@
+"""A study on a Ray cluster whose nodes leave and join: real `ray start` nodes on this machine,
+each pinned to its own core, killed as a preempted machine is (SIGKILL to its processes), and
+the real CLI (marker: integration)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.core.errors import RequestError
+from tests.conftest import REPO, digits_request, stored_trials
+from tests.ray_nodes import LocalRayCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# Trials long enough (1.5 s of timing at least) that a node killed while one runs kills it
+# inside its measurement.
+SLOW = {"warmup_iters": 2, "min_iters": 10, "min_seconds": 1.5, "max_seconds": 2.0}
+EXIT_NODES_GONE = 4
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalRayCluster]:
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    cluster = LocalRayCluster(nodes)
+    try:
+        cluster.start_head()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+class Tuning:
+    """`autotune tune` against the cluster, in a process group of its own, its output read
+    as it comes."""
+
+    def __init__(self, cluster: LocalRayCluster, tmp_path: Path, *args: str) -> None:
+        self.storage = f"sqlite:///{tmp_path / 'study.db'}"
+        command = [sys.executable, "-m", "autotune", "tune", str(tmp_path / "request.yaml")]
+        command += ["--seed", "0", "--ray-address", cluster.address, *args]
+        self.process = subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env={**cluster.env, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for_line(self, text: str, within_s: float) -> None:
+        deadline = time.monotonic() + within_s
+        while text not in self.output:
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                pytest.fail(f"never said {text!r}: {self.output[-3000:]}")
+            time.sleep(0.2)
+
+    def wait_inside_a_trial(self, counted_at_least: int) -> None:
+        """Until that many trials count and one is running (and so is measuring)."""
+        deadline = time.monotonic() + 300
+        while not (counted(self.storage) >= counted_at_least and running(self.storage)):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                pytest.fail(f"no trial running after {counted_at_least}: {self.output[-3000:]}")
+            time.sleep(0.2)
+
+    def finish(self, within_s: float = 900) -> int:
+        try:
+            code = self.process.wait(timeout=within_s)
+        finally:
+            if self.process.poll() is None:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
+        self._reader.join(timeout=10)
+        return code
+
+
+def write_request(tmp_path: Path, trials: int, node_wait_s: float) -> None:
+    request = digits_request(tmp_path, budget={"trials": trials}, measurement=SLOW)
+    request["cluster"] = {"node_wait_s": node_wait_s}
+    (tmp_path / "request.yaml").write_text(yaml.safe_dump(request))
+
+
+def trials(storage: str) -> list[object]:
+    try:
+        return stored_trials(storage, "digits-test")
+    except RequestError:  # the study is not there yet
+        return []
+
+
+def counted(storage: str) -> int:
+    return sum(t.counted for t in trials(storage))  # type: ignore[attr-defined]
+
+
+def running(storage: str) -> int:
+    return sum(t.state == "running" for t in trials(storage))  # type: ignore[attr-defined]
+
+
+def test_a_node_lost_mid_trial_is_rerun_on_the_other_node(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    cluster.add_node("a", [0])
+    cluster.add_node("b", [1])
+    write_request(tmp_path, trials=8, node_wait_s=60)
+    tuning = Tuning(cluster, tmp_path, "--workers", "2")
+    tuning.wait_inside_a_trial(counted_at_least=2)
+    cluster.kill_node("b")
+    assert tuning.finish() == 0, tuning.output[-3000:]
+
+    stored = trials(tuning.storage)
+    states = [t.state for t in stored]  # type: ignore[attr-defined]
+    assert sum(t.counted for t in stored) == 8  # type: ignore[attr-defined]
+    assert "failed" not in states and "running" not in states, states
+    interrupted = [t for t in stored if t.interrupted]  # type: ignore[attr-defined]
+    assert len(interrupted) <= 1
+    assert "left during trial" in tuning.output and "re-running it elsewhere" in tuning.output
+    assert "1 of 2 nodes of this kind remain" in tuning.output
+    # The trials that ended after the loss ran on the node that stayed.
+    nodes = [t.provenance.node_id for t in stored if t.provenance]  # type: ignore[attr-defined]
+    assert len(set(nodes)) == 2 and len(set(nodes[-3:])) == 1
+
+
+def test_a_study_whose_only_node_left_waits_for_a_replacement(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    cluster.add_node("a", [0])
+    write_request(tmp_path, trials=6, node_wait_s=300)
+    tuning = Tuning(cluster, tmp_path)
+    tuning.wait_inside_a_trial(counted_at_least=2)
+    cluster.kill_node("a")
+    tuning.wait_for_line("0 of 1 nodes of this kind remain; waiting up to 5 min", 120)
+    cluster.add_node("replacement", [0])
+    assert tuning.finish() == 0, tuning.output[-3000:]
+    assert "joined" in tuning.output
+    stored = trials(tuning.storage)
+    assert sum(t.counted for t in stored) == 6  # type: ignore[attr-defined]
+    assert sum(bool(t.interrupted) for t in stored) <= 1  # type: ignore[attr-defined]
+    assert not [t for t in stored if t.state in ("failed", "running")]  # type: ignore[attr-defined]
+
+
+def test_past_the_wait_the_study_stops_resumable(cluster: LocalRayCluster, tmp_path: Path) -> None:
+    cluster.add_node("a", [0])
+    write_request(tmp_path, trials=6, node_wait_s=5)
+    tuning = Tuning(cluster, tmp_path)
+    tuning.wait_inside_a_trial(counted_at_least=2)
+    cluster.kill_node("a")
+    assert tuning.finish(within_s=300) == EXIT_NODES_GONE, tuning.output[-3000:]
+    assert "came back within 5 s" in tuning.output and "resume" in tuning.output
+    stored = trials(tuning.storage)
+    done = sum(t.counted for t in stored)  # type: ignore[attr-defined]
+    assert 2 <= done < 6
+    assert not [t for t in stored if t.state == "running"]  # type: ignore[attr-defined]
+    # The trial the node took with it is given back: the next run measures it first.
+    assert [t for t in stored if t.state == "waiting"]  # type: ignore[attr-defined]
+
+    cluster.add_node("replacement", [1])
+    resumed = Tuning(cluster, tmp_path)
+    assert resumed.finish() == 0, resumed.output[-3000:]
+    assert counted(resumed.storage) == 6
