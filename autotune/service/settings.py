@@ -50,8 +50,7 @@ class ServiceSettings:
     registered_alias: str = "tuned"
     # The shortest interval a watch may check at (`every`).
     min_watch_every_s: float = 60.0
-    # How long a survey of the trial nodes' hardware is reused (dedupe keys, watch ticks);
-    # while the API runs, the survey is renewed in the background that often.
+    # How long a survey of the trial nodes' hardware is reused (dedupe keys, watch ticks).
     hardware_ttl_s: float = 60.0
     # Serve /docs, /redoc and /openapi.json without a token.
     public_docs: bool = False
@@ -98,10 +97,12 @@ class HardwareSurvey:
     once the last answer is older than `ttl_s`: a node replaced by another model is seen
     within that time, without a survey for every request.
 
-    Kept warm (`keep_warm`, while the API runs), it is asked in the background at once and
-    every half `ttl_s` after, so that a request finds an answer that is still fresh rather
-    than waiting for a survey: on a cluster one costs seconds (Ray's start and a probe on
-    each node). The first request waits for the first survey, not for one of its own."""
+    On a cluster a survey costs seconds (Ray's start, a probe on each node), so no request
+    should wait for one: the API `warm`s the survey as it starts (the first request waits
+    for that survey, not for one of its own), and a request that finds the answer past half
+    its time to live is answered from it while the next survey runs in the background.
+    Nothing surveys an idle service's nodes (a probe would disturb their measurements); the
+    first request after more than `ttl_s` without one waits for a survey."""
 
     def __init__(self, survey: Callable[[], list[NodeKind]], ttl_s: float) -> None:
         self._survey = survey
@@ -110,40 +111,37 @@ class HardwareSurvey:
         self._answer: tuple[list[NodeKind], float] | None = None  # the kinds, and when
 
     def kinds(self) -> list[NodeKind]:
-        kinds = self._fresh()
-        if kinds is not None:
-            return kinds
-        with self._surveying:
-            kinds = self._fresh()  # surveyed by another thread while this one waited
-            return kinds if kinds is not None else self._renew()
-
-    def keep_warm(self) -> Callable[[], None]:
-        """Survey in the background now and every half `ttl_s`, until the function this
-        returns is called (with a `ttl_s` of 0 no answer is reused: nothing to keep)."""
-        stop = threading.Event()
-        if self._ttl_s > 0:
-            keeper = threading.Thread(
-                target=self._keep, args=(stop,), name="hardware-survey", daemon=True
-            )
-            keeper.start()
-        return stop.set
-
-    def _fresh(self) -> list[NodeKind] | None:
         answer = self._answer
-        if answer is None or time.monotonic() - answer[1] >= self._ttl_s:
-            return None
-        return answer[0]
+        if answer is not None and self._age(answer) < self._ttl_s:
+            if self._age(answer) >= self._ttl_s / 2:
+                self.warm()
+            return answer[0]
+        with self._surveying:
+            answer = self._answer  # surveyed by another thread while this one waited
+            if answer is not None and self._age(answer) < self._ttl_s:
+                return answer[0]
+            return self._renew()
+
+    def warm(self) -> None:
+        """Survey in the background, unless a survey is under way."""
+        if self._surveying.acquire(blocking=False):
+            threading.Thread(
+                target=self._renew_in_background, name="hardware-survey", daemon=True
+            ).start()
+
+    @staticmethod
+    def _age(answer: tuple[list[NodeKind], float]) -> float:
+        return time.monotonic() - answer[1]
 
     def _renew(self) -> list[NodeKind]:
         kinds = self._survey()
         self._answer = (kinds, time.monotonic())
         return kinds
 
-    def _keep(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            with self._surveying:
-                try:
-                    self._renew()
-                except Exception as error:  # noqa: BLE001 - a request that surveys says what
-                    log.warning("surveying the trial nodes' hardware failed: %s", error)
-            stop.wait(self._ttl_s / 2)
+    def _renew_in_background(self) -> None:
+        try:
+            self._renew()
+        except Exception as error:  # noqa: BLE001 - a request that surveys again says what
+            log.warning("surveying the trial nodes' hardware failed: %s", error)
+        finally:
+            self._surveying.release()

@@ -65,9 +65,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The first submission (its dedupe key is the kind of node) finds the survey done.
-        stop_survey = settings.hardware.keep_warm()
+        settings.hardware.warm()
         yield
-        stop_survey()
         documents.close()
 
     app = ServiceApp(

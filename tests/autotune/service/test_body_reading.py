@@ -4,6 +4,7 @@ valid token is refused before any of it is read."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import socket
@@ -75,7 +76,10 @@ class SlowBody:
             for byte in self.body:
                 if select.select([sock], [], [], 1.0)[0]:
                     break  # answered before the body was all sent
-                sock.sendall(bytes([byte]))
+                try:
+                    sock.sendall(bytes([byte]))
+                except (BrokenPipeError, ConnectionResetError):
+                    break  # answered and closed between the look and the byte
                 self.sent += 1
             self.answer = _read_answer(sock)
 
@@ -89,11 +93,13 @@ class SlowBody:
 
 
 def _read_answer(sock: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection."""
+    """Everything the server sends until it closes the connection (a reset after it
+    answered, for a byte that arrived after it closed, ends it too)."""
     sock.settimeout(60)
     chunks = []
-    while chunk := sock.recv(65536):
-        chunks.append(chunk)
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
     return b"".join(chunks)
 
 
