@@ -135,9 +135,9 @@ def _ray_node_alive() -> bool:
     """False once the Ray cluster reports this process's node dead; True without Ray, or
     when the cluster cannot be asked (a job starting or ending its Ray, say)."""
     ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
-        return True
-    try:
+    try:  # a module being imported by another thread has no is_initialized yet
+        if ray is None or not ray.is_initialized():
+            return True
         node = ray.get_runtime_context().get_node_id()
         return any(n["NodeID"] == node and n["Alive"] for n in ray.nodes())
     except Exception:

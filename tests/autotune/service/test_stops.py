@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from autotune.core.errors import RequestError
+from autotune.results.leases import study_lock
 from autotune.service.db import Database, Job
 from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
@@ -140,7 +141,7 @@ def test_a_killed_serve_leaves_no_runner_nor_its_ray(tmp_path: Path, databases: 
     store, alice, log = JobStore(db), principal(db), tmp_path / "serve.log"
     job, _ = store.submit(prepare_job(service_request(trials=40), alice, settings))
     with serving(settings, log, runners=1) as process:
-        wait_for(lambda: job_of(store, job.id).trials_done >= 1, 300, "a trial")
+        wait_for(lambda: job_of(store, job.id).trials_done >= 1, 300, "a trial", lambda: tail(log))
         owner = job_of(store, job.id).lease_owner
         assert owner is not None
         runner = psutil.Process(int(owner.split(":")[1]))
@@ -173,8 +174,8 @@ def its_ray_starting(runner: int, settings: ServiceSettings, study: str) -> bool
 
 
 def its_study_opened(runner: int, settings: ServiceSettings, study: str) -> bool:
-    """The study exists and holds no trial: the runner opens its MLflow run (a new tracking
-    database is migrated first), then enqueues the baseline."""
+    """The study exists and holds no trial: the runner waits for the study's lock, to check
+    what the study tunes, before it enqueues the baseline."""
     return study_trials(settings, study) == []
 
 
@@ -202,12 +203,15 @@ def test_a_runner_stopped_before_its_baseline_gives_its_job_back(
     store, alice = JobStore(db), principal(db)
     job, _ = store.submit(prepare_job(service_request(trials=3), alice, settings))
     with runner_processes(settings, 1) as (first,):
-        wait_for(
-            lambda: moment(first.pid, settings, job.study_name) or not first.is_alive(),
-            300,
-            f"the moment to stop ({moment.__name__})",
-        )
-        os.kill(first.pid, signal.SIGTERM)
+        # Held by the test, the study's lock keeps the runner between opening its study and
+        # enqueuing the baseline until the signal is sent.
+        with study_lock(settings.storage, job.study_name):
+            wait_for(
+                lambda: moment(first.pid, settings, job.study_name) or not first.is_alive(),
+                300,
+                f"the moment to stop ({moment.__name__})",
+            )
+            os.kill(first.pid, signal.SIGTERM)
         first.join(300)
         assert first.exitcode == 0
     given_back = job_of(store, job.id)
