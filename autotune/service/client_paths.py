@@ -38,10 +38,10 @@ _OTHER = rf"(?P<other>(?:/[^/{_STOP}]+){{2,}}/?)"
 _URL = re.compile(
     rf"(?<![\w+.\-])(?P<scheme>[A-Za-z][\w+.\-]*)://(?P<authority>[^/?#{_STOP}]+)[^{_STOP}]*"
 )
-# Schemes (a SQLAlchemy dialect's, before its '+driver') whose URL names a database server.
+# Schemes (before a '+driver' or '+srv') whose URL names a database server.
 DATABASE_SCHEMES = frozenset(
     {"postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle", "cockroachdb"}
-    | {"redis", "rediss", "mongodb", "mongodb+srv"}
+    | {"redis", "rediss", "mongodb"}
 )
 _STORED_NAMES = frozenset(STORED_FILES.values())
 
