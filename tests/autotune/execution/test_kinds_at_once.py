@@ -6,8 +6,10 @@ configuration can serve is listed as infeasible beside the other's tuned file.""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -196,3 +198,61 @@ def test_an_infeasible_kind_is_listed_beside_the_other_kinds_tuned_file(
     assert infeasible["fingerprint"] in on_small.stdout and "infeasible" in on_small.stdout
     on_big = on_a_machine_like(cluster, "big", 0, LOAD.format(index=str(index)))
     assert on_big.stdout.startswith("predicted (8, 10)"), (on_big.stdout, on_big.stderr[-3000:])
+
+
+def running_in_each(tmp_path: Path) -> bool:
+    """Whether each kind's study has a trial running."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    if not (tmp_path / "study.db").exists():
+        return False
+    names = study_names(tmp_path)
+    running = [
+        any(t.state == optuna.trial.TrialState.RUNNING for t in trials)
+        for trials in (optuna.load_study(study_name=n, storage=storage).trials for n in names)
+    ]
+    return len(running) == 2 and all(running)
+
+
+def test_one_signal_stops_every_kinds_study_after_its_running_trials(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    slow = {"warmup_iters": 2, "min_iters": 10, "min_seconds": 1.5, "max_seconds": 2.0}
+    request = digits_request(
+        tmp_path, search_space=str(tmp_path / "space.yaml"), budget={"trials": 8}, measurement=slow
+    )
+    path = tmp_path / "request.yaml"
+    path.write_text(yaml.safe_dump(request))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "tune", str(path), "--ray-address", cluster.address],
+        cwd=tmp_path,
+        env={**cluster.env, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not running_in_each(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert running_in_each(tmp_path), "the two studies never ran a trial at the same time"
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr[-3000:]
+
+    kinds = listed_kinds(tmp_path)
+    assert [k["outcome"] for k in kinds] == ["interrupted", "interrupted"]
+    assert all("stopped by SIGINT after the running trials" in k["reason"] for k in kinds)
+    for name in study_names(tmp_path):
+        states = {
+            t.state
+            for t in optuna.load_study(
+                study_name=name, storage=f"sqlite:///{tmp_path / 'study.db'}"
+            ).trials
+        }
+        assert optuna.trial.TrialState.RUNNING not in states, (name, states)
+    last = stdout.strip().splitlines()[-2:]
+    for kind, line in zip(kinds, last, strict=True):
+        assert kind["fingerprint"] in line and ": interrupted: " in line, last
