@@ -24,6 +24,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
     import psutil
 
 REFRESH_S = 1.0
+# What `Reaper.close` says before the pipe ends: the coordinator lives on.
+CLOSING = b"closing"
+# How long a dying coordinator may take to hand its children to another parent.
+ORPHANING_S = 5.0
 # Passes over the process table after the pipe ends: a raylet killed in the first cannot start
 # anything the second does not see.
 SWEEPS = 3
@@ -55,16 +60,20 @@ class Reaper:
 
     def follow(self, roots: set[int]) -> None:
         """Kill these processes too, and their descendants, wherever they are."""
-        if self._process.stdin is not None:
-            with contextlib.suppress(BrokenPipeError):  # the reaper is gone: nothing to tell
-                self._process.stdin.write(" ".join(map(str, sorted(roots))).encode() + b"\n")
-                self._process.stdin.flush()
+        self._tell(" ".join(map(str, sorted(roots))).encode())
 
     def close(self) -> None:
+        self._tell(CLOSING)
         if self._process.stdin is not None:
             with contextlib.suppress(BrokenPipeError):
                 self._process.stdin.close()
         self._process.wait()
+
+    def _tell(self, line: bytes) -> None:
+        if self._process.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):  # the reaper is gone: nothing to tell
+                self._process.stdin.write(line + b"\n")
+                self._process.stdin.flush()
 
 
 def reap(group: int) -> None:
@@ -73,7 +82,9 @@ def reap(group: int) -> None:
     import psutil
 
     since = psutil.Process().create_time()  # the clock the other processes' times are read by
+    coordinator = os.getppid()
     started: dict[int, psutil.Process] = {}
+    closing = False
     told = b""
     while True:
         for pid, process in list(started.items()):
@@ -90,12 +101,25 @@ def reap(group: int) -> None:
             break
         told += chunk
         *lines, told = told.split(b"\n")
-        for pid in (int(word) for line in lines for word in line.split()):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                started.setdefault(pid, psutil.Process(pid))
+        for line in lines:
+            closing = closing or line == CLOSING
+            for pid in (int(word) for word in line.split() if word.isdigit()):
+                if pid != os.getpid():  # made before `ray.init`, the reaper is a new child too
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        started.setdefault(pid, psutil.Process(pid))
     _kill(started.values())
+    if not closing:
+        _until_orphaned(coordinator)
     for _ in range(SWEEPS):
         _kill(strays(group, since))
+
+
+def _until_orphaned(coordinator: int) -> None:
+    """Wait until the coordinator, whose pipe ended as it died, has given its children to
+    another parent (this one among them): until then they still look like its own."""
+    deadline = time.monotonic() + ORPHANING_S
+    while os.getppid() == coordinator and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def strays(group: int, since: float) -> list[psutil.Process]:

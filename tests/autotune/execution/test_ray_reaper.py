@@ -44,6 +44,20 @@ raylet.wait()
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
+# A coordinator killed once it has told its reaper of its raylet: the raylet and its agent
+# end with it, the reaper (a child made after `before` was listed) going on to kill them.
+KILLED_AFTER_FOLLOW = f"""
+import os, signal, subprocess, sys
+from autotune.execution.ray_reaper import Reaper, children
+before = children()
+reaper = Reaper()
+raylet = subprocess.Popen([sys.executable, '-c', {ROOT!r}], stdout=subprocess.PIPE, text=True)
+agent = raylet.stdout.readline().strip()
+reaper.follow(children() - before)
+print(raylet.pid, agent, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
 # A coordinator killed as `ray.init` returns, before anything after it in RayCluster ran.
 KILLED_AS_RAY_STARTS = """
 import os, signal
@@ -56,6 +70,14 @@ def init_then_killed(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 ray.init = init_then_killed
 RayCluster()
+"""
+# A coordinator killed once its Ray is up and its nodes surveyed (tasks have run).
+KILLED_ONCE_RAY_IS_UP = """
+import os, signal
+from autotune.execution.ray_cluster import RayCluster
+
+RayCluster()
+os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
@@ -98,13 +120,40 @@ def test_what_a_dead_raylet_left_to_init_is_killed_with_its_coordinator() -> Non
                 process.kill()
 
 
+def test_what_the_reaper_was_told_of_is_killed_with_its_coordinator() -> None:
+    coordinator = subprocess.Popen(
+        [sys.executable, "-c", KILLED_AFTER_FOLLOW],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,
+    )
+    assert coordinator.stdout is not None
+    raylet, agent = (psutil.Process(int(pid)) for pid in coordinator.stdout.readline().split())
+    try:
+        assert coordinator.wait(timeout=60) == -9
+        raylet.wait(timeout=10)
+        agent.wait(timeout=10)
+    finally:
+        for process in (raylet, agent):
+            if process.is_running():
+                process.kill()
+
+
 @pytest.mark.integration
 @pytest.mark.slow
-def test_ray_started_here_ends_with_a_coordinator_killed_as_it_starts(tmp_path: Path) -> None:
-    """Killed the moment `ray.init` returns, the coordinator leaves a raylet that dies with it
-    and agents that would outlive it by a minute or more: none is left 10 s later."""
+@pytest.mark.parametrize(
+    "coordinator_script",
+    [KILLED_AS_RAY_STARTS, KILLED_ONCE_RAY_IS_UP],
+    ids=["as-ray-init-returns", "once-ray-is-up"],
+)
+def test_ray_started_here_ends_with_a_killed_coordinator(
+    tmp_path: Path, coordinator_script: str
+) -> None:
+    """Killed as `ray.init` returns or later, the coordinator leaves a raylet that dies with
+    it and agents that would outlive it by a minute or more: none is left 10 s later."""
     coordinator = subprocess.Popen(
-        [sys.executable, "-c", KILLED_AS_RAY_STARTS],
+        [sys.executable, "-c", coordinator_script],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,
