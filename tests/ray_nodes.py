@@ -125,7 +125,8 @@ class LocalRayCluster:
     def kill_node(self, name: str) -> None:
         """The node gone at once, as a machine that is switched off or preempted: SIGKILL to
         its process group (its raylet, its object store and its workers)."""
-        process = self._named[name]
+        process = self._named.pop(name)
+        self._processes.remove(process)
         with suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
