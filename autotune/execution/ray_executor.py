@@ -4,10 +4,8 @@ device slot measures alone; gang trials (sharding) borrow several slots of one n
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,47 +20,29 @@ from autotune.core.contract import (
     TrialSpec,
     Workload,
 )
-from autotune.core.errors import AutotuneError, NodesGone
+from autotune.core.errors import AutotuneError
 from autotune.execution.base import (
-    NodeEvent,
     NodeListener,
-    describe_wait,
     require_idle_slot,
     require_nothing_pending,
     short_id,
 )
 from autotune.execution.in_process import InProcessExecutor
 from autotune.execution.ray_cluster import RayCluster, Workers, node_capacity, on_node
+from autotune.execution.ray_membership import Membership
+from autotune.execution.ray_slots import (
+    Running,
+    Slot,
+    marked,
+    shard_degree,
+    split_cores,
+    timed_out,
+)
 from autotune.requests.request import DEFAULT_NODE_WAIT_S
 from autotune.space.hardware import one_kind
 
 if TYPE_CHECKING:
     from workers.actor import TrialWorker
-
-
-@dataclass(frozen=True)
-class _Slot:
-    """Where a slot's actor lives and what it asks of its node."""
-
-    node_id: str
-    cpus: int
-    gpus: int
-
-
-@dataclass
-class _Running:
-    actor: Any
-    spec: TrialSpec
-    started: float
-    borrowed_slots: list[int] | None = None  # a gang trial's slots, given back when it ends
-
-    def overdue(self, now: float) -> bool:
-        return self.spec.timeout_s is not None and now - self.started > self.spec.timeout_s
-
-    def seconds_left(self, now: float) -> float | None:
-        if self.spec.timeout_s is None:
-            return None
-        return max(0.0, self.started + self.spec.timeout_s - now)
 
 
 # Outcomes after which a worker process is replaced: its memory or device state may be
@@ -76,10 +56,6 @@ RECYCLE_AFTER = frozenset({"oom", "timeout", "lost"})
 LOST_CALL_ATTEMPTS = 3
 # How often Ray's node table is read while the kind is short of its slots (a node may join).
 NODE_POLL_S = 2.0
-# A worker that died is followed by a fresh one on its node; Ray marks a node whose raylet
-# died as dead only after its health checks fail (about 15 s), so the fresh worker's first
-# answer, or the node table, decides within this long whether the node is still there.
-NODE_VERDICT_S = 60.0
 
 
 class RayExecutor:
@@ -123,24 +99,21 @@ class RayExecutor:
             self.close()
             raise
         self._slots = [
-            _Slot(node.node_id, node.cpus // node.slots, node.gpus // node.slots)
+            Slot(node.node_id, node.cpus // node.slots, node.gpus // node.slots)
             for node in self.kind.nodes
             for _ in range(node.slots)
         ]
         self._actor_cls = ray.remote(_worker_class())
         self._memory_limit_mb = self.trial_memory_mb = memory_limit_mb
-        self.node_wait_s = node_wait_s
         # On this machine each slot gets its own cores, so neighbours do not disturb its
         # timings; a cluster's nodes' cores are Ray's to place.
         slots = len(self._slots)
-        self._cores = _split_cores(slots) if self._cluster.local else [None] * slots
+        self._cores = split_cores(slots) if self._cluster.local else [None] * slots
         self._actors = [self._new_actor(slot) for slot in range(slots)]
         self._planned = slots  # the slots a joining node may make up for
-        self._gone: set[str] = set()  # nodes that left
-        self._nodes = {node.node_id: node for node in self.kind.nodes}
-        self._listeners: list[NodeListener] = []
+        self._members = Membership(self._cluster, self.kind, node_wait_s)
         self._idle: list[Any] = list(self._actors)
-        self._running: dict[Any, _Running] = {}
+        self._running: dict[Any, Running] = {}
         self._gangs: list[TrialSpec] = []  # sharded trials waiting for enough idle slots
         self._reruns: list[TrialSpec] = []  # trials whose node left, waiting for a slot
         self._interrupted: dict[int, str] = {}  # why each such trial stopped
@@ -159,10 +132,11 @@ class RayExecutor:
         return len(self._live_slots())
 
     def _live_slots(self) -> list[int]:
-        return [i for i, slot in enumerate(self._slots) if slot.node_id not in self._gone]
+        gone = self._members.gone
+        return [i for i, slot in enumerate(self._slots) if slot.node_id not in gone]
 
     def on_node_event(self, listener: NodeListener) -> None:
-        self._listeners.append(listener)
+        self._members.listeners.append(listener)
 
     def kinds(self) -> list[NodeKind]:
         return [self.kind]
@@ -213,62 +187,27 @@ class RayExecutor:
         """After the slot's worker died: a fresh worker for it where its node is still there
         (True); else the node's slots are gone, and listeners hear that it left."""
         node_id = self._slots[slot].node_id
-        if node_id in self._gone:
+        if node_id in self._members.gone:
             return False
         fresh = self._replace(slot)
-        if self._node_answers(node_id, fresh):
+        if self._members.answers(node_id, fresh.ping.remote()):
             return True
         self._node_left(node_id, trial)
         return False
 
-    def _node_answers(self, node_id: str, fresh: Any) -> bool:
-        """Whether a fresh worker on the node answers (the node is there), before Ray's node
-        table says the node is dead or `NODE_VERDICT_S` passes."""
-        exceptions = self._ray.exceptions
-        ping = fresh.ping.remote()
-        deadline = time.monotonic() + NODE_VERDICT_S
-        while time.monotonic() < deadline:
-            ready, _ = self._ray.wait([ping], timeout=1.0)
-            if ready:
-                try:
-                    self._ray.get(ping)
-                    return True
-                except exceptions.ActorUnschedulableError:
-                    return False
-                except exceptions.RayError:
-                    return node_id in self._cluster.alive_node_ids()
-            if node_id not in self._cluster.alive_node_ids():
-                return False
-        return node_id in self._cluster.alive_node_ids()
-
     def _node_left(self, node_id: str, trial: int | None) -> None:
         before = self._nodes_alive()
-        self._gone.add(node_id)
+        self._members.gone.add(node_id)
         for slot, place in enumerate(self._slots):
             if place.node_id == node_id:
                 actor = self._actors[slot]
                 if actor in self._idle:
                     self._idle.remove(actor)
                 self._ray.kill(actor)
-        self._tell("left", self._nodes[node_id], before, trial)
+        self._members.tell("left", node_id, before, self._nodes_alive(), trial)
 
     def _nodes_alive(self) -> int:
         return len({self._slots[slot].node_id for slot in self._live_slots()})
-
-    def _tell(self, change: str, node: NodeInfo, before: int, trial: int | None = None) -> None:
-        event = NodeEvent(
-            change="left" if change == "left" else "joined",
-            node_id=node.node_id,
-            kind=self.kind.fingerprint,
-            cpus=node.cpus,
-            gpus=node.gpus,
-            nodes_alive=self._nodes_alive(),
-            nodes_before=before,
-            wait_s=self.node_wait_s,
-            trial=trial,
-        )
-        for listener in self._listeners:
-            listener(event)
 
     def _look_for_nodes(self) -> None:
         """Slots lost with nodes that left are taken over by alive nodes of the kind that have
@@ -276,39 +215,31 @@ class RayExecutor:
         if self.slots >= self._planned:
             return
         used = {self._slots[slot].node_id for slot in self._live_slots()}
-        for node in self._cluster.trial_nodes():
+        for node in self._members.newcomers(used):
             if self.slots >= self._planned:
                 return
-            if node.node_id in self._gone or node.node_id in used:
-                continue
-            if self._cluster.fingerprint_of(node) != self.kind.fingerprint:
-                continue
             self._take_node(node)
 
     def _take_node(self, node: NodeInfo) -> None:
         before = self._nodes_alive()
         room = min(node_capacity(node, self._cluster.workers), self._planned - self.slots)
-        node = node.model_copy(update={"slots": room})
-        self._nodes[node.node_id] = node
+        self._members.nodes[node.node_id] = node.model_copy(update={"slots": room})
         for _ in range(room):
-            self._slots.append(_Slot(node.node_id, node.cpus // room, node.gpus // room))
+            self._slots.append(Slot(node.node_id, node.cpus // room, node.gpus // room))
             self._cores.append(None)
             actor = self._new_actor(len(self._slots) - 1)
             self._actors.append(actor)
             self._idle.append(actor)
-        self._tell("joined", node, before)
+        self._members.tell("joined", node.node_id, before, self._nodes_alive())
         self._start_reruns()
 
     def wait_for_slots(self, stop: threading.Event | None = None) -> None:
-        deadline = time.monotonic() + self.node_wait_s
+        deadline = time.monotonic() + self._members.node_wait_s
         while not self.slots:
             if stop is not None and stop.is_set():
                 return
             if time.monotonic() >= deadline:
-                raise NodesGone(
-                    f"no node of kind {self.kind.fingerprint} came back within "
-                    f"{describe_wait(self.node_wait_s)} (cluster.node_wait_s)"
-                )
+                raise self._members.none_came_back()
             self._look_for_nodes()
             if not self.slots:
                 time.sleep(NODE_POLL_S)
@@ -325,7 +256,7 @@ class RayExecutor:
 
     def submit(self, spec: TrialSpec) -> None:
         if self._needs_gang(spec):
-            self._submit_gang(spec, _shard_degree(spec))
+            self._submit_gang(spec, shard_degree(spec))
             return
         require_idle_slot(len(self._idle))
         self._run(spec)
@@ -333,12 +264,12 @@ class RayExecutor:
     def _needs_gang(self, spec: TrialSpec) -> bool:
         """More GPUs than a slot holds (on slots without GPUs the worker refuses it)."""
         most = max(slot.gpus for slot in self._slots)
-        return bool(most) and _shard_degree(spec) > most
+        return bool(most) and shard_degree(spec) > most
 
     def _run(self, spec: TrialSpec) -> None:
         actor = self._idle.pop()
         ref = actor.run.remote(spec, self._ship(spec.workload))
-        self._running[ref] = _Running(actor, spec, time.monotonic())
+        self._running[ref] = Running(actor, spec, time.monotonic())
 
     def pending(self) -> int:
         return len(self._running) + len(self._gangs) + len(self._reruns) + len(self._ready)
@@ -389,7 +320,7 @@ class RayExecutor:
         and the slots get fresh actors when it ends."""
         while self._gangs:
             spec = self._gangs[0]
-            borrowed = self._gang_slots(_shard_degree(spec))
+            borrowed = self._gang_slots(shard_degree(spec))
             if borrowed is None:
                 return
             self._gangs.pop(0)
@@ -405,7 +336,7 @@ class RayExecutor:
             )
             holder: Any = gang.remote(self._memory_limit_mb, None, node_id)
             ref = holder.run.remote(spec, self._ship(spec.workload))
-            self._running[ref] = _Running(holder, spec, time.monotonic(), borrowed)
+            self._running[ref] = Running(holder, spec, time.monotonic(), borrowed)
 
     def wait(self) -> list[TrialResult]:
         """Every finished trial, once at least one is. A trial whose node left runs again
@@ -429,7 +360,7 @@ class RayExecutor:
                     results.append(result)
             now = time.monotonic()
             for ref in [ref for ref, r in self._running.items() if r.overdue(now)]:
-                result = self._finish(ref, _timed_out(self._running[ref].spec))
+                result = self._finish(ref, timed_out(self._running[ref].spec))
                 if result is not None:
                     results.append(result)
             self._look_for_nodes()
@@ -453,9 +384,9 @@ class RayExecutor:
                 actor = self._replace(slot) if result.status != "lost" else actor
             self._idle.append(actor)
         self._start_reruns()
-        return _marked(result, self._interrupted.pop(spec.trial_number, None))
+        return marked(result, self._interrupted.pop(spec.trial_number, None))
 
-    def _slot_of(self, running: _Running) -> int:
+    def _slot_of(self, running: Running) -> int:
         if running.borrowed_slots is not None:
             return running.borrowed_slots[0]
         return self._actors.index(running.actor)
@@ -465,16 +396,16 @@ class RayExecutor:
         reason = f"node {short_id(node_id)} left while it ran"
         if spec.trial_number in self._interrupted:
             lost = TrialResult.for_spec(spec, "lost", f"{reason}, the second time")
-            return _marked(lost, self._interrupted.pop(spec.trial_number))
+            return marked(lost, self._interrupted.pop(spec.trial_number))
         self._interrupted[spec.trial_number] = reason
         self._reruns.append(spec)
         self._start_reruns()
         return None
 
-    def _gang_ended(self, running: _Running) -> None:
+    def _gang_ended(self, running: Running) -> None:
         self._ray.kill(running.actor)
         for slot in running.borrowed_slots or []:
-            if self._slots[slot].node_id in self._gone:
+            if self._slots[slot].node_id in self._members.gone:
                 continue
             self._ray.kill(self._actors[slot])  # stopped for the gang, or a node check's
             self._actors[slot] = self._new_actor(slot)
@@ -554,34 +485,7 @@ def survey_kinds(ray_address: str | None = None, workers: Workers = 1) -> list[N
         cluster.release()
 
 
-def _split_cores(slots: int) -> list[list[int] | None]:
-    """Disjoint, contiguous core sets, one per slot (shared when there are fewer cores)."""
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < slots:
-        return [None] * slots
-    size = len(cores) // slots
-    return [cores[i * size : (i + 1) * size] for i in range(slots)]
-
-
-def _timed_out(spec: TrialSpec) -> TrialResult:
-    reason = f"still running after {spec.timeout_s:g} s; its worker was stopped"
-    return TrialResult.for_spec(spec, "timeout", reason, float(spec.timeout_s or 0.0))
-
-
-def _marked(result: TrialResult, interrupted: str | None) -> TrialResult:
-    if interrupted is None:
-        return result
-    return result.model_copy(update={"interrupted": interrupted})
-
-
 def _worker_class() -> type[TrialWorker]:
     from workers.actor import TrialWorker
 
     return TrialWorker
-
-
-def _shard_degree(spec: TrialSpec) -> int:
-    return max(
-        int(spec.config.get("shard.tensor_parallel", 1)),
-        int(spec.config.get("shard.data_parallel", 1)),
-    )

@@ -69,6 +69,8 @@ def test_defaults_fill_a_minimal_request() -> None:
             "finite number",
         ),
         ({"cost": {"price_per_hour": float("inf")}}, "cost.price_per_hour", "finite number"),
+        ({"cluster": {"node_wait_s": -1}}, "cluster.node_wait_s", "greater than or equal"),
+        ({"cluster": {"node_wait": 60}}, "cluster.node_wait", "Extra inputs"),
     ],
 )
 def test_bad_input_names_field_rule_and_value(patch: dict, field: str, rule_fragment: str) -> None:
@@ -118,6 +120,7 @@ TOO_LARGE = [
         604800,
     ),
     ({"measurement": {"contention_threshold": 1.5}}, "measurement.contention_threshold", 1),
+    ({"cluster": {"node_wait_s": 1e7}}, "cluster.node_wait_s", 604800),
 ]
 
 
