@@ -284,7 +284,7 @@ def _kind_study(
         display = options.kind_display(label)
     else:
         display = LabelledLines(label, options.on_note, options.on_phase, progress)
-    display.note(f"kind {describe_kind(kind)}: study {name}")
+    display.note(f"{describe_kind(kind)}: study {name}")
     kind_dir = kinds_dir / name
     told = replace(options, on_note=display.note, on_phase=display.phase)
 
