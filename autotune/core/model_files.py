@@ -8,6 +8,7 @@ import hashlib
 import importlib
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,12 +18,22 @@ if TYPE_CHECKING:
     import onnx
 
 
+def workload_python_path(base_dir: Path) -> list[str]:
+    """The directories a workload's entry points import from before sys.path: the working
+    directory, then `base_dir` (a request file's directory; a service job's models root)."""
+    return list(dict.fromkeys([str(Path.cwd().resolve()), str(base_dir.resolve())]))
+
+
+def entry_point_search_path(python_path: Sequence[str]) -> list[str]:
+    """Where an entry point's module is looked for, in order: `python_path`, then sys.path.
+    Both the import (`resolve_entry_point`) and the service's check without importing
+    search this list, so that what one finds is what the other gets."""
+    return list(dict.fromkeys([*(str(Path(p).resolve()) for p in python_path), *sys.path]))
+
+
 def resolve_entry_point(entry_point: str, python_path: list[str], field: str) -> Any:
     """Import `package.module:attribute` with `python_path` put first on sys.path."""
-    for directory in reversed(python_path):
-        absolute = str(Path(directory).resolve())
-        if absolute not in sys.path:
-            sys.path.insert(0, absolute)
+    sys.path[:] = entry_point_search_path(python_path)
     module_name, attribute = entry_point.split(":")
     importlib.invalidate_caches()
     try:

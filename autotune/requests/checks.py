@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Sequence
 from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 
 from autotune.core.contract import Workload
 from autotune.core.contract.refs import local_path
 from autotune.core.errors import RequestError
+from autotune.core.model_files import entry_point_search_path, resolve_entry_point
 from autotune.requests.uploads import describe_file
 
 
@@ -57,8 +59,6 @@ def _check_onnx_file(path: str, field: str) -> None:
 def _check_entry_point(entry_point: str, python_path: list[str], field: str) -> None:
     """Import the entry point's module as a worker would (`python_path` first on sys.path);
     sys.path is left as it was."""
-    from autotune.core.model_files import resolve_entry_point
-
     saved = list(sys.path)
     try:
         resolve_entry_point(entry_point, python_path, field)
@@ -66,18 +66,22 @@ def _check_entry_point(entry_point: str, python_path: list[str], field: str) -> 
         sys.path[:] = saved
 
 
-def check_entry_point_source(entry_point: str, python_path: list[Path], field: str) -> None:
-    """That the entry point's module is found (on `python_path`, then sys.path) and defines
-    its attribute, read from the module's source without running it: the service checks a
+def check_entry_point_source(entry_point: str, python_path: Sequence[str], field: str) -> None:
+    """That the entry point's module is found where a worker will import it from (the
+    workload's `python_path`, then sys.path: `entry_point_search_path`) and defines its
+    attribute, read from the module's source without running it: the service checks a
     request this way, as importing it would run the module's code (torch and all) in the
     API's process. A module that makes its names at run time (a module `__getattr__`, a
     star import) or has no Python source is given the benefit of the doubt."""
     module_name, _, attribute = entry_point.partition(":")
     if not module_name or not attribute.isidentifier():
         raise RequestError(field, "must be 'package.module:function'", entry_point)
-    spec = _find_module(module_name, [str(p) for p in python_path] + sys.path)
+    spec = _find_module(module_name, entry_point_search_path(python_path))
     if spec is None:
-        rule = "module must be found under the models root or among the installed packages"
+        rule = (
+            "module must be found where the job imports it: in the server's working "
+            "directory, under its models root or among its installed packages"
+        )
         raise RequestError(field, rule, entry_point)
     if spec.origin is None or not spec.origin.endswith(".py"):
         return

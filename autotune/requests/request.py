@@ -40,6 +40,7 @@ from autotune.core.metrics import (
     Study,
     selection_objective,
 )
+from autotune.core.model_files import workload_python_path
 
 REQUIRED_UNLESS_REPLAY = "is required (except with --replay)"
 
@@ -362,7 +363,7 @@ class TuningRequest(RequestPart):
             )
         model = model.model_copy(update=_resolved(base_dir, model, MODEL_PATHS))
         data = data.model_copy(update=_resolved(base_dir, data, DATA_PATHS))
-        python_path = list(dict.fromkeys([str(Path.cwd().resolve()), str(base_dir.resolve())]))
+        python_path = workload_python_path(base_dir)
         return Workload(model=model, data=data, metric=self.metric, python_path=python_path)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.errors import RequestError
+from autotune.core.model_files import workload_python_path
 from autotune.requests.checks import check_entry_point_source, resolve_under_root
 from autotune.requests.request import parse_request
 from autotune.requests.sources import download_registered
@@ -58,7 +59,9 @@ def prepare_job(
 
 
 def base_dir(settings: ServiceSettings) -> Path:
-    """Where trusted entry points import from: the models root, else the server's directory."""
+    """The directory a job's request paths are relative to, and its entry points import
+    from after the server's working directory (`workload_python_path`): the models root,
+    else the server's working directory."""
     return (settings.models_root or Path.cwd()).resolve()
 
 
@@ -175,4 +178,4 @@ def _check_trusted(entry_point: Any, settings: ServiceSettings, field: str) -> N
         trusted_list = ", ".join(settings.trusted_modules) or "none"
         rule = f"must be in a module this server trusts ({trusted_list})"
         raise RequestError(field, rule, entry_point)
-    check_entry_point_source(entry_point, [base_dir(settings)], field)
+    check_entry_point_source(entry_point, workload_python_path(base_dir(settings)), field)
