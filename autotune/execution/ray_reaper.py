@@ -103,15 +103,23 @@ def reap(group: int) -> None:
         *lines, told = told.split(b"\n")
         for line in lines:
             closing = closing or line == CLOSING
-            for pid in (int(word) for word in line.split() if word.isdigit()):
-                if pid != os.getpid():  # made before `ray.init`, the reaper is a new child too
-                    with contextlib.suppress(psutil.NoSuchProcess):
-                        started.setdefault(pid, psutil.Process(pid))
+            _follow(started, line)
     _kill(started.values())
     if not closing:
         _until_orphaned(coordinator)
     for _ in range(SWEEPS):
         _kill(strays(group, since))
+
+
+def _follow(started: dict[int, psutil.Process], line: bytes) -> None:
+    """Add the processes a line of pids names (the reaper aside: made before `ray.init`, it is
+    one of the coordinator's new children too)."""
+    import psutil
+
+    for pid in (int(word) for word in line.split() if word.isdigit()):
+        if pid != os.getpid():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                started.setdefault(pid, psutil.Process(pid))
 
 
 def _until_orphaned(coordinator: int) -> None:
