@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from types import UnionType
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
+    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -54,6 +57,10 @@ MAX_ROUNDS = 1000
 MAX_ROUND_SECONDS = 3600.0
 MAX_PRICE_PER_HOUR = 1e6
 MAX_GCO2_PER_KWH = 1e4
+
+# How alike (difflib's ratio) a valid key must be to an unknown one to be offered in its
+# place: 'max_latency_p95_ms' for 'max_latncy' (0.71), not 'cluster' for 'colour' (0.62).
+SUGGESTION_CUTOFF = 0.7
 
 
 class RegisteredName:
@@ -416,10 +423,55 @@ def parse_request(raw: dict[str, Any], replay: bool = False) -> TuningRequest:
 
 
 def request_error_from(exc: ValidationError) -> RequestError:
+    """The first problem pydantic found, as field, rule and value; an unknown key comes with
+    the closest key valid in its place (`did you mean max_accuracy_drop?`)."""
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or "request"
     rule = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        *where, unknown = first["loc"]
+        keys = _keys_at(TuningRequest, tuple(where))
+        close = difflib.get_close_matches(str(unknown), keys, n=1, cutoff=SUGGESTION_CUTOFF)
+        rule += f"; did you mean {close[0]}?" if close else ""
     return RequestError(field, rule, first.get("input"))
+
+
+def _keys_at(model: type[BaseModel], location: tuple[int | str, ...]) -> list[str]:
+    """The keys a mapping at `location` (an error's, inside a `model`) may hold."""
+    kinds: list[Any] = [model]
+    for part in location:
+        kinds = [inner for kind in kinds for inner in _held_at(kind, part)]
+    models = [member for kind in kinds for member in _members(kind) if _is_model(member)]
+    return sorted({name for member in models for name in member.model_fields})
+
+
+def _held_at(kind: Any, part: int | str) -> list[Any]:
+    """The types of what a value of type `kind` holds at `part` of an error's location: a
+    model's field, a list's item, a mapping's value, or the union member pydantic names."""
+    held: list[Any] = []
+    for member in _members(kind):
+        origin, args = get_origin(member), get_args(member)
+        if getattr(member, "__name__", None) == part:
+            held.append(member)
+        elif _is_model(member) and str(part) in member.model_fields:
+            held.append(member.model_fields[str(part)].annotation)
+        elif (origin is list and isinstance(part, int)) or origin is dict:
+            held.append(args[-1])
+    return held
+
+
+def _members(kind: Any) -> list[Any]:
+    """A union's members (each unwrapped), an Annotated type's type, or the type itself."""
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is Annotated:
+        return _members(args[0])
+    if origin in (Union, UnionType):
+        return [member for arg in args for member in _members(arg)]
+    return [kind]
+
+
+def _is_model(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
 
 
 def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:

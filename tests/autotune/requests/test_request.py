@@ -1,4 +1,5 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,36 @@ def test_defaults_fill_a_minimal_request() -> None:
     assert request.metric.kind == "accuracy"
     assert request.storage.startswith("sqlite:///")
     assert request.budget.trials == 30
+
+
+@pytest.mark.parametrize(
+    ("patch", "field", "meant"),
+    [
+        (
+            {"constraints": {"max_acuracy_drop": 0.01}},
+            "constraints.max_acuracy_drop",
+            "max_accuracy_drop",
+        ),
+        ({"constraints": {"max_latncy": 3}}, "constraints.max_latncy", "max_latency_p95_ms"),
+        ({"modle": {}}, "modle", "model"),
+        ({"model": {"entry_pont": "a.b:c"}}, "model.entry_pont", "entry_point"),
+        ({"budget": {"trails": 3}}, "budget.trails", "trials"),
+        ({"measurement": {"min_iter": 3}}, "measurement.min_iter", "min_iters"),
+    ],
+)
+def test_an_unknown_key_is_answered_with_the_closest_key_valid_there(
+    patch: dict[str, Any], field: str, meant: str
+) -> None:
+    with pytest.raises(RequestError) as info:
+        parse_request({**VALID, **patch})
+    assert info.value.field == field
+    assert info.value.rule == f"Extra inputs are not permitted; did you mean {meant}?"
+
+
+def test_an_unknown_key_like_none_valid_there_gets_no_guess() -> None:
+    with pytest.raises(RequestError) as info:
+        parse_request({**VALID, "colour": "red"})
+    assert info.value.rule == "Extra inputs are not permitted"
 
 
 @pytest.mark.parametrize(
