@@ -32,7 +32,8 @@ sys.path.insert(0, str(REPO))
 from tests.ray_nodes import LocalRayCluster  # noqa: E402
 
 
-def request(tmp: Path, trials: int) -> Path:
+def request(tmp: Path, trials: int, **changes: Any) -> Path:
+    """The digits example as these experiments run it (`changes` replace its sections)."""
     document = yaml.safe_load((REPO / "experiments/digits/request.yaml").read_text())
     document.update(
         model={"entry_point": "experiments.digits.model:build_model"},
@@ -44,6 +45,7 @@ def request(tmp: Path, trials: int) -> Path:
         storage=f"sqlite:///{tmp}/study.db",
         tracking={"uri": f"sqlite:///{tmp}/mlflow.db", "experiment": "kinds"},
     )
+    document.update(changes)
     path = tmp / "request.yaml"
     path.write_text(yaml.safe_dump(document))
     return path

@@ -28,32 +28,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from experiments.kinds_in_parallel import request  # noqa: E402
 from tests.ray_nodes import LocalRayCluster  # noqa: E402
 
 SLOW = {"warmup_iters": 2, "min_iters": 10, "min_seconds": 1.5, "max_seconds": 2.0}
-
-
-def request(tmp: Path, trials: int) -> Path:
-    document = yaml.safe_load((REPO / "experiments/digits/request.yaml").read_text())
-    document.update(
-        model={"entry_point": "experiments.digits.model:build_model"},
-        data={"entry_point": "experiments.digits.model:eval_data"},
-        constraints={"max_accuracy_drop": 0.01},
-        search_space="quick-cpu.yaml",
-        budget={"trials": trials},
-        measurement=SLOW,
-        validation={"rounds": 6, "round_seconds": 0.2},
-        storage=f"sqlite:///{tmp}/study.db",
-        tracking={"uri": f"sqlite:///{tmp}/mlflow.db", "experiment": "node-loss"},
-    )
-    path = tmp / "request.yaml"
-    path.write_text(yaml.safe_dump(document))
-    return path
 
 
 def trials(storage: str) -> list[Any]:
@@ -97,7 +78,7 @@ def one_run(trials_wanted: int, give_up_s: float) -> dict[str, Any]:
             cluster.start_head()
             cluster.add_node("a", [0])
             cluster.add_node("b", [1])
-            path = request(tmp, trials_wanted)
+            path = request(tmp, trials_wanted, measurement=SLOW)
             storage = f"sqlite:///{tmp}/study.db"
             command = [sys.executable, "-m", "autotune", "tune", str(path), "--seed", "0"]
             command += ["--workers", "2", "--ray-address", cluster.address]

@@ -16,7 +16,8 @@ import sys
 import tempfile
 import time
 import uuid
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,19 @@ class LocalRayCluster:
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+@contextmanager
+def head_only(workdir: Path) -> Iterator[LocalRayCluster]:
+    """A cluster whose head runs no trials, its logs under `workdir` (made here), stopped
+    afterwards whatever happened: the caller adds its nodes."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cluster = LocalRayCluster(workdir)
+    try:
+        cluster.start_head()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def free_port() -> int:

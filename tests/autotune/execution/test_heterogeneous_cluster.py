@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, digits_request, stored_trials
-from tests.ray_nodes import LocalRayCluster
+from tests.ray_nodes import LocalRayCluster, head_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,15 +48,9 @@ def _the_coordinator_has_what_the_small_node_lacks() -> None:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalRayCluster]:
-    nodes = tmp_path / "nodes"
-    nodes.mkdir()
-    started = LocalRayCluster(nodes)
-    try:
-        started.start_head()
+    with head_only(tmp_path / "nodes") as started:
         started.add_node("small", [1], SMALL, hide=("openvino",))
         yield started
-    finally:
-        started.stop()
 
 
 def autotune(cluster: LocalRayCluster, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, digits_request
-from tests.ray_nodes import LocalRayCluster
+from tests.ray_nodes import LocalRayCluster, head_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -57,15 +57,10 @@ LATENCY_BOUND_MS = 40.0
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluster]:
     assert len(os.sched_getaffinity(0)) >= 2, "the two nodes need a core each"
-    nodes = tmp_path_factory.mktemp("nodes")
-    started = LocalRayCluster(nodes)
-    try:
-        started.start_head()
+    with head_only(tmp_path_factory.mktemp("nodes")) as started:
         started.add_node("small", [1], SMALL, hide=("openvino",))
         started.add_node("big", [0], BIG)
         yield started
-    finally:
-        started.stop()
 
 
 def autotune(cluster: LocalRayCluster, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

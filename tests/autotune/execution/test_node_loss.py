@@ -18,7 +18,7 @@ import yaml
 
 from autotune.core.errors import RequestError
 from tests.conftest import REPO, digits_request, stored_trials
-from tests.ray_nodes import LocalRayCluster
+from tests.ray_nodes import LocalRayCluster, head_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -30,14 +30,8 @@ EXIT_NODES_GONE = 4
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalRayCluster]:
-    nodes = tmp_path / "nodes"
-    nodes.mkdir()
-    cluster = LocalRayCluster(nodes)
-    try:
-        cluster.start_head()
-        yield cluster
-    finally:
-        cluster.stop()
+    with head_only(tmp_path / "nodes") as started:
+        yield started
 
 
 class Tuning:

@@ -18,7 +18,7 @@ from autotune.service import Database, create_app
 from autotune.service.tokens import create_token
 from tests.autotune.service.conftest import bearer
 from tests.autotune.service.support import service_request, sqlite_settings, wait_for
-from tests.ray_nodes import LocalRayCluster
+from tests.ray_nodes import LocalRayCluster, head_only
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -26,17 +26,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalRayCluster]:
     """A head that runs no trials and one worker node; this process may join it."""
-    nodes = tmp_path / "nodes"
-    nodes.mkdir()
-    started = LocalRayCluster(nodes)
-    try:
-        started.start_head()
+    with head_only(tmp_path / "nodes") as started:
         started.add_node("worker", [0])
         for name in ("RAY_TMPDIR", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
             monkeypatch.setenv(name, started.env[name])
         yield started
-    finally:
-        started.stop()
 
 
 class CountedSurveys:

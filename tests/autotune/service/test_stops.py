@@ -37,7 +37,7 @@ from tests.autotune.service.support import (
 )
 from tests.autotune.service.test_serve import alive, health, serving, tail
 from tests.conftest import REPO, postgres_databases, stored_trials
-from tests.ray_nodes import LocalRayCluster
+from tests.ray_nodes import LocalRayCluster, head_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,15 +50,9 @@ ORPHAN_S = 5.0
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalRayCluster]:
     """A head that runs no trials and one worker node (kind a), on core 0."""
-    nodes = tmp_path / "nodes"
-    nodes.mkdir()
-    started = LocalRayCluster(nodes)
-    try:
-        started.start_head()
+    with head_only(tmp_path / "nodes") as started:
         started.add_node("a", [0], KIND_A)
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.ray_nodes import LocalRayCluster
+from tests.ray_nodes import LocalRayCluster, head_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,15 +32,9 @@ print(json.dumps(ray.get(ray.remote(num_cpus=1)(software_versions).remote())))
 def cluster(tmp_path: Path) -> Iterator[LocalRayCluster]:
     if importlib.util.find_spec("openvino") is None:
         pytest.skip("OpenVINO is not installed: a node without it would hide nothing")
-    nodes = tmp_path / "nodes"
-    nodes.mkdir()
-    started = LocalRayCluster(nodes)
-    try:
-        started.start_head()  # no CPU: the node below runs every task
+    with head_only(tmp_path / "nodes") as started:  # the node below runs every task
         started.add_node("without-openvino", [0], hide=("openvino",))
         yield started
-    finally:
-        started.stop()
 
 
 def run(cluster: LocalRayCluster, cwd: Path, *args: str) -> str:
