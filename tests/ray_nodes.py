@@ -43,20 +43,21 @@ sys.meta_path.insert(0, _Hidden())
 
 
 class LocalRayCluster:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, token_auth: bool = True) -> None:
         self.workdir = workdir
         # Ray's socket paths must stay short: under /tmp, not pytest's deep tmp_path.
         self.temp_dir = Path(tempfile.mkdtemp(prefix="at-ray-", dir="/tmp"))
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_TMPDIR": str(self.temp_dir)}
         # Token authentication on, with this cluster's own token: the driver must present it.
-        self.env = {
-            **os.environ,
-            "PYTHONPATH": str(REPO),
-            "RAY_TMPDIR": str(self.temp_dir),
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN": uuid.uuid4().hex + uuid.uuid4().hex,
-        }
+        # Off for a test that joins from its own process, whose Ray read its settings (with no
+        # token) when an earlier test imported it.
+        if token_auth:
+            self.env["RAY_AUTH_MODE"] = "token"
+            self.env["RAY_AUTH_TOKEN"] = uuid.uuid4().hex + uuid.uuid4().hex
+        else:
+            self.env["RAY_AUTH_MODE"] = "disabled"
         self._processes: list[subprocess.Popen[bytes]] = []
         self._named: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -189,11 +190,11 @@ class LocalRayCluster:
 
 
 @contextmanager
-def head_only(workdir: Path) -> Iterator[LocalRayCluster]:
+def head_only(workdir: Path, token_auth: bool = True) -> Iterator[LocalRayCluster]:
     """A cluster whose head runs no trials, its logs under `workdir` (made here), stopped
     afterwards whatever happened: the caller adds its nodes."""
     workdir.mkdir(parents=True, exist_ok=True)
-    cluster = LocalRayCluster(workdir)
+    cluster = LocalRayCluster(workdir, token_auth)
     try:
         cluster.start_head()
         yield cluster

@@ -283,7 +283,9 @@ def test_the_compose_services_tune_the_digits_example(
             assert {"config", "metrics", "baseline"} <= set(tuned)
             assert tuned["metrics"]["latency_p95_ms"] > 0
             assert tuned["baseline"]["accuracy"] > 0.5
-            assert tuned["mlflow"]["tracking_uri"] == local["AUTOTUNE_TRACKING_URI"]
+            # The tracking server is one of the service's stores: shown by its scheme only.
+            assert local["AUTOTUNE_TRACKING_URI"].startswith("http://")
+            assert tuned["mlflow"]["tracking_uri"] == "http://…"
             # The space is the worker node's (one CPU offered to trials), not the machine's
             # that the runner runs on (two cores here): no trial asks for more threads.
             trials = stored_trials(databases["optuna"], tuned["study"]["name"])

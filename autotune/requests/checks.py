@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import threading
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
@@ -14,6 +15,10 @@ from autotune.core.contract.refs import local_path
 from autotune.core.errors import RequestError
 from autotune.core.model_files import entry_point_search_path, resolve_entry_point
 from autotune.requests.uploads import describe_file
+
+# CPython 3.11's ast.parse is not safe in several threads at once ("AST constructor
+# recursion depth mismatch", seen with 20 submissions at once): one parse at a time.
+_PARSING = threading.Lock()
 
 
 def check_workload(workload: Workload) -> None:
@@ -86,7 +91,9 @@ def check_entry_point_source(entry_point: str, python_path: Sequence[str], field
     if spec.origin is None or not spec.origin.endswith(".py"):
         return
     try:
-        tree = ast.parse(Path(spec.origin).read_bytes())
+        source = Path(spec.origin).read_bytes()
+        with _PARSING:
+            tree = ast.parse(source)
     except (OSError, SyntaxError, ValueError) as error:
         rule = f"module must be valid Python ({type(error).__name__})"
         raise RequestError(field, rule, entry_point) from None

@@ -25,11 +25,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalRayCluster]:
-    """A head that runs no trials and one worker node; this process may join it."""
-    with head_only(tmp_path / "nodes") as started:
+    """A head that runs no trials and one worker node; this process joins it (so without
+    token authentication: this process's Ray may have read its settings already)."""
+    with head_only(tmp_path / "nodes", token_auth=False) as started:
         started.add_node("worker", [0])
-        for name in ("RAY_TMPDIR", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
-            monkeypatch.setenv(name, started.env[name])
+        monkeypatch.setenv("RAY_TMPDIR", started.env["RAY_TMPDIR"])
         yield started
 
 
