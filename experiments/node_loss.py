@@ -31,6 +31,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from autotune.results.leases import schema_lock  # noqa: E402
 from experiments.kinds_in_parallel import request  # noqa: E402
 from tests.ray_nodes import LocalRayCluster  # noqa: E402
 
@@ -42,9 +43,9 @@ def trials(storage: str) -> list[Any]:
     import optuna
 
     try:
-        return optuna.load_study(study_name="digits-cnn", storage=storage).get_trials(
-            deepcopy=False
-        )
+        with schema_lock(storage):  # the coordinator may be creating Optuna's tables
+            study = optuna.load_study(study_name="digits-cnn", storage=storage)
+        return study.get_trials(deepcopy=False)
     except KeyError:
         return []
 

@@ -19,6 +19,7 @@ import optuna
 import pytest
 import yaml
 
+from autotune.results.leases import schema_lock
 from tests.conftest import REPO, digits_request
 from tests.ray_nodes import LocalRayCluster, head_only
 
@@ -101,7 +102,10 @@ def trial_spans(tmp_path: Path, study: str) -> list[tuple[datetime, datetime]]:
 
 def study_names(tmp_path: Path) -> list[str]:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    return sorted(s.study_name for s in optuna.get_all_study_summaries(storage))
+    # Under the lock the coordinators take to create the storage's tables: Optuna creates
+    # them on first use, and a look while a coordinator does the same fails.
+    with schema_lock(storage):
+        return sorted(s.study_name for s in optuna.get_all_study_summaries(storage))
 
 
 def test_two_kinds_are_tuned_at_once_each_on_its_own_node(
