@@ -71,10 +71,13 @@ class Tuning:
                 pytest.fail(f"never said {text!r}: {self.output[-3000:]}")
             time.sleep(0.2)
 
-    def wait_inside_a_trial(self, counted_at_least: int) -> None:
-        """Until that many trials count and one is running (and so is measuring)."""
+    def wait_inside_a_trial(self, counted_at_least: int, running_at_least: int = 1) -> None:
+        """Until that many trials count and run (and so are measuring): with as many running
+        as there are slots, each node is inside a trial."""
         deadline = time.monotonic() + 300
-        while not (counted(self.storage) >= counted_at_least and running(self.storage)):
+        while not (
+            counted(self.storage) >= counted_at_least and running(self.storage) >= running_at_least
+        ):
             if time.monotonic() > deadline or self.process.poll() is not None:
                 pytest.fail(f"no trial running after {counted_at_least}: {self.output[-3000:]}")
             time.sleep(0.2)
@@ -118,7 +121,7 @@ def test_a_node_lost_mid_trial_is_rerun_on_the_other_node(
     cluster.add_node("b", [1])
     write_request(tmp_path, trials=8, node_wait_s=60)
     tuning = Tuning(cluster, tmp_path, "--workers", "2")
-    tuning.wait_inside_a_trial(counted_at_least=2)
+    tuning.wait_inside_a_trial(counted_at_least=2, running_at_least=2)
     cluster.kill_node("b")
     assert tuning.finish() == 0, tuning.output[-3000:]
 
