@@ -29,7 +29,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.ray_nodes import LocalRayCluster  # noqa: E402
+from tests.ray_nodes import head_only  # noqa: E402
 
 
 def request(tmp: Path, trials: int, **changes: Any) -> Path:
@@ -74,10 +74,7 @@ def studies(storage: str) -> dict[str, dict[str, Any]]:
 def one_run(trials: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
-        (tmp / "nodes").mkdir()
-        cluster = LocalRayCluster(tmp / "nodes")
-        try:
-            cluster.start_head()
+        with head_only(tmp / "nodes") as cluster:
             cluster.add_node("small", [1], {"kind": "small"}, hide=("openvino",))
             cluster.add_node("big", [0], {"kind": "big"})
             command = [sys.executable, "-m", "autotune", "tune", str(request(tmp, trials))]
@@ -87,8 +84,6 @@ def one_run(trials: int) -> dict[str, Any]:
                 command, cwd=tmp, env=cluster.env, capture_output=True, text=True, check=False
             )
             seconds = time.perf_counter() - started
-        finally:
-            cluster.stop()
         return {
             "revision": REPO.name,
             "exit_code": done.returncode,

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from autotune.results.leases import schema_lock  # noqa: E402
 from experiments.kinds_in_parallel import request  # noqa: E402
-from tests.ray_nodes import LocalRayCluster  # noqa: E402
+from tests.ray_nodes import head_only  # noqa: E402
 
 SLOW = {"warmup_iters": 2, "min_iters": 10, "min_seconds": 1.5, "max_seconds": 2.0}
 
@@ -73,10 +73,7 @@ def summary(storage: str) -> dict[str, Any]:
 def one_run(trials_wanted: int, give_up_s: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
-        (tmp / "nodes").mkdir()
-        cluster = LocalRayCluster(tmp / "nodes")
-        try:
-            cluster.start_head()
+        with head_only(tmp / "nodes") as cluster:
             cluster.add_node("a", [0])
             cluster.add_node("b", [1])
             path = request(tmp, trials_wanted, measurement=SLOW)
@@ -110,8 +107,6 @@ def one_run(trials_wanted: int, give_up_s: float) -> dict[str, Any]:
                 **summary(storage),
                 "said": [line for line in output.splitlines() if "left" in line][:3],
             }
-        finally:
-            cluster.stop()
 
 
 def wait_inside_a_trial(storage: str, process: subprocess.Popen[bytes]) -> float:

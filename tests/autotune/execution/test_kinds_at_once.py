@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from autotune.results.leases import schema_lock
+from tests.autotune.execution.test_heterogeneous_cluster import autotune
 from tests.conftest import REPO, digits_request
 from tests.ray_nodes import LocalRayCluster, head_only
 
@@ -62,17 +63,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluste
         started.add_node("small", [1], SMALL, hide=("openvino",))
         started.add_node("big", [0], BIG)
         yield started
-
-
-def autotune(cluster: LocalRayCluster, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autotune", *args],
-        cwd=cwd,
-        env={**cluster.env, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
 
 
 def tune(cluster: LocalRayCluster, tmp_path: Path, space: dict[str, Any], **request: Any) -> Any:
