@@ -286,10 +286,12 @@ class RayExecutor:
 
     def _node_gpus(self, node_id: str) -> int:
         """The GPUs of all the slots on a node: the most a gang trial there can borrow."""
-        return sum(slot.gpus for slot in self._slots if slot.node_id == node_id)
+        return sum(
+            self._slots[i].gpus for i in self._live_slots() if self._slots[i].node_id == node_id
+        )
 
     def _submit_gang(self, spec: TrialSpec, degree: int) -> None:
-        most = max(self._node_gpus(slot.node_id) for slot in self._slots)
+        most = max((self._node_gpus(self._slots[i].node_id) for i in self._live_slots()), default=0)
         if degree > most:
             reason = (
                 f"needs {degree} GPUs on one node; the largest node of kind "
