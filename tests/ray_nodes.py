@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -17,12 +16,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from tests.process_groups import end_group, end_groups
 
 RAY = Path(sys.executable).with_name("ray")
 
@@ -129,9 +129,7 @@ class LocalRayCluster:
         its process group (its raylet, its object store and its workers)."""
         process = self._named.pop(name)
         self._processes.remove(process)
-        with suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
+        end_group(process)
 
     def _check(self, code: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -177,15 +175,7 @@ class LocalRayCluster:
 
     def stop(self) -> None:
         """The nodes' process groups: SIGTERM, then SIGKILL to what is left."""
-        for process in reversed(self._processes):
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in reversed(self._processes):
-            with suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=3)
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
+        end_groups(reversed(self._processes), grace_s=3.0)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 

@@ -15,13 +15,11 @@ import importlib.util
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ import yaml
 
 from tests.autotune.service.support import FAST
 from tests.conftest import REPO, postgres_databases, stored_trials
+from tests.process_groups import end_groups
 from tests.ray_nodes import free_port
 from tests.test_compose import command, environment, load_compose, option_value, resolved
 
@@ -98,16 +97,8 @@ class Services:
         return "\n".join(parts)
 
     def stop(self) -> None:
-        for process in reversed(self.started.values()):
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for process in reversed(self.started.values()):
-            with suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            with suppress(ProcessLookupError):  # what is left of the group, e.g. a raylet
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
+        # SIGKILL after the grace: what is left of each group, e.g. a raylet
+        end_groups(reversed(self.started.values()), grace_s=5.0)
 
 
 def substitute(args: list[str], replacements: dict[str, str]) -> list[str]:

@@ -14,7 +14,9 @@ The raylet dies with the coordinator (Ray makes the processes `ray.init` starts 
 fate), which leaves its agents to init: a coordinator killed inside `ray.init`, or before the
 reaper has seen the agents, would leave them running. So the reaper also kills the strays of
 the coordinator's process group: the processes that began after the reaper and that no older
-process of the group parents (a live coordinator's own children are its).
+process of the group parents (a live coordinator's own children are its). The group's leader
+and what it parents are never strays: once the coordinator is dead, its number may lead the
+group of a process started since (pids wrap), which is not ours to kill.
 """
 
 from __future__ import annotations
@@ -131,15 +133,16 @@ def _until_orphaned(coordinator: int) -> None:
 
 
 def strays(group: int, since: float) -> list[psutil.Process]:
-    """The live processes of process group `group` that began at `since` or later and that no
-    process of the group older than that parents (the reaper aside)."""
+    """The live processes of process group `group` that began at `since` or later and that
+    neither the group's leader nor a process of the group older than that parents (the reaper
+    and the leader aside)."""
     import psutil
 
     found = []
     for process in psutil.process_iter():
         with contextlib.suppress(psutil.Error, OSError):  # OSError: gone before getpgid
             if (
-                process.pid != os.getpid()
+                process.pid not in (os.getpid(), group)
                 and os.getpgid(process.pid) == group
                 and process.create_time() >= since
                 and process.status() != psutil.STATUS_ZOMBIE
@@ -150,11 +153,11 @@ def strays(group: int, since: float) -> list[psutil.Process]:
 
 
 def _parented(process: psutil.Process, group: int, since: float) -> bool:
-    """Whether a process of `group` older than `since` is among the process's ancestors
-    (reached through the group)."""
+    """Whether the group's leader, or a process of `group` older than `since`, is among the
+    process's ancestors (reached through the group)."""
     parent = process.parent()
     while parent is not None and os.getpgid(parent.pid) == group:
-        if parent.create_time() < since:
+        if parent.pid == group or parent.create_time() < since:
             return True
         parent = parent.parent()
     return False

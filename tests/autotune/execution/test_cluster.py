@@ -25,6 +25,7 @@ from autotune.tracking import PARENT_TAG, TRIAL_TAG
 from autotune.tuning import TuneOptions, run_tune
 from tests.conftest import REPO, digits_request, postgres_databases, stored_trials
 from tests.postgres_cluster import PrivateCluster
+from tests.process_groups import end_group
 from tests.ray_nodes import LocalRayCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -97,9 +98,7 @@ def _no_leftover_coordinators() -> Iterator[None]:
     yield
     while LAUNCHED:
         process = LAUNCHED.pop()
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
+        end_group(process)
 
 
 def cli(path: Path, cwd: Path, *args: str) -> subprocess.Popen[str]:

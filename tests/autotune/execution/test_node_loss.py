@@ -4,8 +4,6 @@ the real CLI (marker: integration)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -18,6 +16,7 @@ import yaml
 
 from autotune.core.errors import RequestError
 from tests.conftest import REPO, digits_request, stored_trials
+from tests.process_groups import end_group
 from tests.ray_nodes import LocalRayCluster, head_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -86,9 +85,7 @@ class Tuning:
         try:
             code = self.process.wait(timeout=within_s)
         finally:
-            if self.process.poll() is None:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=30)
+            end_group(self.process)
         self._reader.join(timeout=10)
         return code
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.execution.ray_reaper import Reaper
+from autotune.execution.ray_reaper import Reaper, strays
 from tests.autotune.execution.test_cluster import live_processes_of, session_ends
 from tests.conftest import REPO
 
@@ -32,7 +32,7 @@ SLEEPER = "import time; print(flush=True); time.sleep(600)"
 # to init. Its helper, started before the reaper, is not one of Ray's.
 KILLED_COORDINATOR = f"""
 import os, signal, subprocess, sys
-from autotune.execution.ray_reaper import Reaper
+from autotune.execution.ray_reaper import Reaper, strays
 helper = subprocess.Popen([sys.executable, '-c', {SLEEPER!r}], stdout=subprocess.PIPE)
 helper.stdout.readline()
 reaper = Reaper()
@@ -97,6 +97,23 @@ def test_the_roots_and_their_children_are_killed_when_the_pipe_ends() -> None:
         for process in (root, bystander):
             process.kill()
             process.wait()
+
+
+def test_a_group_led_by_a_process_started_since_is_not_strays() -> None:
+    """A dead coordinator's number may lead the group of a process started after its reaper
+    (pids wrap): that leader and its children are not the coordinator's strays."""
+    since = psutil.Process().create_time()
+    leader = subprocess.Popen(
+        [sys.executable, "-c", ROOT], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert leader.stdout is not None
+    child = psutil.Process(int(leader.stdout.readline()))
+    try:
+        assert strays(leader.pid, since) == []
+    finally:
+        child.kill()
+        leader.kill()
+        leader.wait()
 
 
 def test_what_a_dead_raylet_left_to_init_is_killed_with_its_coordinator() -> None:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 
 from tests.autotune.service.support import wait_for
 from tests.conftest import REPO, postgres_databases
+from tests.process_groups import end_group
 from tests.ray_nodes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -65,9 +65,7 @@ def serving(args: list[str], cwd: Path, env: dict[str, str], log: Path) -> Itera
     try:
         yield process
     finally:
-        with suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
+        end_group(process)
 
 
 def healthy(process: Any, url: str, log: Path) -> bool:

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from tests.autotune.service.support import (
     wait_for,
 )
 from tests.conftest import REPO, postgres_databases, stored_trials
+from tests.process_groups import end_group
 from tests.ray_nodes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -64,9 +65,7 @@ def serving(
     try:
         yield process
     finally:
-        with suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
+        end_group(process)
 
 
 def health(process: Any, log: Path) -> dict[str, Any] | None:
