@@ -35,7 +35,10 @@ if TYPE_CHECKING:
 
 def tune(
     request_file: Annotated[Path, typer.Argument(metavar="REQUEST.yaml")],
-    trials: Annotated[int | None, typer.Option(min=1, help="trials in the study")] = None,
+    trials: Annotated[
+        int | None,
+        typer.Option(min=1, envvar="AUTOTUNE_TRIALS", help="trials in the study"),
+    ] = None,
     timeout: Annotated[float | None, typer.Option(min=0.001, help="seconds of search")] = None,
     storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the study")] = None,
     study: Annotated[str | None, typer.Option(help="study name (resumes if it exists)")] = None,
