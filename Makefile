@@ -12,15 +12,27 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 EXTRA := $(if $(HAS_GPU),gpu,cpu)
 TORCH_SPEC := $(if $(HAS_GPU),torch==$(TORCH_VERSION),torch==$(TORCH_VERSION)+cpu)
 
-.PHONY: setup demo test test-fast lint mlflow-ui clean gpu-check gpu-wheels
+.PHONY: setup setup-dev demo test test-fast lint mlflow-ui clean gpu-check gpu-wheels
+
+# `setup` is what running autotune needs (torch, the runtime extra, hf); `setup-dev` adds the
+# development tools (pytest, ruff, mypy, import-linter, ...) that test and lint need.
+RUNTIME_EXTRAS := $(EXTRA),hf
+DEV_EXTRAS := $(RUNTIME_EXTRAS),dev
 
 setup: $(VENV)/.installed
 
+setup-dev: $(VENV)/.installed-dev
+
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	@echo "setup: installing torch ($(TORCH_SPEC)), then autotune with its extras ($(EXTRA),hf,dev): a few minutes"
+	@echo "setup: installing torch ($(TORCH_SPEC)), then autotune with its extras ($(RUNTIME_EXTRAS)): a few minutes"
 	$(BIN)/python -m pip install "$(TORCH_SPEC)" $(TORCH_INDEX)
-	$(BIN)/python -m pip install -e ".[$(EXTRA),hf,dev]"
+	$(BIN)/python -m pip install -e ".[$(RUNTIME_EXTRAS)]"
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	@echo "setup-dev: adding the development tools (extras $(DEV_EXTRAS))"
+	$(BIN)/python -m pip install -e ".[$(DEV_EXTRAS)]"
 	touch $@
 
 demo: setup
@@ -33,14 +45,14 @@ demo: setup
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 PYTEST_PARALLEL := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
-test: setup
+test: setup-dev
 	$(PYTEST_PARALLEL)
 
 # The fast inner loop: everything but the real studies, Ray clusters and service processes.
-test-fast: setup
+test-fast: setup-dev
 	$(PYTEST_PARALLEL) -m "not slow"
 
-lint: setup
+lint: setup-dev
 	$(BIN)/ruff check autotune workers tests experiments
 	$(BIN)/ruff format --check autotune workers tests experiments
 	$(BIN)/lint-imports
