@@ -34,8 +34,10 @@ def hardware(
     ray_address: RayAddress = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the profile as JSON")] = False,
 ) -> None:
-    """Print the hardware profile of the machine that would run the trials (this one), or of
-    each kind of node in a Ray cluster. The profile is probed by the data plane, on the node."""
+    """Print the hardware profile of the trial nodes.
+
+    The machine that would run the trials (this one), or each kind of node in a Ray cluster;
+    the profile is probed by the data plane, on the node."""
     from autotune.execution.ray_executor import survey_kinds
 
     with _exit_codes():
@@ -110,9 +112,10 @@ def space(
     ] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
 ) -> None:
-    """Print the effective search space for the machine that would run the trials (this one,
-    each kind of node of a Ray cluster, or a saved profile), and for a request's model when
-    one is given."""
+    """Print the effective search space of the trial nodes.
+
+    For the machine that would run the trials (this one, each kind of node of a Ray cluster,
+    or a saved profile), and for a request's model when one is given."""
     from autotune.execution.ray_cluster import parse_workers
     from autotune.execution.ray_executor import survey_kinds
     from autotune.space.search_space import effective_space, load_space, resolve_space_path

@@ -27,7 +27,12 @@ def serve_command(
     ] = None,
     data_dir: Annotated[
         Path | None,
-        typer.Option(envvar="AUTOTUNE_DATA_DIR", help="where uploads and job outputs are kept"),
+        typer.Option(
+            envvar="AUTOTUNE_DATA_DIR",
+            show_default=False,
+            help="where uploads and job outputs are kept (default: $XDG_DATA_HOME/autotune, "
+            "~/.local/share/autotune)",
+        ),
     ] = None,
     mlflow_artifacts: Annotated[
         str | None,
@@ -102,7 +107,9 @@ def serve_command(
         ),
     ] = False,
 ) -> None:
-    """Run the service: REST API, job runners and watch scheduler (each can be left out)."""
+    """Run the service: REST API, job runners and watch scheduler.
+
+    Each of the three can be left out."""
     from autotune.execution.ray_cluster import parse_workers
     from autotune.service.server import serve
     from autotune.service.settings import ServiceSettings

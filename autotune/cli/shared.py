@@ -29,9 +29,17 @@ EXIT_INFEASIBLE = 3
 EXIT_NODES_GONE = 4
 EXIT_INTERRUPTED = 130
 
-app = typer.Typer(
-    help="Hardware-aware tuning of ML models.", no_args_is_help=True, add_completion=False
-)
+
+def command_group(help_text: str) -> typer.Typer:
+    """A group of commands. Its help is click's plain help: each paragraph wrapped to the
+    terminal, never a value cut short (rich's help panels cut long values, environment
+    variable names among them, at 80 columns)."""
+    return typer.Typer(
+        help=help_text, no_args_is_help=True, add_completion=False, rich_markup_mode=None
+    )
+
+
+app = command_group("Hardware-aware tuning of ML models.")
 # Tables stay whole when the output is piped (rich would otherwise assume 80 columns).
 _PIPED_WIDTH = 160
 err = Console(stderr=True)

@@ -21,8 +21,10 @@ def report(
     storage: Annotated[str, typer.Option(help="SQLAlchemy URL")] = "sqlite:///autotune.db",
     as_json: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
 ) -> None:
-    """Print the feasible Pareto front of a stored study, the chosen trial and the baseline
-    marked (read only: a storage that does not exist is an error, never created)."""
+    """Print the feasible Pareto front of a stored study.
+
+    The chosen trial and the baseline are marked, each figure as the search measured it.
+    Read only: a storage that does not exist is an error, never created."""
     with _exit_codes():
         stored = _read_study(study_name, storage)
     if as_json:

@@ -10,11 +10,10 @@ from typing import Annotated, Any, cast
 import typer
 from rich.table import Table
 
-from autotune.cli.shared import AsJson, ServiceDb, _exit_codes, err, out
+from autotune.cli.shared import AsJson, ServiceDb, _exit_codes, command_group, err, out
 
-token_app = typer.Typer(
-    help="Manage the service's API tokens (run where the service database is reachable).",
-    no_args_is_help=True,
+token_app = command_group(
+    "Manage the service's API tokens.\n\nRun where the service database is reachable."
 )
 
 
@@ -40,7 +39,9 @@ def token_create(
     ] = None,
     db: ServiceDb = None,
 ) -> None:
-    """Create a token and print it; it is shown this once (only its hash is stored)."""
+    """Create a token and print it.
+
+    It is shown this once: only its hash is stored."""
     from autotune.service.tokens import create_token
 
     with _exit_codes(), _service_database(db) as database:

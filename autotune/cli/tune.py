@@ -95,11 +95,12 @@ def tune(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the tuned config as JSON")] = False,
 ) -> None:
-    """Tune a model: search, measure, and write the tuned configuration. With --replay,
-    the same search runs against a recorded table, each slot of --workers on a simulated
-    clock. Nodes of several kinds are tuned at once, a study each; the last lines say how
-    each kind's ended, and the exit code is 0 where every kind was tuned, else 1 where a
-    kind's study failed, 130 where one was stopped, 3 where one was infeasible."""
+    """Tune a model: search, measure, and write the tuned configuration.
+
+    With --replay, the same search runs against a recorded table, each slot of --workers on
+    a simulated clock. Nodes of several kinds are tuned at once, a study each; the last
+    lines say how each kind's ended, and the exit code is 0 where every kind was tuned, else
+    1 where a kind's study failed, 130 where one was stopped, 3 where one was infeasible."""
     from autotune.execution.ray_cluster import parse_workers
     from autotune.tuning import TuneOptions, run_tune_kinds
 
@@ -200,12 +201,7 @@ def _print_tuned(outcome: Any, written: Path, registered: str | None) -> None:
     for key, value in tuned.config.items():
         out.print(f"  {key}: {_shown(value)}")
     _print_comparison(tuned.baseline, tuned.metrics)
-    revalidation = tuned.revalidation
-    finalists = [f["trial"] for comparison in revalidation["comparisons"] for f in comparison]
-    out.print(
-        f"Head to head: the baseline and finalists {finalists} in {revalidation['rounds']} "
-        f"interleaved rounds; chosen #{revalidation['chosen']}: {revalidation['chosen_because']}"
-    )
+    out.print(head_to_head_line(tuned.revalidation))
     for note in outcome.notes:
         out.print(f"[yellow]note:[/yellow] {note}")
     # Paths and a command to copy: each on one line, however long (never folded at the width).
@@ -213,9 +209,7 @@ def _print_tuned(outcome: Any, written: Path, registered: str | None) -> None:
     out.print(f"Optimized model: {escape(str(tuned.artifact))}", soft_wrap=True)
     if registered is not None:
         out.print(f"Registered as:   {registered}", highlight=False, soft_wrap=True)
-    out.print(
-        f"MLflow run:      {tuned.mlflow['run_id']} (experiment {tuned.mlflow['experiment_id']})"
-    )
+    out.print(mlflow_run_line(tuned.mlflow))
     ui = _ui_command(tuned.mlflow["tracking_uri"])
     out.print(f"Open the UI:     {escape(ui)}", highlight=False, soft_wrap=True)
     review = _review_address(tuned.mlflow, tuned.study["name"])
@@ -223,6 +217,19 @@ def _print_tuned(outcome: Any, written: Path, registered: str | None) -> None:
     firm = tuned.headline.conditions == "quiet" and tuned.headline.resolved
     colour = "green" if firm else "yellow"
     out.print(f"\n[bold {colour}]Against the baseline:[/bold {colour}] {tuned.headline.text}")
+
+
+def head_to_head_line(revalidation: dict[str, Any]) -> str:
+    """Why the chosen configuration is the one: its head-to-head with the baseline."""
+    finalists = [f["trial"] for comparison in revalidation["comparisons"] for f in comparison]
+    return (
+        f"Head to head: the baseline and finalists {finalists} in {revalidation['rounds']} "
+        f"interleaved rounds; chosen #{revalidation['chosen']}: {revalidation['chosen_because']}"
+    )
+
+
+def mlflow_run_line(mlflow: dict[str, Any]) -> str:
+    return f"MLflow run:      {mlflow['run_id']} (experiment {mlflow['experiment_id']})"
 
 
 def _register(tuned: Any, per_kind: bool = False) -> str | None:
