@@ -298,18 +298,18 @@ def _review_address(mlflow: dict[str, str], study: str) -> str:
     return f"{base}/{view_link(mlflow['experiment_id'], study)}"
 
 
-# Wide enough for the longest phase name ("head to head"), kept whole however long the last
-# trial's line is.
+# Wide enough for the longest phase name ("head to head").
 LABEL_WIDTH = 12
 
 
 class _TuneProgress:
-    """The tune command's progress on stderr: a bar of the trials; then, for each phase
-    after the search (the finalists' head-to-head, the export), its line with an
-    elapsed-time bar, since one blocking call does its work; and notes above them. Where
-    stderr is not a terminal (a log file, a pipe), a line for each trial and each phase.
-    Several kinds tuned at once share the display: each kind's bars are labelled with the
-    kind, and each of its lines starts with it (`for_kind`)."""
+    """The tune command's progress on stderr: a line for each trial, each phase and each
+    note. On a terminal the lines scroll above a bar of the trials, its count and the time
+    elapsed; then, for each phase after the search (the finalists' head-to-head, the
+    export), a bar of its elapsed time, since one blocking call does its work. The bars
+    hold nothing of variable length, so they stay whole at 80 columns. Several kinds tuned
+    at once share the display: each kind's bars are labelled with the kind, and each of its
+    lines starts with it (`for_kind`)."""
 
     def __init__(self) -> None:
         self._progress: Any = None
@@ -333,8 +333,8 @@ class _TuneProgress:
         self._trials[label] = task
 
         def update(done: int, result: Any) -> None:
-            last = "" if result is None else _trial_text(result)
-            progress.update(task, completed=done, description=last, count=_count(done, total))
+            progress.update(task, completed=done, count=_count(done, total))
+            self._trial_line(done, total, result, label)
 
         try:
             yield update
@@ -356,7 +356,6 @@ class _TuneProgress:
                     BarColumn(bar_width=20),
                     TextColumn("{task.fields[count]}"),
                     TimeElapsedColumn(),
-                    TextColumn("{task.description}"),
                 ]
                 self._progress = Progress(*columns, console=err, transient=False)
                 self._progress.start()
@@ -372,18 +371,17 @@ class _TuneProgress:
                 self._progress = None
 
     def phase(self, text: str, label: str = "") -> None:
-        """A phase told as "name: what it does" (the name in the label column)."""
+        """A phase told as "name: what it does": its line, and on a terminal its bar (the
+        name in the label column)."""
+        err.print(escape(_prefixed(label, text)), highlight=False, soft_wrap=True)
         trials = self._trials.get(label)
         if self._progress is None or trials is None:
-            err.print(escape(_prefixed(label, text)), highlight=False, soft_wrap=True)
             return
         self._end_phase(label)
         self._progress.stop_task(trials)
-        name, told, detail = text.partition(": ")
-        if not told:
-            name, detail = "phase", text
+        name, told, _ = text.partition(": ")
         self._phases[label] = self._progress.add_task(
-            escape(detail), total=None, label=escape(_labelled(label, name)), count=""
+            "", total=None, label=escape(_labelled(label, name if told else "phase")), count=""
         )
 
     def _end_phase(self, label: str) -> None:

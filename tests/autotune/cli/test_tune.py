@@ -4,6 +4,7 @@ anywhere else (a log file stays readable), and a resumed study's count from its 
 from __future__ import annotations
 
 import io
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -60,3 +61,39 @@ def test_a_trial_that_waited_for_quiet_says_how_long(monkeypatch: pytest.MonkeyP
         .rstrip()
         .endswith(", waited 10 s for quiet; still busy, measured marked contended")
     )
+
+
+def _screen(raw: str) -> list[str]:
+    """What a terminal shows after rich's output: its lines, after the cursor moves and
+    line clears of a live display."""
+    text = re.sub(r"\x1b\[[0-9;]*m|\x1b\[\?25[lh]", "", raw)
+    lines, row = [""], 0
+    for token in re.split(r"(\r|\n|\x1b\[2K|\x1b\[1A)", text):
+        if token == "\n":
+            row += 1
+            lines += [""] * (row + 1 - len(lines))
+        elif token == "\x1b[2K":
+            lines[row] = ""
+        elif token == "\x1b[1A":
+            row -= 1
+        elif token != "\r":
+            lines[row] += token
+    return [line.rstrip() for line in lines if line.strip()]
+
+
+def test_at_80_columns_the_trials_scroll_above_a_whole_bar(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = io.StringIO()
+    monkeypatch.setattr(tune, "err", Console(file=out, force_terminal=True, width=80))
+    progress = tune._TuneProgress()
+    with progress.trials(16) as update:
+        update(5, RESULT)
+        update(6, SimpleNamespace(**{**vars(RESULT), "trial_number": 5}))
+    screen = _screen(out.getvalue())
+    assert screen[:2] == [
+        "tuning 5/16: trial 4: ok, p95 0.060 ms in 1.2 s (build 0.5, accuracy 0.2, timing 0.5)",
+        "tuning 6/16: trial 5: ok, p95 0.060 ms in 1.2 s (build 0.5, accuracy 0.2, timing 0.5)",
+    ]
+    (bar,) = screen[2:]
+    assert re.fullmatch(r"tuning +━+╸?━* 6/16 0:00:\d\d", bar), bar
