@@ -44,7 +44,8 @@ class TuneOptions:
     stop: threading.Event | None = None
     stale_after_s: float | None = None
     # A previous study to start from (`autotune.search.warm_start.load_warm_start`), and the tuned
-    # config it gave, to compare the new one with in MLflow.
+    # document it gave: its configuration is measured head to head with the new choice, and
+    # the paired ratios go into the tuned file's `previous` and MLflow's comparison.json.
     warm_start: WarmStart | None = None
     previous_tuned: dict[str, Any] | None = None
     # Trials answered from this recorded table (`autotune.execution.replay`) instead of measured.

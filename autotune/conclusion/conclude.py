@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.conclusion.decision import headline_metrics
 from autotune.conclusion.front import pareto_front
 from autotune.conclusion.head_to_head import Revalidation, Revalidator
+from autotune.conclusion.previous import PreviousChoice, previous_choice
 from autotune.conclusion.tuned_file import ConstraintOutcome, TunedConfig, reported
 from autotune.core.artifacts import previous_export
 from autotune.core.contract import ArtifactInfo, HardwareProfile, ModelInfo, TrialSpec, Workload
@@ -50,6 +51,7 @@ class Conclusion:
     tracker: Tracker
     artifact_dir: Path
     on_phase: Callable[[str], None]
+    # A re-tune's previous tuned document: its choice is measured head to head with this one.
     previous_tuned: dict[str, Any] | None = None
 
     def conclude(self, baseline: Candidate) -> TuneOutcome:
@@ -97,6 +99,7 @@ class Conclusion:
             self.executor,
             self.store,
             self.on_phase,
+            self._previous_choice(outcome.candidates, baseline),
         ).revalidate(front, baseline)
         if revalidation.reused:
             outcome.notes.append(
@@ -131,8 +134,17 @@ class Conclusion:
             outcome.candidates, outcome.front, objectives, figures, {"tuned.yaml": tuned},
             artifact_dir, tags,
         )  # fmt: skip
-        if self.previous_tuned is not None:
-            self.tracker.log_comparison(self.previous_tuned, tuned)
+        if outcome.tuned.previous is not None:
+            self.tracker.log_comparison(outcome.tuned.previous.model_dump(mode="json"))
+
+    def _previous_choice(
+        self, candidates: list[Candidate], baseline: Candidate
+    ) -> PreviousChoice | None:
+        """A re-tune's previous choice, measured by this study's trial of its configuration
+        (the baseline's where it is the unmodified model)."""
+        if self.previous_tuned is None:
+            return None
+        return previous_choice(self.previous_tuned, [baseline, *candidates])
 
     def _export(self, chosen: Candidate, reuse: bool, notes: list[str]) -> ArtifactInfo:
         """The chosen configuration's optimized model; where the head-to-head was reused
@@ -192,6 +204,7 @@ class Conclusion:
             artifact=artifact_path,
             headline=revalidation.headline,
             revalidation=revalidation.report,
+            previous=revalidation.previous,
         )
 
 

@@ -5,7 +5,10 @@ is feasible on the re-measured figures, the next ones are tried. The baseline, w
 meets the constraints re-measured, is in the decision too: the unmodified model stays unless
 a finalist beats it beyond the noise. On a resume that measured
 nothing new the stored comparison is reused, unless the request asks for
-`validation.remeasure_on_resume`."""
+`validation.remeasure_on_resume`.
+
+A re-tune's previous choice, where this study measured its configuration, is measured in
+every one of these rounds as one more contestant (`autotune.conclusion.previous`)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from autotune.conclusion.decision import (
     with_metrics,
 )
 from autotune.conclusion.front import select
+from autotune.conclusion.previous import PreviousChoice, PreviousComparison, compared_with_previous
 from autotune.conclusion.tuned_file import reported
 from autotune.core.contract import (
     Contention,
@@ -57,6 +61,8 @@ class Revalidation:
     report: dict[str, Any]
     headline: Headline
     reused: bool = False  # the stored head-to-head of an earlier round, not measured now
+    # A re-tune's choice against the previous tuning's, from the rounds of the headline.
+    previous: PreviousComparison | None = None
 
 
 @dataclass
@@ -67,6 +73,7 @@ class Revalidator:
     executor: Executor
     store: ResultStore
     on_phase: Callable[[str], None]
+    previous: PreviousChoice | None = None
 
     def revalidate(self, front: list[Candidate], baseline: Candidate) -> Revalidation:
         basis = self._basis(front)
@@ -82,6 +89,7 @@ class Revalidator:
                 provisional, remaining, objectives, self.request.validation.neighbours
             )
             finalists = [provisional, *neighbours]
+            finalists += self._alongside(finalists, baseline)
             compared = self._head_to_head(baseline, finalists)
             outcomes = {o.trial_number: o for o in compared.entrants}
             base_outcome = outcomes[baseline.trial_number]
@@ -110,6 +118,13 @@ class Revalidator:
             done = {c.trial_number for c in finalists}
             remaining = [c for c in remaining if c.trial_number not in done]
         raise NoFeasibleConfiguration("no finalist met the constraints when re-measured")
+
+    def _alongside(self, finalists: list[Candidate], baseline: Candidate) -> list[Candidate]:
+        """The previous choice's trial, where this study measured it and it is not in the
+        rounds already."""
+        measured = None if self.previous is None else self.previous.measured
+        present = {c.trial_number for c in [*finalists, baseline]}
+        return [measured] if measured is not None and measured.trial_number not in present else []
 
     @staticmethod
     def _with_baseline(kept: list[Candidate], remeasured_baseline: Candidate) -> list[Candidate]:
@@ -143,6 +158,7 @@ class Revalidator:
             outcomes = {o.trial_number: o for o in compared.entrants}
             base_outcome = outcomes[baseline.trial_number]
             chosen = self._remeasured(chosen, outcomes[chosen.trial_number], baseline) or chosen
+        previous = self._against_previous(chosen, outcomes, compared.contention)
         summary = headline(
             outcomes[chosen.trial_number],
             base_outcome,
@@ -164,6 +180,8 @@ class Revalidator:
             "baseline_trial": baseline.trial_number,
             "baseline": reported(remeasured_baseline.metrics, request.cost),
         }
+        if previous is not None:
+            report["previous_trial"] = previous.previous_trial
         self.store.save_revalidation(
             StoredRevalidation(
                 report=report,
@@ -171,15 +189,28 @@ class Revalidator:
                 chosen_metrics=chosen.metrics,
                 baseline_metrics=remeasured_baseline.metrics,
                 headline=summary.model_dump(mode="json"),
+                previous=None if previous is None else previous.model_dump(mode="json"),
             )
         )
-        return Revalidation(chosen, remeasured_baseline, report, summary)
+        return Revalidation(chosen, remeasured_baseline, report, summary, previous=previous)
+
+    def _against_previous(
+        self,
+        chosen: Candidate,
+        outcomes: dict[int, EntrantOutcome],
+        contention: list[Contention],
+    ) -> PreviousComparison | None:
+        """A re-tune's choice against the previous one, from the rounds given."""
+        if self.previous is None:
+            return None
+        selection = self.request.selection
+        return compared_with_previous(self.previous, chosen, outcomes, contention, selection)
 
     def _basis(self, front: list[Candidate]) -> dict[str, Any]:
         """What a head-to-head's outcome depends on besides the machine: the trials measured,
         the front, and the request's settings that pick, compare and report the finalists."""
         request = self.request
-        return {
+        basis = {
             "n_trials": self.store.counted(),
             "front": sorted(c.trial_number for c in front),
             "selection": request.selection.model_dump(mode="json"),
@@ -190,6 +221,9 @@ class Revalidator:
             "cost": request.cost.model_dump(mode="json"),
             "measurement": request.measurement.model_dump(mode="json"),
         }
+        if self.previous is not None:
+            basis["previous"] = {"config": self.previous.config, "study": self.previous.study}
+        return basis
 
     def _stored(
         self, front: list[Candidate], baseline: Candidate, basis: dict[str, Any]
@@ -201,7 +235,8 @@ class Revalidator:
         stored = self.store.revalidation()
         if stored is None or stored.basis != basis:
             return None
-        candidates = [*front, baseline]  # the unmodified model may have stayed
+        # The unmodified model may have stayed, or a re-tune's previous choice been kept.
+        candidates = [*front, baseline, *self._alongside(front, baseline)]
         chosen = next((c for c in candidates if c.trial_number == stored.report["chosen"]), None)
         if chosen is None:
             return None
@@ -211,6 +246,9 @@ class Revalidator:
             stored.report,
             Headline.model_validate(stored.headline),
             reused=True,
+            previous=None
+            if stored.previous is None
+            else PreviousComparison.model_validate(stored.previous),
         )
 
     def _with(self, candidate: Candidate, metrics: dict[str, Any]) -> Candidate:
@@ -218,12 +256,16 @@ class Revalidator:
         return with_metrics(candidate, metrics, constraint_violations(bounds, metrics))
 
     def _confirmed(self, chosen: Candidate, baseline: Candidate) -> HeadToHeadResult | None:
-        """The chosen configuration and the baseline again, in fresh rounds with fresh builds:
-        the rounds that picked it among several favour it by the luck of their noise (the
-        winner's curse), so they do not also give its headline. None where either one fails
-        to run again (the deciding rounds then give it)."""
-        confirming = self._head_to_head(baseline, [chosen], "confirming the choice")
-        return confirming if all(o.status == "ok" for o in confirming.entrants) else None
+        """The chosen configuration and the baseline (and a re-tune's previous choice) again,
+        in fresh rounds with fresh builds: the rounds that picked it among several favour it
+        by the luck of their noise (the winner's curse), so they do not also give its
+        headline, nor its comparison with the previous choice. None where the chosen one or
+        the baseline fails to run again (the deciding rounds then give both)."""
+        entrants = [chosen, *self._alongside([chosen], baseline)]
+        confirming = self._head_to_head(baseline, entrants, "confirming the choice")
+        judged = {chosen.trial_number, baseline.trial_number}
+        ran = all(o.status == "ok" for o in confirming.entrants if o.trial_number in judged)
+        return confirming if ran else None
 
     def _head_to_head(
         self, baseline: Candidate, finalists: list[Candidate], purpose: str = ""
@@ -249,9 +291,15 @@ class Revalidator:
             measurement=self.request.measurement,
             timeout_s=self.request.budget.trial_timeout_s * len(entrants),
         )
+        previous = self.previous.measured if self.previous is not None else None
+        alongside = previous is not None and previous.trial_number in (
+            c.trial_number for c in entrants[1:]
+        )
+        named = f"{len(entrants) - 1 - alongside} finalists"
+        named += " and the previous choice" if alongside else ""
         self.on_phase(
-            f"head to head{f' ({purpose})' if purpose else ''}: baseline and "
-            f"{len(entrants) - 1} finalists, {validation.rounds} rounds"
+            f"head to head{f' ({purpose})' if purpose else ''}: baseline and {named}, "
+            f"{validation.rounds} rounds"
         )
         result = self.executor.compare(spec)
         contended = [c for c in result.contention if c.contended]

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autotune.conclusion.decision import Headline
+from autotune.conclusion.previous import PreviousComparison
 from autotune.core.contract import ConfigValue, Strict
 from autotune.core.errors import AutotuneError, Interrupted, NoFeasibleConfiguration, RequestError
 from autotune.core.metrics import ENERGY, reported_metrics, with_derived
@@ -36,6 +37,8 @@ class TunedConfig(BaseModel):
     artifact: str
     headline: Headline
     revalidation: dict[str, Any]
+    # A re-tune's choice against the previous tuning's, measured in the same rounds.
+    previous: PreviousComparison | None = None
 
     def to_yaml(self) -> str:
         return _as_yaml(self.model_dump(mode="json"))

@@ -193,3 +193,4 @@ class StoredRevalidation(Strict):
     chosen_metrics: dict[str, Any]
     baseline_metrics: dict[str, Any]
     headline: dict[str, Any]
+    previous: dict[str, Any] | None = None  # a re-tune's comparison with the previous choice

@@ -1,5 +1,5 @@
 """What a study records: the `Tracker` protocol, MLflow's implementation and a null one, and
-the pure helpers (Pareto table and plot, tuned-config comparison, contention figures)."""
+the pure helpers (Pareto table and plot, a re-tune's comparison, contention figures)."""
 
 from autotune.tracking.base import NullTracker, Tracker, TrackerClosed
 from autotune.tracking.mlflow import (
@@ -14,7 +14,7 @@ from autotune.tracking.mlflow import (
     is_database_store,
 )
 from autotune.tracking.report import (
-    compare_tuned,
+    comparison_figures,
     contention_figures,
     contention_tags,
     is_number,
@@ -34,7 +34,7 @@ __all__ = [
     "Tracker",
     "TrackerClosed",
     "artifact_location",
-    "compare_tuned",
+    "comparison_figures",
     "contention_figures",
     "contention_tags",
     "is_database_store",

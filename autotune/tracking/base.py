@@ -60,7 +60,10 @@ class Tracker(Protocol):
         tags: dict[str, str],
     ) -> None: ...
 
-    def log_comparison(self, previous: dict[str, Any], current: dict[str, Any]) -> None: ...
+    def log_comparison(self, comparison: dict[str, Any]) -> None:
+        """A re-tune's choice against the previous tuning's (a `PreviousComparison`
+        document)."""
+        ...
 
     def flush(self) -> None:
         """Return once every trial logged so far is recorded; raise what a deferred write
@@ -116,7 +119,7 @@ class NullTracker:
     ) -> None:
         self._check_open()
 
-    def log_comparison(self, previous: dict[str, Any], current: dict[str, Any]) -> None:
+    def log_comparison(self, comparison: dict[str, Any]) -> None:
         self._check_open()
 
     def flush(self) -> None:

@@ -30,7 +30,12 @@ from autotune.results.records import Candidate
 from autotune.tracking.base import TrackerClosed
 from autotune.tracking.note import experiment_note, review_note
 from autotune.tracking.pareto_report import pareto_html, pareto_png
-from autotune.tracking.report import compare_tuned, is_number, pareto_csv
+from autotune.tracking.report import (
+    AGAINST_PREVIOUS,
+    comparison_figures,
+    is_number,
+    pareto_csv,
+)
 from autotune.tracking.review import (
     KINDS,
     STUDY_COLOUR,
@@ -60,6 +65,7 @@ __all__ = [
 ]
 
 PREVIOUS_RUN_TAG = "autotune.previous_run_id"
+COMPARISON_TAG = "autotune.against_previous"
 # What kind of experiment this is, for MLflow's UI: it spares the question "which kind?". The
 # page MLflow 3.17 opens is not chosen by it (see autotune.tracking.view): the experiment's
 # description (NOTE_TAG, shown above each of its pages) links to the runs.
@@ -380,20 +386,22 @@ class MlflowTracker:
             pareto_png(cloud, shown, title, plot)
             self.client.log_artifact(self.parent_run_id, str(plot), "pareto")
 
-    def log_comparison(self, previous: dict[str, Any], current: dict[str, Any]) -> None:
-        """How this study's tuned config differs from a previous one (both tuned-config
-        documents): comparison.json, a `change.<metric>` relative change per numeric metric,
-        and a tag naming the previous parent run."""
+    def log_comparison(self, comparison: dict[str, Any]) -> None:
+        """A re-tune's choice against the previous tuning's, measured in the same paired
+        rounds (a `PreviousComparison` document): comparison.json, its paired ratios as
+        against_previous.* metrics (none where the configuration did not change or the
+        previous one was not measured: an earlier round's are then NaN), its sentence as a
+        tag, and a tag naming the previous parent run."""
         self._wait_for_trials()
-        comparison = compare_tuned(previous, current)
-        changes = {
-            f"change.{name}": change["relative_change"]
-            for name, change in comparison["metric_changes"].items()
-            if change["relative_change"] is not None
-        }
-        self.client.log_batch(self.parent_run_id, metrics=self._metrics(changes))
+        figures = comparison_figures(comparison)
+        logged = self.client.get_run(self.parent_run_id).data.metrics
+        stale = {k: math.nan for k in logged if k.startswith(AGAINST_PREVIOUS)}
+        self.client.log_batch(self.parent_run_id, metrics=self._metrics({**stale, **figures}))
         self.client.set_tag(self.parent_run_id, PREVIOUS_RUN_TAG, comparison["previous"]["run_id"])
-        self.client.log_text(self.parent_run_id, _as_text("c.json", comparison), "comparison.json")
+        self.client.set_tag(self.parent_run_id, COMPARISON_TAG, comparison["text"][:5000])
+        current = {"study": self.study, "run_id": self.parent_run_id}
+        document = {"current": current, **comparison}
+        self.client.log_text(self.parent_run_id, _as_text("c.json", document), "comparison.json")
 
     def finish(self, status: str) -> None:
         """Write the queued trials and stop the writer, then end the parent run, even when a

@@ -1,6 +1,6 @@
-"""Pure helpers around a study's record: the Pareto table, how two tuned
-configurations differ, and the figures and tags a measurement's contention and a headline
-turn into."""
+"""Pure helpers around a study's record: the Pareto table, a re-tune's comparison with the
+previous choice as figures, and the figures and tags a measurement's contention turns
+into."""
 
 from __future__ import annotations
 
@@ -17,36 +17,24 @@ if TYPE_CHECKING:
     from autotune.results.records import TrialRecord
 
 
-def compare_tuned(previous: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """What changed between two tuned-config documents: configuration values (None for a key
-    on one side only) and the numeric metrics of both, with the change relative to the
-    previous value (None where that was 0)."""
-    before, after = previous["config"], current["config"]
-    config_changes = {
-        key: {"before": before.get(key), "after": after.get(key)}
-        for key in sorted(before.keys() | after.keys())
-        if before.get(key) != after.get(key)
-    }
-    metric_changes = {
-        name: _change(value, current["metrics"][name])
-        for name, value in previous["metrics"].items()
-        if is_number(value) and is_number(current["metrics"].get(name))
-    }
-    return {
-        "previous": {"study": previous["study"]["name"], "run_id": previous["mlflow"]["run_id"]},
-        "current": {"study": current["study"]["name"], "run_id": current["mlflow"]["run_id"]},
-        "config_changes": config_changes,
-        "metric_changes": metric_changes,
-    }
+# The MLflow metrics of a re-tune's comparison with the previous choice.
+AGAINST_PREVIOUS = "against_previous."
 
 
-def _change(before: float, after: float) -> dict[str, float | None]:
-    return {
-        "before": before,
-        "after": after,
-        "change": after - before,
-        "relative_change": (after - before) / before if before != 0 else None,
-    }
+def comparison_figures(comparison: dict[str, Any]) -> dict[str, float]:
+    """A re-tune's paired comparison with the previous choice (a `PreviousComparison`
+    document) as MLflow metrics: against_previous.<metric>.{ratio,ci_low,ci_high} (chosen /
+    previous, paired per round) and against_previous.rounds; none where nothing was compared
+    (the same configuration, or the previous one not measured)."""
+    ratios: dict[str, dict[str, float]] = comparison["ratios"]
+    if not ratios:
+        return {}
+    figures = {f"{AGAINST_PREVIOUS}rounds": float(comparison["rounds"])}
+    figures[f"{AGAINST_PREVIOUS}contended_rounds"] = float(comparison["contended_rounds"])
+    for metric, value in ratios.items():
+        for part, number in value.items():
+            figures[f"{AGAINST_PREVIOUS}{metric}.{part}"] = float(number)
+    return figures
 
 
 def pareto_csv(candidates: Sequence[Candidate]) -> str:

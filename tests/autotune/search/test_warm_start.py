@@ -26,7 +26,7 @@ from autotune.results import TrialRecord
 from autotune.results.records import Candidate
 from autotune.search.warm_start import PreviousTrial, WarmStart, load_warm_start, selection_order
 from autotune.space.search_space import effective_space, load_space, resolve_space_path
-from autotune.tracking import PARENT_TAG, TRIAL_TAG, MlflowTracker, compare_tuned
+from autotune.tracking import PARENT_TAG, TRIAL_TAG
 from autotune.tuning import TuneOptions, run_tune
 from tests.conftest import FAST_MEASUREMENT, REPO, digits_request, stored_trials
 from workers.building.probe import probe
@@ -284,68 +284,6 @@ def test_unknown_warm_start_study_is_a_request_error(tmp_path: Path) -> None:
     with pytest.raises(RequestError) as info:
         load_warm_start("no-such-study", storage)
     assert info.value.field == "warm_start"
-
-
-def tuned_document(study: str, run_id: str, config: dict[str, Any], **metrics: Any) -> dict:
-    return {
-        "config": config,
-        "metrics": metrics,
-        "study": {"name": study},
-        "mlflow": {"run_id": run_id},
-    }
-
-
-PREVIOUS = tuned_document(
-    "before",
-    "run-before",
-    {"precision.mode": "fp32", "batch.size": 8, "runtime.threads": 2},
-    latency_p95_ms=4.0,
-    accuracy=0.98,
-    energy_source="estimate",
-)
-CURRENT = tuned_document(
-    "after",
-    "run-after",
-    {"precision.mode": "int8_dynamic", "batch.size": 8, "prune.method": "none"},
-    latency_p95_ms=2.0,
-    accuracy=0.98,
-    energy_source="estimate",
-)
-
-
-def test_compare_tuned_names_what_changed() -> None:
-    comparison = compare_tuned(PREVIOUS, CURRENT)
-    assert comparison["previous"] == {"study": "before", "run_id": "run-before"}
-    assert comparison["config_changes"] == {
-        "precision.mode": {"before": "fp32", "after": "int8_dynamic"},
-        "prune.method": {"before": None, "after": "none"},
-        "runtime.threads": {"before": 2, "after": None},
-    }
-    assert comparison["metric_changes"]["latency_p95_ms"] == {
-        "before": 4.0,
-        "after": 2.0,
-        "change": -2.0,
-        "relative_change": -0.5,
-    }
-    assert comparison["metric_changes"]["accuracy"]["relative_change"] == 0.0
-    assert "energy_source" not in comparison["metric_changes"]
-
-
-def test_log_comparison_writes_the_document_and_metrics(
-    tmp_path: Path, monkeypatch, mlflow_uri: str
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    uri = mlflow_uri
-    tracker = MlflowTracker(uri, "tests", "after")
-    tracker.log_comparison(PREVIOUS, CURRENT)
-
-    client = MlflowClient(uri)
-    run = client.get_run(tracker.parent_run_id)
-    assert run.data.metrics["change.latency_p95_ms"] == -0.5
-    assert run.data.metrics["change.accuracy"] == 0.0
-    assert run.data.tags["autotune.previous_run_id"] == "run-before"
-    local = client.download_artifacts(run.info.run_id, "comparison.json", str(tmp_path))
-    assert json.loads(Path(local).read_text()) == compare_tuned(PREVIOUS, CURRENT)
 
 
 def _dominates(a: Candidate, b: Candidate, objectives: list[Metric]) -> bool:

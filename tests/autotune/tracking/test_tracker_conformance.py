@@ -108,12 +108,19 @@ def revalidation_report(finalists: list[Candidate]) -> dict[str, Any]:
     }
 
 
-def tuned_document(study: str, run_id: str, latency: float) -> dict[str, Any]:
+def comparison_document(run_id: str) -> dict[str, Any]:
+    """A re-tune's comparison with the previous choice, as `PreviousComparison` writes it."""
     return {
-        "study": {"name": study},
-        "mlflow": {"run_id": run_id},
-        "config": {"batch_size": 2},
-        "metrics": {METRIC_NAMES[0]: latency, "energy_source": "estimate"},
+        "previous": {"study": "before", "run_id": run_id},
+        "previous_trial": 1,
+        "config_changes": {"batch_size": {"before": 2, "after": 1}},
+        "same_configuration": False,
+        "text": "against the previous choice: 2× lower p95 latency; 6 paired rounds, quiet",
+        "ratios": {METRIC_NAMES[0]: {"ratio": 0.5, "ci_low": 0.45, "ci_high": 0.55}},
+        "rounds": 6,
+        "contended_rounds": 0,
+        "conditions": "quiet",
+        "resolved": True,
     }
 
 
@@ -130,8 +137,7 @@ def test_every_call_of_a_study_in_the_coordinators_order(case: TrackerCase) -> N
     measured = log_trials(tracker)
     tracker.log_revalidation(revalidation_report(measured))
     log_results(tracker, measured, measured[1:])
-    previous = tuned_document("before", "run-before", 4.0)
-    tracker.log_comparison(previous, tuned_document(STUDY, tracker.parent_run_id, 2.0))
+    tracker.log_comparison(comparison_document("run-before"))
     tracker.finish("FINISHED")
 
     assert tracker.closed
