@@ -83,6 +83,8 @@ gpu-wheels:
 # One worker: MLflow's default four restart one another for minutes on a small machine.
 MLFLOW_PORT ?= 5000
 mlflow-ui: setup
+	@$(BIN)/python -c "import socket; socket.create_server(('127.0.0.1', $(MLFLOW_PORT))).close()" 2>/dev/null \
+		|| { echo "mlflow-ui: port $(MLFLOW_PORT) is taken (another MLflow UI?); choose a free one: make mlflow-ui MLFLOW_PORT=N" >&2; exit 1; }
 	@echo "MLflow UI: http://127.0.0.1:$(MLFLOW_PORT)  (Ctrl-C stops it)"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --workers 1 --port $(MLFLOW_PORT)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from autotune.cli.shared import (
     sigterm_interrupts,
 )
 from autotune.cli.tables import _print_comparison, _print_front, _shown
+from autotune.core.errors import AutotuneError
 from autotune.space.hardware import describe_kind
 from autotune.strategies import DEFAULT_STRATEGY, strategy_names
 
@@ -210,9 +212,10 @@ def _print_tuned(outcome: Any, written: Path, registered: str | None) -> None:
     if registered is not None:
         out.print(f"Registered as:   {registered}", highlight=False, soft_wrap=True)
     out.print(mlflow_run_line(tuned.mlflow))
-    ui = _ui_command(tuned.mlflow["tracking_uri"])
+    port = free_port()
+    ui = _ui_command(tuned.mlflow["tracking_uri"], port)
     out.print(f"Open the UI:     {escape(ui)}", highlight=False, soft_wrap=True)
-    review = _review_address(tuned.mlflow, tuned.study["name"])
+    review = _review_address(tuned.mlflow, tuned.study["name"], port)
     out.print(f"Then review:     {escape(review)}", highlight=False, soft_wrap=True)
     firm = tuned.headline.conditions == "quiet" and tuned.headline.resolved
     colour = "green" if firm else "yellow"
@@ -263,8 +266,8 @@ def _register(tuned: Any, per_kind: bool = False) -> str | None:
     return f"models:/{name}@{alias} (version {version})"
 
 
-def _ui_command(tracking_uri: str, cwd: Path | None = None) -> str:
-    """A command that opens the MLflow UI on the results and works from here: `make
+def _ui_command(tracking_uri: str, port: int, cwd: Path | None = None) -> str:
+    """A command that opens the MLflow UI on the results at `port` and works from here: `make
     mlflow-ui` where this directory's Makefile has that target on the same store, else the
     mlflow executable beside the running Python (a virtualenv's is not on PATH unless the
     environment is activated), or `python -m mlflow` where there is none."""
@@ -275,27 +278,52 @@ def _ui_command(tracking_uri: str, cwd: Path | None = None) -> str:
         text = makefile.read_text(errors="replace")
         target = re.search(r"^mlflow-ui:.*\n((?:\t.*\n?)+)", text, re.MULTILINE)
         store = rf"--backend-store-uri\s+{re.escape(tracking_uri)}(\s|$)"
-        if target and re.search(store, target[1]):
-            return "make mlflow-ui"
+        if target and re.search(store, target[1]) and "--port $(MLFLOW_PORT)" in target[1]:
+            return f"make mlflow-ui MLFLOW_PORT={port}"
     mlflow = Path(sys.executable).parent / "mlflow"
     program = shlex.quote(str(mlflow))
     if not mlflow.is_file():
         program = f"{shlex.quote(sys.executable)} -m mlflow"
-    return f"{program} ui --backend-store-uri {shlex.quote(tracking_uri)}"
+    return f"{program} ui --backend-store-uri {shlex.quote(tracking_uri)} --port {port}"
 
 
-# Where `mlflow ui` (and `make mlflow-ui`) listens unless told otherwise.
-LOCAL_UI = "http://127.0.0.1:5000"
+# Where the printed UI command listens: MLflow's own port where it is free, else the first
+# free one after it.
+UI_HOST, UI_PORTS = "127.0.0.1", range(5000, 5100)
 
 
-def _review_address(mlflow: dict[str, str], study: str) -> str:
+def free_port() -> int:
+    """A port of UI_PORTS nothing listens on now (another UI, of another store, may hold
+    5000: `mlflow ui` would then log "Address already in use", exit 0, and a link to
+    port 5000 would open that store); the system's choice where all are taken."""
+    for port in [*UI_PORTS, 0]:
+        try:
+            with socket.create_server((UI_HOST, port)) as server:
+                chosen: int = server.getsockname()[1]
+                return chosen
+        except OSError:
+            continue
+    raise AutotuneError("no free port for the MLflow UI")
+
+
+def _review_address(mlflow: dict[str, str], study: str, port: int) -> str:
     """The address of the study's saved view of its trials: on the tracking server itself,
-    or on the UI the command above starts."""
+    or on the UI the command above starts at `port`. Its experiment is the one the store
+    holds the study's run in; a store without that run is said to have none."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
     from autotune.tracking.view import view_link
 
     uri = mlflow["tracking_uri"]
-    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
-    return f"{base}/{view_link(mlflow['experiment_id'], study)}"
+    try:
+        experiment = MlflowClient(uri).get_run(mlflow["run_id"]).info.experiment_id
+    except MlflowException as error:
+        return f"the study's run is not in {uri} ({str(error).splitlines()[0]})"
+    base = (
+        uri.rstrip("/") if uri.startswith(("http://", "https://")) else f"http://{UI_HOST}:{port}"
+    )
+    return f"{base}/{view_link(experiment, study)}"
 
 
 # Wide enough for the longest phase name ("head to head").

@@ -273,16 +273,16 @@ def test_token_list_without_a_database_exits_2_and_creates_none(
 def test_ui_command_works_outside_the_venv(tmp_path: Path) -> None:
     from autotune.cli import _ui_command
 
-    # In the repository, with the Makefile's own store: its target.
-    assert _ui_command("sqlite:///mlflow.db", REPO) == "make mlflow-ui"
+    # In the repository, with the Makefile's own store: its target, on the port given.
+    assert _ui_command("sqlite:///mlflow.db", 5003, REPO) == "make mlflow-ui MLFLOW_PORT=5003"
     # Another store, or no Makefile here: the mlflow beside the running Python.
     mlflow = str(Path(sys.executable).parent / "mlflow")
     other = f"sqlite:///{tmp_path}/mlflow.db"
-    assert _ui_command(other, REPO) == f"{mlflow} ui --backend-store-uri {other}"
-    assert _ui_command("sqlite:///mlflow.db", tmp_path) == (
-        f"{mlflow} ui --backend-store-uri sqlite:///mlflow.db"
+    assert _ui_command(other, 5003, REPO) == f"{mlflow} ui --backend-store-uri {other} --port 5003"
+    assert _ui_command("sqlite:///mlflow.db", 5003, tmp_path) == (
+        f"{mlflow} ui --backend-store-uri sqlite:///mlflow.db --port 5003"
     )
-    assert _ui_command("http://mlflow:5000") == "open http://mlflow:5000 in a browser"
+    assert _ui_command("http://mlflow:5000", 5003) == "open http://mlflow:5000 in a browser"
 
 
 def _front_member(number: int, p95: float, **changes: object) -> Candidate:
@@ -435,8 +435,9 @@ def test_tune_tells_the_resume_the_phases_and_a_ui_command_that_works(write_requ
     assert "export: the optimized model" in lines
     ui = next(line for line in first.stdout.splitlines() if line.startswith("Open the UI:"))
     assert f"{Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri sqlite:///" in ui
+    port = ui.split("--port ")[1]
     review = next(line for line in first.stdout.splitlines() if line.startswith("Then review:"))
-    assert review.split()[-1].startswith("http://127.0.0.1:5000/#/experiments/")
+    assert review.split()[-1].startswith(f"http://127.0.0.1:{port}/#/experiments/")
     assert "workflowType=machine_learning" in review and "viewStateShareKey=" in review
     assert "Registered as:   models:/digits-test@tuned (version 1)" in first.stdout
 
