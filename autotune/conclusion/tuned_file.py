@@ -37,8 +37,11 @@ class TunedConfig(BaseModel):
     artifact: str
     headline: Headline
     revalidation: dict[str, Any]
-    # A re-tune's choice against the previous tuning's, measured in the same rounds.
-    previous: PreviousComparison | None = None
+    previous: PreviousComparison | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,  # a first tuning's file is as it always was
+        description="a re-tune's choice against the previous tuning's, in the same rounds",
+    )
 
     def to_yaml(self) -> str:
         return _as_yaml(self.model_dump(mode="json"))

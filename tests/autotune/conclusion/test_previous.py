@@ -12,9 +12,12 @@ from autotune.conclusion.previous import (
     SAME_CONFIGURATION,
     ConfigChange,
     PreviousChoice,
+    compared_with_previous,
     previous_choice,
 )
+from autotune.conclusion.tuned_file import TunedConfig
 from autotune.execution.base import Executor
+from autotune.requests.request import Selection
 from tests.autotune.conclusion.test_head_to_head import (
     FINALIST,
     THE_BASELINE,
@@ -22,6 +25,7 @@ from tests.autotune.conclusion.test_head_to_head import (
     candidate,
     revalidator,
 )
+from tests.autotune.conclusion.test_tuned_file import tuned_config
 from tests.autotune.coordinator_support import config_with
 
 ROUNDS = 10
@@ -162,3 +166,13 @@ def test_the_previous_choice_is_this_studys_trial_of_its_configuration() -> None
     unmodified = previous_choice(tuned_document(THE_BASELINE.config), [THE_BASELINE, PREVIOUS])
     assert unmodified.measured is THE_BASELINE
     assert previous_choice(document, [THE_BASELINE]).measured is None
+
+
+def test_a_first_tunings_document_has_no_comparison_and_a_retunes_reads_back() -> None:
+    tuned = tuned_config()
+    assert "previous" not in tuned.model_dump(mode="json")
+    unchanged = PreviousChoice(FINALIST.config, "before", "run-before", FINALIST)
+    compared = compared_with_previous(unchanged, FINALIST, {}, [], Selection())
+    retuned_document = tuned.model_copy(update={"previous": compared}).model_dump(mode="json")
+    assert retuned_document["previous"]["text"] == SAME_CONFIGURATION
+    assert TunedConfig.model_validate(retuned_document).previous == compared
