@@ -13,6 +13,7 @@ from autotune.conclusion.front import pareto_front
 from autotune.conclusion.head_to_head import Revalidation, Revalidator
 from autotune.conclusion.previous import PreviousChoice, previous_choice
 from autotune.conclusion.tuned_file import ConstraintOutcome, TunedConfig, reported
+from autotune.conclusion.unmet import infeasible_message
 from autotune.core.artifacts import previous_export
 from autotune.core.contract import ArtifactInfo, HardwareProfile, ModelInfo, TrialSpec, Workload
 from autotune.core.errors import NoFeasibleConfiguration
@@ -77,7 +78,9 @@ class Conclusion:
             self.tracker.log_results(candidates, front, objectives, summary, {}, None, tags)
             self.tracker.finish("FINISHED")
             raise NoFeasibleConfiguration(
-                f"none of {len(candidates)} measured configurations meets the constraints"
+                infeasible_message(
+                    candidates, self.request.constraints.model_dump(exclude_none=True)
+                )
             )
         self._finalists_head_to_head(front, baseline, outcome, tags)
         self.tracker.finish("FINISHED")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.conclusion.conclude import Conclusion, TuneOutcome
 from autotune.conclusion.front import RunningFront, by_contribution, value_of
+from autotune.conclusion.unmet import unmet_note
 from autotune.core.contract import ConfigValue, Screen, ScreenObjective, TrialResult, TrialSpec
 from autotune.core.errors import AutotuneError, Interrupted, NodesGone
 from autotune.core.knobs import variant_key
@@ -75,7 +76,7 @@ class Coordinator:
             self.store,
             self.tracker,
             self.state,
-            lambda counted, result: self.events.on_progress(counted, self.budget.trials, result),
+            self._told,
         )
         self.answers = Answers(
             self.tuning.request,
@@ -96,6 +97,14 @@ class Coordinator:
             self.stop,
         )
         self.executor.on_node_event(lambda event: self.events.on_note(event.describe()))
+
+    def _told(self, counted: int, result: TrialResult) -> None:
+        """A trial told: the progress, then each bound no configuration meets so far."""
+        self.events.on_progress(counted, self.budget.trials, result)
+        constraints = self.tuning.request.constraints.model_dump(exclude_none=True)
+        note = unmet_note(self.state.completed.values(), constraints)
+        if note is not None:
+            self.events.on_note(note)
 
     def run(self) -> TuneOutcome:
         request = self.tuning.request
