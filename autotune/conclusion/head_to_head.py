@@ -89,8 +89,9 @@ class Revalidator:
                 provisional, remaining, objectives, self.request.validation.neighbours
             )
             finalists = [provisional, *neighbours]
-            finalists += self._alongside(finalists, baseline)
-            compared = self._head_to_head(baseline, finalists)
+            alongside = self._alongside(finalists, baseline)
+            compared = self._head_to_head(baseline, finalists, alongside=alongside)
+            contestants = [*finalists, *alongside]
             outcomes = {o.trial_number: o for o in compared.entrants}
             base_outcome = outcomes[baseline.trial_number]
             remeasured_baseline = self._remeasured(baseline, base_outcome, baseline)
@@ -98,10 +99,10 @@ class Revalidator:
                 raise AutotuneError(f"re-measuring the baseline failed: {base_outcome.reason}")
             remeasured = [
                 self._remeasured(c, outcomes[c.trial_number], remeasured_baseline)
-                for c in finalists
+                for c in contestants
             ]
             comparisons.append(
-                self._comparison(finalists, remeasured, outcomes, base_outcome, baseline)
+                self._comparison(contestants, remeasured, outcomes, base_outcome, baseline)
             )
             kept = [c for c in remeasured if c is not None and c.feasible]
             if kept:
@@ -261,18 +262,25 @@ class Revalidator:
         by the luck of their noise (the winner's curse), so they do not also give its
         headline, nor its comparison with the previous choice. None where the chosen one or
         the baseline fails to run again (the deciding rounds then give both)."""
-        entrants = [chosen, *self._alongside([chosen], baseline)]
-        confirming = self._head_to_head(baseline, entrants, "confirming the choice")
+        alongside = self._alongside([chosen], baseline)
+        confirming = self._head_to_head(baseline, [chosen], "confirming the choice", alongside)
         judged = {chosen.trial_number, baseline.trial_number}
         ran = all(o.status == "ok" for o in confirming.entrants if o.trial_number in judged)
         return confirming if ran else None
 
     def _head_to_head(
-        self, baseline: Candidate, finalists: list[Candidate], purpose: str = ""
+        self,
+        baseline: Candidate,
+        finalists: list[Candidate],
+        purpose: str = "",
+        alongside: list[Candidate] | None = None,
     ) -> HeadToHeadResult:
-        """The baseline and the finalists in interleaved rounds on one slot."""
+        """The baseline and the finalists (and those `alongside`: a re-tune's previous
+        choice) in interleaved rounds on one slot."""
         entrants: list[Candidate] = [baseline]
         entrants += [c for c in finalists if c.trial_number != baseline.trial_number]
+        finalist_count = len(entrants) - 1
+        entrants += alongside or []
         validation = self.request.validation
         spec = HeadToHeadSpec(
             study=self.study,
@@ -291,14 +299,11 @@ class Revalidator:
             measurement=self.request.measurement,
             timeout_s=self.request.budget.trial_timeout_s * len(entrants),
         )
-        previous = self.previous.measured if self.previous is not None else None
-        alongside = previous is not None and previous.trial_number in (
-            c.trial_number for c in entrants[1:]
-        )
-        named = f"{len(entrants) - 1 - alongside} finalists"
-        named += " and the previous choice" if alongside else ""
+        measured = f"baseline and {finalist_count} finalists"
+        if alongside:
+            measured = f"baseline, {finalist_count} finalists and the previous choice"
         self.on_phase(
-            f"head to head{f' ({purpose})' if purpose else ''}: baseline and {named}, "
+            f"head to head{f' ({purpose})' if purpose else ''}: {measured}, "
             f"{validation.rounds} rounds"
         )
         result = self.executor.compare(spec)
