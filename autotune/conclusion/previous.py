@@ -121,7 +121,8 @@ def compared_with_previous(
 def _why_not_measured(outcome: EntrantOutcome | None) -> str:
     if outcome is None:
         return (
-            "no trial of this study completed the previous configuration, so it could not be "
+            "no trial of this study measured the previous configuration to the end (its trial "
+            "failed or was screened out, or the search space cannot produce it), so it was not "
             "measured alongside the new choice"
         )
     return f"the previous configuration did not run in the head-to-head ({outcome.reason})"
