@@ -1,5 +1,7 @@
-"""The tables that more than one command prints: the Pareto front, and the baseline against
-the tuned configuration."""
+"""The tables that more than one command prints: the Pareto front (the search's
+measurements), and the baseline against the tuned configuration (their head-to-head's paired
+rounds). Each kind of figure has its own title, so that the baseline's two sets of figures are
+never taken for one."""
 
 from __future__ import annotations
 
@@ -10,7 +12,15 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from autotune.cli.shared import out
-from autotune.core.metrics import LATENCY_PER_SAMPLE, OBJECTIVES, Metric, with_derived
+from autotune.conclusion.unmet import figure
+from autotune.core.metrics import (
+    DIMENSIONLESS,
+    LATENCY_PER_SAMPLE,
+    METRICS,
+    OBJECTIVES,
+    Metric,
+    with_derived,
+)
 
 if TYPE_CHECKING:
     from autotune.results.records import Candidate
@@ -61,6 +71,12 @@ def _cell(candidate: Candidate, key: str) -> str:
     return "" if value is None else _shown(value)
 
 
+# The titles of the two kinds of figure: each trial's as the search measured it, and the
+# baseline's and the chosen configuration's measured again head to head.
+FRONT_TITLE = "Pareto front (search measurements)"
+HEAD_TO_HEAD_TITLE = "Head to head (paired rounds): baseline vs tuned"
+
+
 # The marks after a trial's number, and what the legend under the table says of each.
 CHOSEN_MARK, BASELINE_MARK = "*", "b"
 
@@ -94,7 +110,7 @@ def _front_table(
     compact: bool,
 ) -> Table:
     on_front = len(rows) - baseline_added
-    title = f"Pareto front: {on_front} feasible, non-dominated trial{'s' * (on_front != 1)}"
+    title = f"{FRONT_TITLE}: {on_front} feasible, non-dominated trial{'s' * (on_front != 1)}"
     title += ", and the baseline" if baseline_added else ""
     # Rows of several lines (compact) are set apart by a blank line.
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", show_lines=compact)
@@ -119,7 +135,7 @@ def _front_table(
         table.add_row(
             f"{c.trial_number}{marks.get(c.trial_number, '')}",
             *values,
-            *(m.shown(float(figures[m.name])) for m in metrics),
+            *(_figure(float(figures[m.name]), m) for m in metrics),
         )
     return table
 
@@ -156,11 +172,59 @@ def _shown(value: Any) -> str:
 
 
 def _print_comparison(baseline: dict[str, Any], tuned: dict[str, Any]) -> None:
-    table = Table(title="Baseline vs tuned (measured head to head)")
-    for column in ("metric", "baseline", "tuned"):
-        table.add_column(column)
+    """The baseline against the tuned configuration, a row per figure either has, each
+    labelled in words with its unit (a figure one of them lacks: n/a)."""
+    table = Table(title=HEAD_TO_HEAD_TITLE, title_justify="left")
+    for column in ("figure", "baseline", "tuned"):
+        # folded, never cut short, where the console is narrower than the table
+        table.add_column(column, overflow="fold", justify="left" if column == "figure" else "right")
     for key, value in tuned.items():
-        base = baseline.get(key, "")
-        fmt = (lambda v: f"{v:.4g}") if isinstance(value, float) else str
-        table.add_row(key, fmt(base) if base != "" else "", fmt(value))
+        base = baseline.get(key)
+        if value is None and base is None:
+            continue
+        table.add_row(_label(key), _value(key, base), _value(key, value))
     out.print(table)
+
+
+# The tuned file's figures that are not registered metrics, in words.
+_LABELS = {
+    "accuracy_judged_by": "accuracy judged by",
+    "energy_source": "energy source",
+    "latency_p95_ci_ms": "p95 latency 95% CI, ms",
+    "iterations": "timed iterations",
+    "measure_seconds": "seconds measuring",
+    "stopped_by": "timing stopped by",
+    "peak_device_memory_mb": "peak device memory, MiB",
+    "energy_per_1000_samples_j": "energy per 1,000 samples, J",
+    "co2e_g_per_million_samples": "CO2e per 1M samples, g",
+}
+
+
+def _label(key: str) -> str:
+    """A figure's name in a few words with its unit: `p95 latency per call, ms`."""
+    metric = METRICS.get(key)
+    if metric is None:
+        return _LABELS.get(key, key.replace("_", " "))
+    if metric.unit in DIMENSIONLESS or metric.unit.startswith("per "):
+        return metric.label
+    return f"{metric.label}, {metric.unit}"
+
+
+def _value(key: str, value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, list):
+        return "–".join(_value(key, v) for v in value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return _figure(value, METRICS.get(key))
+
+
+def _figure(value: float, metric: Metric | None) -> str:
+    """A number in plain digits, the thousands separated: in its metric's fixed decimals
+    where it has them (`0.9500`, `1,981`), else to four significant digits (`0.0101`)."""
+    if metric is not None and metric.number_format.endswith("f"):
+        return format(value, "," + metric.number_format)
+    return figure(value)

@@ -31,7 +31,9 @@ from autotune.space.hardware import describe_kind
 from autotune.strategies import DEFAULT_STRATEGY, strategy_names
 
 if TYPE_CHECKING:
+    from autotune.conclusion.conclude import TuneOutcome
     from autotune.kinds_at_once import KindEnd
+    from autotune.results.records import Candidate
     from autotune.tuning import Tuned
 
 
@@ -191,12 +193,10 @@ def _print_kinds(tuned: Tuned, console: Any) -> None:
         )
 
 
-def _print_tuned(outcome: Any, written: Path, registered: str | None) -> None:
-    from autotune.results.records import Candidate
-
-    front: list[Candidate] = outcome.front
+def _print_tuned(outcome: TuneOutcome, written: Path, registered: str | None) -> None:
+    front = outcome.front
     chosen = outcome.tuned.study["trial_number"] if outcome.tuned else None
-    _print_front(front, chosen, outcome.baseline)
+    _print_front(front, chosen, searched_baseline(outcome))
     assert outcome.tuned is not None
     tuned = outcome.tuned
     out.print(f"\n[bold]Chosen configuration[/bold] (trial {tuned.study['trial_number']}):")
@@ -233,6 +233,13 @@ def head_to_head_line(revalidation: dict[str, Any]) -> str:
 
 def mlflow_run_line(mlflow: dict[str, Any]) -> str:
     return f"MLflow run:      {mlflow['run_id']} (experiment {mlflow['experiment_id']})"
+
+
+def searched_baseline(outcome: TuneOutcome) -> Candidate:
+    """The baseline as the search measured it: the front's figures are the search's (the
+    outcome's baseline is the head-to-head's, measured again beside the finalists)."""
+    number = outcome.baseline.trial_number
+    return next(c for c in outcome.candidates if c.trial_number == number)
 
 
 def _register(tuned: Any, per_kind: bool = False) -> str | None:

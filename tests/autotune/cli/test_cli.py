@@ -380,7 +380,9 @@ def test_pareto_table_marks_the_chosen_trial_and_the_baseline_and_explains_them(
     text = _rendered_front(width, monkeypatch, front, baseline)
     lines = text.splitlines()
     assert "…" not in text and max(len(line.rstrip()) for line in lines) <= width
-    assert lines[0].startswith("Pareto front: 3 feasible, non-dominated trials, and the baseline")
+    assert " ".join(text.split()).startswith(
+        "Pareto front (search measurements): 3 feasible, non-dominated trials, and the baseline"
+    )
     assert [line.split()[0] for line in lines if line.split()[:1] in (["12*"], ["0b"])] == [
         "12*",
         "0b",
@@ -399,7 +401,8 @@ def test_pareto_table_explains_only_the_marks_it_shows(monkeypatch: pytest.Monke
 
 def test_a_baseline_on_the_front_is_marked_in_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
     text = _rendered_front(200, monkeypatch, FRONT, FRONT[0])
-    assert text.splitlines()[0].rstrip() == "Pareto front: 3 feasible, non-dominated trials"
+    title = "Pareto front (search measurements): 3 feasible, non-dominated trials"
+    assert text.splitlines()[0].rstrip() == title
     assert [line.split()[0] for line in text.splitlines() if "torch_eager" in line] == ["0b"]
     assert "b baseline: the unmodified model" in text and "not on the front" not in text
 
