@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from autotune.cli.shared import EXIT_INFEASIBLE, AsJson, _exit_codes, err, out
 from autotune.cli.tables import _print_comparison, _shown
+from autotune.cli.tune import head_to_head_line, mlflow_run_line
 from autotune.core.errors import Interrupted
+from autotune.service.changes import describe_change, mlflow_run
 
 Server = Annotated[
     str,
@@ -33,6 +37,10 @@ Token = Annotated[
 ]
 PollSeconds = Annotated[float, typer.Option(min=0.01, help="seconds between checks with --wait")]
 WAIT_HELP = "follow the job to its end; exit 0 succeeded, 3 infeasible, 1 failed or cancelled"
+# Ids are shown by a prefix of at least this many characters (`status` takes a prefix).
+SHORT_ID = 8
+# The checks of each watch that `watches` prints, the newest.
+RECENT_CHECKS = 5
 REQUEST_HELP = (
     "the request file; it is read here and sent to the server, where relative paths in it "
     "name files under the server's models root, entry points must be in modules the server "
@@ -63,7 +71,10 @@ def submit(
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Submit a tuning job to a server; an identical submission answers with its job."""
+    """Submit a tuning job to a server.
+
+    An identical submission answers with its job. With --wait, the end shows the chosen
+    configuration, why it was chosen and its MLflow run."""
     with _exit_codes(), _service_client(server, token) as client:
         submitted = client.submit(request_file, model)
         if as_json and not wait:
@@ -76,16 +87,20 @@ def submit(
 
 
 def status(
-    job_id: Annotated[str, typer.Argument(metavar="JOB_ID")],
+    job_id: Annotated[
+        str, typer.Argument(metavar="JOB_ID", help="the job's id or its first 4+ characters")
+    ],
     server: Server,
     wait: Annotated[bool, typer.Option("--wait", help=WAIT_HELP)] = False,
     poll_s: PollSeconds = 2.0,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Show a job: state, progress and the best feasible configuration so far.
+    """Show a job's state, progress and best configuration.
 
-    With --wait --json the output is {"job": <status>, "result": <tuned config or null>}."""
+    The best is the best feasible configuration so far; a re-tune's first line says which
+    job it re-tunes and what changed. With --wait --json the output is
+    {"job": <status>, "result": <tuned config or null>}."""
     with _exit_codes(), _service_client(server, token) as client:
         if wait:
             _follow(client, job_id, poll_s, as_json)
@@ -112,7 +127,9 @@ def _follow(client: Any, job_id: str, poll_s: float, as_json: bool) -> None:
     result = client.result(job_id) if final["state"] == "succeeded" else None
     if as_json:
         print(json.dumps({"job": final, "result": result}, indent=2))
-    elif result is not None:
+    else:
+        _print_retune(final)
+    if result is not None and not as_json:
         _print_tuned(result, final)
     code = {"succeeded": 0, "infeasible": EXIT_INFEASIBLE}.get(final["state"], 1)
     if code:
@@ -152,7 +169,18 @@ def _job_progress() -> Iterator[Callable[[dict[str, Any]], None]]:
         yield update
 
 
+def _print_retune(current: dict[str, Any]) -> None:
+    """'re-tune of JOB (watch W): what changed', for a job a watch submitted on a change."""
+    retune = current["retune"]
+    if retune is None:
+        return
+    of = f" of {retune['of'][:SHORT_ID]}" if retune["of"] else ""
+    watch = current["watch_id"][:SHORT_ID]
+    out.print(f"re-tune{of} (watch {watch}): {describe_change(retune)}", highlight=False)
+
+
 def _print_status(current: dict[str, Any]) -> None:
+    _print_retune(current)
     done = current["progress"]
     budget = done["budget"] if done["budget"] is not None else "?"
     out.print(f"job {current['id']}: {current['state']}", highlight=False)
@@ -184,9 +212,15 @@ def _print_tuned(tuned: dict[str, Any], final: dict[str, Any]) -> None:
     for key, value in tuned["config"].items():
         out.print(f"  {key}: {_shown(value)}", highlight=False)
     _print_comparison(tuned["baseline"], tuned["metrics"])
+    if "revalidation" in tuned:  # results of jobs tuned before head-to-heads have none
+        out.print(escape(head_to_head_line(tuned["revalidation"])), highlight=False)
     out.print(f"Optimized model: {tuned['artifact']}", highlight=False)
     if final["registered_model"]:
         out.print(f"Registered as:   {final['registered_model']['uri']}", highlight=False)
+    run = mlflow_run(tuned["mlflow"])
+    out.print(mlflow_run_line(run), highlight=False)
+    if run["link"] is not None:
+        out.print(f"Open the run:    {run['link']}", highlight=False, soft_wrap=True)
     if "headline" in tuned:  # results of jobs tuned before headlines existed have none
         out.print(f"Against the baseline: {tuned['headline']['text']}", highlight=False)
 
@@ -205,16 +239,20 @@ def watch(
         int | None,
         typer.Option(min=1, help="trials of a re-tune (default: the previous front and a few)"),
     ] = None,
+    notify: Annotated[
+        str | None,
+        typer.Option(metavar="URL", help="post each of its jobs' ends here as JSON"),
+    ] = None,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Re-tune on a schedule whenever the model or the hardware changed.
+    """Re-tune on a schedule when the model or hardware changed.
 
     Give exactly one of --every and --cron. The request names a model file under the
     server's models root or a registered model (models:/NAME@ALIAS); the first check, and
     so the first tuning, is due at once."""
     with _exit_codes(), _service_client(server, token) as client:
-        created = client.create_watch(request_file, every, cron, retune_trials)
+        created = client.create_watch(request_file, every, cron, retune_trials, notify)
     if as_json:
         print(json.dumps(created, indent=2))
         return
@@ -223,17 +261,55 @@ def watch(
 
 
 def watches(server: Server, token: Token = None, as_json: AsJson = False) -> None:
-    """List the watches this token can see."""
+    """List the watches and their latest checks.
+
+    The watches are those this token can see. Ids are shown by their first characters,
+    enough to tell them apart; `autotune status` takes such a prefix of a job's id, and
+    --json shows the whole ids."""
     with _exit_codes(), _service_client(server, token) as client:
         listed = client.list_watches()
     if as_json:
         print(json.dumps(listed, indent=2))
         return
+    checks = [c for w in listed for c in w["checks"]]
+    short = _prefixes(
+        [w["id"] for w in listed]
+        + [w["last_job_id"] for w in listed]
+        + [c["job_id"] for c in checks]
+    )
     table = Table(title=f"{len(listed)} watches")
-    for column in ("id", "request", "schedule", "next check", "last job"):
-        table.add_column(column)
+    for column in ("id", "request", "schedule", "next check (UTC)", "last job"):
+        table.add_column(column, no_wrap=column in ("id", "last job"))
     for w in listed:
         schedule = f"cron {w['cron']}" if w["cron"] else f"every {w['every_s']:g}s"
         name = str(w["request"].get("name", ""))
-        table.add_row(w["id"], name, schedule, w["next_run_at"], w["last_job_id"] or "")
+        next_check = _when(w["next_run_at"])
+        table.add_row(short(w["id"]), name, schedule, next_check, short(w["last_job_id"]))
     out.print(table)
+    for w in listed:
+        if w["checks"]:
+            out.print(f"watch {short(w['id'])}, latest checks:", highlight=False)
+        for check in w["checks"][:RECENT_CHECKS]:
+            line = f"  {_when(check['checked_at'])}  {_check_text(check, short)}"
+            out.print(line, highlight=False)
+
+
+def _prefixes(ids: Iterable[str | None]) -> Callable[[str | None], str]:
+    """Each id's shortest prefix, of SHORT_ID characters or more, that no other id shares."""
+    distinct = {i for i in ids if i}
+    length = next(
+        (n for n in range(SHORT_ID, 33) if len({i[:n] for i in distinct}) == len(distinct)), 32
+    )
+    return lambda i: i[:length] if i else ""
+
+
+def _when(iso: str) -> str:
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _check_text(check: dict[str, Any], short: Callable[[str | None], str]) -> str:
+    if check["outcome"] == "unchanged":
+        return "unchanged"
+    if check["outcome"] == "error":
+        return f"could not check: {check['note']}"
+    return f"{describe_change(check['change'])}; job {short(check['job_id'])}"

@@ -94,6 +94,7 @@ class ServiceClient:
             return self._call("POST", "/v1/jobs", files=files)
 
     def status(self, job_id: str) -> dict[str, Any]:
+        """The job's status; `job_id` may be a unique prefix of its id."""
         return self._call("GET", f"/v1/jobs/{job_id}")
 
     def result(self, job_id: str) -> dict[str, Any]:
@@ -128,12 +129,14 @@ class ServiceClient:
         every: str | None = None,
         cron: str | None = None,
         retune_trials: int | None = None,
+        notify: str | None = None,
     ) -> dict[str, Any]:
         body = {
             "request": read_request_file(request_file),
             "every": every,
             "cron": cron,
             "retune_trials": retune_trials,
+            "notify": notify,
         }
         try:
             content = json.dumps(body)

@@ -1,4 +1,4 @@
-"""The service database: tokens, jobs and watches (SQLAlchemy 2), migrated by Alembic.
+"""The service database: tokens, jobs, watches and their checks (SQLAlchemy 2), migrated by Alembic.
 
 SQLite is the single-machine default; PostgreSQL is what several API servers and runners
 share. Times that leases and schedules compare are epoch seconds of the writer's clock.
@@ -53,6 +53,23 @@ class Watch(Base):
     last_job_id: Mapped[str | None] = mapped_column(String(32))
     retune_trials: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
+    # Where the end of each of its jobs is posted (http or https), if anywhere.
+    notify_url: Mapped[str | None] = mapped_column(Text)
+
+
+class WatchCheck(Base):
+    """One check of a watch: 'first' (the model and hardware recorded), 'unchanged',
+    'changed' (`change` says what), or 'error' (`note` says why it could not tell)."""
+
+    __tablename__ = "watch_checks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    watch_id: Mapped[str] = mapped_column(ForeignKey("watches.id"), index=True)
+    checked_at: Mapped[float] = mapped_column(Float)
+    outcome: Mapped[str] = mapped_column(String(16))
+    change: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    job_id: Mapped[str | None] = mapped_column(String(32))
+    note: Mapped[str | None] = mapped_column(Text)
 
 
 class Job(Base):
@@ -74,6 +91,8 @@ class Job(Base):
     study_name: Mapped[str] = mapped_column(String(100))
     watch_id: Mapped[str | None] = mapped_column(ForeignKey("watches.id"))
     warm_start_from: Mapped[str | None] = mapped_column(String(32))
+    # A watch's re-tune: the job it re-tunes ("of") and what changed ("model", "hardware").
+    retune: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     budget_trials: Mapped[int | None] = mapped_column(Integer)
     trials_done: Mapped[int] = mapped_column(Integer, default=0)
     best: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -27,6 +27,9 @@ JobState = Literal["queued", "running", "succeeded", "infeasible", "failed", "ca
 FINAL_STATES = ("succeeded", "infeasible", "failed", "cancelled")
 # Outcomes that answer an identical submission; a failed or cancelled job does not.
 ANSWERING_STATES = ("queued", "running", "succeeded", "infeasible")
+# A job's id in its study's name is at least this long; a study name at most MAX_STUDY_NAME.
+SHORT_ID = 8
+MAX_STUDY_NAME = 100
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class JobDraft:
     hardware_fingerprint: str
     watch_id: str | None = None
     warm_start_from: str | None = None
+    # A watch's re-tune: the job it re-tunes and what changed (`Job.retune`).
+    retune: dict[str, Any] | None = None
 
     @property
     def dedupe_key(self) -> str:
@@ -89,9 +94,10 @@ class JobStore:
             hardware_fingerprint=draft.hardware_fingerprint,
             dedupe_key=key,
             active_key=key,
-            study_name=f"job-{job_id}",
+            study_name=self._study_name(str(draft.request.get("name", "job")), job_id),
             watch_id=draft.watch_id,
             warm_start_from=draft.warm_start_from,
+            retune=draft.retune,
             budget_trials=budget,
             trials_done=0,
             cancel_requested=False,
@@ -108,6 +114,18 @@ class JobStore:
                 raise
             return existing, False
         return job, True
+
+    def _study_name(self, name: str, job_id: str) -> str:
+        """'NAME (job 38d0a1b2)': the request's name and the shortest prefix of the job's id,
+        of 8 characters or more, that no other job's study has (studies never share a name)."""
+        for length in range(SHORT_ID, len(job_id) + 1):
+            suffix = f" (job {job_id[:length]})"
+            candidate = name[: MAX_STUDY_NAME - len(suffix)] + suffix
+            with self.db.transaction() as session:
+                taken = session.scalar(select(Job.id).where(Job.study_name == candidate))
+            if taken is None:
+                return candidate
+        raise Conflict(f"job {job_id}: every study name of it is taken")
 
     def _answering(self, key: str) -> Job | None:
         with self.db.transaction() as session:
@@ -137,7 +155,7 @@ class JobStore:
     def cancel(self, principal: Principal, job_id: str) -> Job:
         """A queued job is cancelled at once; a running one is asked to stop (its runner
         stops the study cleanly and records 'cancelled'); a finished one cannot be."""
-        job = self.get(principal, job_id)
+        job_id = self.get(principal, job_id).id  # the whole id, where a prefix was given
         with self.db.transaction() as session:
             queued = session.execute(
                 update(Job)

@@ -27,6 +27,7 @@ from typing import Any
 from autotune.core.errors import AutotuneError, Interrupted, NoFeasibleConfiguration
 from autotune.service.db import Database, Job
 from autotune.service.jobs import JobState, JobStore
+from autotune.service.notify import notify_job_end
 from autotune.service.settings import ServiceSettings
 
 log = logging.getLogger("autotune.runner")
@@ -131,8 +132,10 @@ class JobRunner:
             self.stopped.set()
             log.info("job %s: runner stopping; back in the queue", job.id)
             return job.id
-        self.store.finish(job.id, self.owner, state, **outcome)
+        finished = self.store.finish(job.id, self.owner, state, **outcome)
         log.info("job %s: %s", job.id, state)
+        if finished:
+            notify_job_end(self.store.db, self.settings, job.id)
         return job.id
 
     def _execute(self, job: Job, keeper: LeaseKeeper) -> tuple[JobState, dict[str, Any]]:

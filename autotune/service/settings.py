@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,13 +20,21 @@ if TYPE_CHECKING:
 log = logging.getLogger("autotune.service")
 
 
+def default_data_dir() -> Path:
+    """The service's files when no data directory is given: $XDG_DATA_HOME/autotune
+    (~/.local/share/autotune where that is unset or relative), never the working directory."""
+    base = os.environ.get("XDG_DATA_HOME", "")
+    root = Path(base) if Path(base).is_absolute() else Path.home() / ".local" / "share"
+    return root / "autotune"
+
+
 @dataclass
 class ServiceSettings:
     db: str = "sqlite:///autotune-service.db"
     storage: str = "sqlite:///autotune.db"
     tracking_uri: str = "sqlite:///mlflow.db"
     experiment: str = "autotune"
-    data_dir: Path = Path("autotune-data")
+    data_dir: Path = field(default_factory=default_data_dir)
     # The artifact root of a new MLflow experiment on a database tracking store (a directory
     # or a URI such as s3://bucket/prefix); default: <data_dir>/mlflow-artifacts.
     mlflow_artifacts: str | None = None

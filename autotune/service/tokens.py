@@ -48,20 +48,33 @@ class Principal:
         return or_(visible, model.team == self.team) if self.team is not None else visible
 
     def fetch(self, db: Database, model: type[Owned], row_id: str, noun: str) -> Owned:
-        """The job or watch with this id; NotFound when it is missing or not this caller's, or
-        when the id is not one the service makes (its databases refuse some characters, a NUL
-        among them, before they could say there is none)."""
-        if ROW_ID.fullmatch(row_id) is None:
+        """The job or watch with this id, or with the one id among this caller's that starts
+        with it (at least `MIN_PREFIX` characters); NotFound when there is none, when the
+        prefix starts several, or when the id is not one the service makes (its databases
+        refuse some characters, a NUL among them, before they could say there is none)."""
+        wanted = row_id.strip().lower()
+        if ID_PREFIX.fullmatch(wanted) is None:
             raise NotFound(f"no such {noun} {row_id[:80]!r}")
         with db.transaction() as session:
-            row = session.get(model, row_id)
-        if row is None or not self.can_see(row.token_id, row.team):
+            if len(wanted) == ROW_ID_LENGTH:
+                row = session.get(model, wanted)
+                if row is not None and self.can_see(row.token_id, row.team):
+                    return row
+                raise NotFound(f"no such {noun} {row_id!r}")
+            query = select(model).where(model.id.startswith(wanted), self.sees(model)).limit(2)
+            rows = list(session.scalars(query).all())
+        if len(rows) > 1:
+            raise NotFound(f"{noun} id prefix {row_id!r} is ambiguous: give more of the id")
+        if not rows:
             raise NotFound(f"no such {noun} {row_id!r}")
-        return row
+        return rows[0]
 
 
-# The ids the service gives jobs and watches (uuid4().hex).
-ROW_ID = re.compile(r"[0-9a-f]{32}")
+# The ids the service gives jobs and watches (uuid4().hex), and the shortest prefix of one
+# that names it.
+ROW_ID_LENGTH = 32
+MIN_PREFIX = 4
+ID_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_PREFIX},{ROW_ID_LENGTH}}}")
 
 
 def namespace(token_name: str, team: str | None) -> str:

@@ -9,20 +9,25 @@ computed by APScheduler's `CronTrigger`.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import math
 import re
 import threading
 import uuid
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from autotune.core.contract import ModelRef
 from autotune.core.errors import AutotuneError, RequestError
-from autotune.service.db import Database, Job, Token, Watch, now
+from autotune.service.changes import describe_change, model_kind
+from autotune.service.db import Database, Job, Token, Watch, WatchCheck, now
 from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
 from autotune.service.submission import base_dir, prepare_job
@@ -39,6 +44,9 @@ MIN_EVERY_S = 60.0
 MAX_EVERY_S = 366 * 86400.0
 # A re-tune measures at least this many new configurations beyond the previous front.
 RETUNE_EXPLORATION = 4
+# The checks a watch keeps in its history, the newest.
+CHECKS_KEPT = 100
+MAX_URL_CHARS = 2000
 
 
 def parse_every(text: str, minimum_s: float = MIN_EVERY_S) -> float:
@@ -116,8 +124,10 @@ class WatchStore:
         every: str | None = None,
         cron: str | None = None,
         retune_trials: int | None = None,
+        notify: str | None = None,
     ) -> Watch:
-        """A new watch; its first tick (due at once) submits the first tuning."""
+        """A new watch; its first tick (due at once) submits the first tuning. Where `notify`
+        is given, the end of each job it submits is posted there."""
         if (every is None) == (cron is None):
             raise RequestError("schedule", "give exactly one of 'every' or 'cron'", None)
         minimum_s = self.settings.min_watch_every_s
@@ -134,6 +144,8 @@ class WatchStore:
                 )
         if retune_trials is not None and retune_trials < 1:
             raise RequestError("retune_trials", "must be >= 1", retune_trials)
+        if notify is not None:
+            check_notify_url(notify)
         if isinstance(request, dict) and "model" in request:
             model = request["model"]
             if not isinstance(model, dict) or not (WATCHABLE & set(model)):
@@ -152,6 +164,7 @@ class WatchStore:
             next_run_at=now(),
             retune_trials=retune_trials,
             created_at=now(),
+            notify_url=notify,
         )
         with self.db.transaction() as session:
             session.add(watch)
@@ -165,12 +178,34 @@ class WatchStore:
     def get(self, principal: Principal, watch_id: str) -> Watch:
         return principal.fetch(self.db, Watch, watch_id, "watch")
 
+    def checks(self, watch_ids: Iterable[str]) -> dict[str, builtins.list[WatchCheck]]:
+        """The kept checks of each watch, newest first."""
+        history: dict[str, builtins.list[WatchCheck]] = {watch_id: [] for watch_id in watch_ids}
+        with self.db.transaction() as session:
+            query = (
+                select(WatchCheck)
+                .where(WatchCheck.watch_id.in_(list(history)))
+                .order_by(WatchCheck.id.desc())
+            )
+            for check in session.scalars(query):
+                history[check.watch_id].append(check)
+        return history
+
     def delete(self, principal: Principal, watch_id: str) -> None:
-        self.get(principal, watch_id)
+        watch_id = self.get(principal, watch_id).id
         with self.db.transaction() as session:
             watch = session.get(Watch, watch_id)
             if watch is not None:
+                session.execute(delete(WatchCheck).where(WatchCheck.watch_id == watch_id))
                 session.delete(watch)
+
+
+def check_notify_url(url: str) -> None:
+    """A watch posts its jobs' ends to an http or https URL naming a host."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > MAX_URL_CHARS:
+        rule = f"must be an http or https URL naming a host, at most {MAX_URL_CHARS} characters"
+        raise RequestError("notify", rule, url[:200])
 
 
 class Scheduler:
@@ -214,40 +249,59 @@ class Scheduler:
         return session.scalars(query.limit(1)).first()
 
     def _check(self, session: Session, watch: Watch) -> str | None:
-        """Submit a re-tune if the model or hardware changed; the watch's own changes are
-        written last, with the tick's commit (on SQLite, an earlier write would hold the
-        one write lock while the job is inserted)."""
+        """Submit a re-tune if the model or hardware changed, and keep the check in the
+        watch's history; the watch's own changes are written last, with the tick's commit
+        (on SQLite, an earlier write would hold the one write lock while the job is
+        inserted)."""
         checked = now()
         with session.no_autoflush:
-            job_id = self._submit_if_changed(session, watch)
+            check = self._compare(session, watch)
+        check.watch_id, check.checked_at = watch.id, checked
+        session.add(check)
+        kept = (
+            select(WatchCheck.id)
+            .where(WatchCheck.watch_id == watch.id)
+            .order_by(WatchCheck.id.desc())
+            .limit(CHECKS_KEPT)
+        )
+        session.execute(
+            delete(WatchCheck).where(
+                WatchCheck.watch_id == watch.id, WatchCheck.id.not_in(kept.scalar_subquery())
+            )
+        )
         watch.next_run_at = next_run(watch.every_s, watch.cron, checked)
         watch.last_checked_at = checked
-        return job_id
+        return check.job_id
 
-    def _submit_if_changed(self, session: Session, watch: Watch) -> str | None:
+    def _compare(self, session: Session, watch: Watch) -> WatchCheck:
+        """What this check found: an error, nothing changed, or a change (the first check's
+        included) and the job submitted for it."""
         token = session.get(Token, watch.token_id)
         if token is None or token.revoked_at is not None:
-            return None
+            return _failed(watch, "its token is revoked")
         principal = Principal(token_id=token.id, name=token.name, team=token.team)
         try:
             model = self._model_fingerprint(watch, principal.namespace)
         except AutotuneError as error:
-            log.warning("watch %s: cannot read its model: %s", watch.id, error)
-            return None
+            return _failed(watch, f"cannot read its model: {error}")
         try:
             hardware = self.settings.job_hardware(watch.request.get("target"))
         except AutotuneError as error:
-            log.warning("watch %s: cannot tell its hardware: %s", watch.id, error)
-            return None
+            return _failed(watch, f"cannot tell its hardware: {error}")
         if (model, hardware) == (watch.last_model_fingerprint, watch.last_hardware_fingerprint):
-            return None
-        job_id = self._submit(watch, principal)
+            log.info("watch %s: unchanged", watch.id)
+            return WatchCheck(outcome="unchanged")
+        change = _change(watch, model, hardware)
+        first = watch.last_model_fingerprint is None
+        job_id = self._submit(watch, principal, change, first)
         watch.last_model_fingerprint = model
         watch.last_hardware_fingerprint = hardware
         watch.last_job_id = job_id
-        return job_id
+        return WatchCheck(outcome="first" if first else "changed", change=change, job_id=job_id)
 
-    def _submit(self, watch: Watch, principal: Principal) -> str:
+    def _submit(
+        self, watch: Watch, principal: Principal, change: dict[str, Any], first: bool
+    ) -> str:
         previous = self._previous(watch)
         request = dict(watch.request)
         if previous is not None:
@@ -260,8 +314,17 @@ class Scheduler:
             watch_id=watch.id,
             warm_start_from=previous.id if previous is not None else None,
         )
-        job, _ = self.jobs.submit(draft)
-        log.info("watch %s: model or hardware changed; submitted job %s", watch.id, job.id)
+        of = previous.id if previous is not None else watch.last_job_id
+        retune = None if first else {"of": of, **change}
+        job, created = self.jobs.submit(replace(draft, retune=retune))
+        submitted = "submitted job" if created else "an identical job answered:"
+        if first:
+            log.info("watch %s: %s; %s %s", watch.id, describe_change(change), submitted, job.id)
+        else:
+            log.info(
+                "watch %s: %s; %s %s, a re-tune of job %s",
+                *(watch.id, describe_change(change), submitted, job.id, of),
+            )
         return job.id
 
     def _previous(self, watch: Watch) -> Job | None:
@@ -292,3 +355,19 @@ class Scheduler:
             self.settings.tracking_uri,
             namespace,
         )
+
+
+def _failed(watch: Watch, note: str) -> WatchCheck:
+    log.warning("watch %s: %s", watch.id, note)
+    return WatchCheck(outcome="error", note=note)
+
+
+def _change(watch: Watch, model: str, hardware: str) -> dict[str, Any]:
+    """What differs from the watch's last check (everything, on its first)."""
+    change: dict[str, Any] = {"model": None, "hardware": None}
+    if model != watch.last_model_fingerprint:
+        what = model_kind(watch.request.get("model"))
+        change["model"] = {"what": what, "old": watch.last_model_fingerprint, "new": model}
+    if hardware != watch.last_hardware_fingerprint:
+        change["hardware"] = {"old": watch.last_hardware_fingerprint, "new": hardware}
+    return change

@@ -26,6 +26,7 @@ from autotune.service.api.schemas import (
     ParetoTrial,
     ProblemBody,
     Progress,
+    Retune,
     Submitted,
     utc_time,
 )
@@ -112,7 +113,8 @@ def list_jobs(request: Request, principal: Caller) -> JobList:
 
 @router.get("/jobs/{id}", responses=ERRORS)
 def job_status(id: str, request: Request, principal: Caller) -> JobStatus:
-    """A job's state, progress and best feasible configuration so far."""
+    """A job's state, progress and best feasible configuration so far; `id` may be a unique
+    prefix of the job's id (4 characters or more)."""
     service = service_of(request)
     return _status(service.jobs.get(principal, id), service.paths)
 
@@ -196,6 +198,7 @@ def _status(job: Job, paths: ClientPaths) -> JobStatus:
         registered_model=paths.value(job.registered_model),
         watch_id=job.watch_id,
         warm_start_from=job.warm_start_from,
+        retune=None if job.retune is None else Retune.model_validate(job.retune),
         attempts=job.attempts,
         cancel_requested=job.cancel_requested,
     )

@@ -82,6 +82,28 @@ class JobList(Strict):
     jobs: list[JobSummary]
 
 
+class Changed(Strict):
+    old: str | None
+    new: str
+
+
+class ModelChanged(Changed):
+    what: str
+
+
+class Change(Strict):
+    """What a watch's check found different (on its first check, `old` is null)."""
+
+    model: ModelChanged | None = None
+    hardware: Changed | None = None
+
+
+class Retune(Change):
+    """A watch's re-tune: the job it re-tunes (`of`) and what changed since."""
+
+    of: str | None
+
+
 class JobStatus(Strict):
     id: str
     state: JobState
@@ -96,6 +118,7 @@ class JobStatus(Strict):
     registered_model: dict[str, Any] | None
     watch_id: str | None
     warm_start_from: str | None
+    retune: Retune | None
     attempts: int
     cancel_requested: bool
 
@@ -115,6 +138,21 @@ class WatchCreate(Strict):
     every: str | None = None
     cron: str | None = None
     retune_trials: int | None = Field(default=None, le=MAX_TRIALS)
+    notify: str | None = Field(
+        default=None, description="an http(s) URL the end of each of its jobs is posted to"
+    )
+
+
+class WatchCheckOut(Strict):
+    """One check of a watch: 'first' (recorded the model and hardware), 'unchanged',
+    'changed' (`change` says what), or 'error' (`note` says why it could not tell); `job_id`
+    is the job it submitted (or the identical job that answered)."""
+
+    checked_at: datetime
+    outcome: Literal["first", "unchanged", "changed", "error"]
+    change: Change | None
+    job_id: str | None
+    note: str | None
 
 
 class WatchOut(Strict):
@@ -123,10 +161,12 @@ class WatchOut(Strict):
     every_s: float | None
     cron: str | None
     retune_trials: int | None
+    notify: str | None
     next_run_at: datetime
     last_checked_at: datetime | None
     last_job_id: str | None
     created_at: datetime
+    checks: list[WatchCheckOut] = Field(description="its kept checks, newest first")
 
 
 class WatchList(Strict):

@@ -479,7 +479,7 @@ def test_a_queued_job_has_a_status_no_result_and_an_empty_front(
     assert status["progress"] == {"trials_done": 0, "budget": 3}
     assert status["best"] is None and status["started_at"] is None
     assert status["created_at"].endswith("Z")
-    assert status["study"] == f"job-{job_id}"
+    assert status["study"] == f"digits-svc (job {job_id[:8]})"
     assert status["model"]["source"]["kind"] == "entry_point"
     result = client.get(f"/v1/jobs/{job_id}/result", headers=alice)
     assert result.status_code == 409 and "queued" in result.json()["detail"]
@@ -715,7 +715,7 @@ def test_a_finished_job_has_its_tuned_config_and_front(
     assert result.status_code == 200, result.text
     tuned = result.json()
     assert {"config", "metrics", "baseline", "constraints", "study"} <= set(tuned)
-    assert tuned["study"]["name"] == f"job-{job_id}"
+    assert tuned["study"]["name"] == f"digits-svc (job {job_id[:8]})"
     assert tuned["constraints"]["max_accuracy_drop"]["met"] is True
     trials = client.get(f"/v1/jobs/{job_id}/pareto", headers=headers).json()["trials"]
     assert trials and {"trial_number", "config", "metrics"} == set(trials[0])

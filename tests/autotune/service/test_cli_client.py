@@ -20,13 +20,18 @@ import uvicorn
 import yaml
 from typer.testing import CliRunner, Result
 
-from autotune.cli import app
+from autotune.cli import app, shared
 from autotune.core.errors import Conflict, RequestError
 from autotune.service import Database, JobRunner, JobStore, ServiceSettings, create_app
 from autotune.service.client import ServiceClient
+from autotune.service.settings import HardwareSurvey
 from autotune.service.tokens import create_token
+from autotune.service.watches import Scheduler
+from autotune.space.hardware import load_profile
 from tests.autotune.service.conftest import tiny_onnx_bytes
 from tests.autotune.service.support import service_request, sqlite_settings, wait_for
+from tests.autotune.service.test_watch_history import due_now
+from tests.autotune.service.test_watches import PROFILES, ReplacedNodes
 from tests.conftest import REPO
 
 runner = CliRunner()
@@ -271,10 +276,14 @@ def test_submit_wait_follows_a_job_to_its_tuned_config(server: Server, request_f
     assert result.exit_code == 0, result.output
     assert "Chosen configuration" in result.output
     assert "Registered as:   models:/digits-svc@tuned" in result.output
+    tail = result.output.splitlines()[-4:]
+    assert tail[0].startswith("MLflow run:      ") and "(experiment " in tail[0]
+    assert "Head to head: the baseline and finalists" in result.output
+    assert "interleaved rounds; chosen #" in result.output
     job_id = result.output.split()[1].rstrip(":")
     with ServiceClient(server.url, server.token) as client:
         assert client.pareto(job_id)
-        assert client.result(job_id)["study"]["name"] == f"job-{job_id}"
+        assert client.result(job_id)["study"]["name"] == f"digits-svc (job {job_id[:8]})"
 
 
 # -- watches -------------------------------------------------------------------------------
@@ -300,7 +309,7 @@ def test_watch_creates_a_watch_that_watches_lists(server: Server, watch_file: Pa
     listed = submitted(autotune(server, "watches", "--server", server.url, "--json"))
     assert [w["id"] for w in listed] == [watch_id, created["id"]]
     table = autotune(server, "watches", "--server", server.url)
-    assert watch_id in table.output and "cron 0 3 * * *" in table.output
+    assert watch_id[:8] in table.output and "cron 0 3 * * *" in table.output
 
 
 @pytest.mark.parametrize(
@@ -331,6 +340,64 @@ def test_the_client_maps_422_to_a_request_error(server: Server, watch_file: Path
             client.create_watch(watch_file, every="soon")
         assert (raised.value.field, raised.value.value) == ("every", "soon")
         assert client.list_watches() == []
+
+
+def test_status_takes_a_unique_prefix_of_the_job_s_id(server: Server, request_file: Path) -> None:
+    job = submitted(autotune(server, "submit", str(request_file), "--server", server.url, "--json"))
+    shown = autotune(server, "status", job["id"][:4], "--server", server.url)
+    assert shown.exit_code == 0, shown.output
+    assert f"job {job['id']}: queued" in shown.output
+    for unknown in ("abc", "ffff" if not job["id"].startswith("ffff") else "0000"):
+        result = autotune(server, "status", unknown, "--server", server.url)
+        assert result.exit_code == 1 and f"no such job '{unknown}'" in result.output
+
+
+@pytest.fixture
+def nodes(server: Server) -> ReplacedNodes:
+    """The trial nodes the server's hardware survey reports, which a test may replace."""
+    replaced = ReplacedNodes()
+    server.settings.hardware = HardwareSurvey(replaced.kinds, ttl_s=0)
+    return replaced
+
+
+def test_a_retune_says_what_it_re_tunes_and_watches_show_each_check(
+    server: Server, watch_file: Path, nodes: ReplacedNodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ("--server", server.url)
+    every = ("--every", "1h", "--json")
+    created = submitted(autotune(server, "watch", str(watch_file), *args, *every))
+    scheduler = Scheduler(server.db, server.settings)
+    (first,) = scheduler.tick()
+    before = nodes.profile.fingerprint
+    nodes.profile = load_profile(PROFILES / "h200x8.json")
+    due_now(server.db, created["id"])
+    (retune,) = scheduler.tick()
+
+    shown = autotune(server, "status", retune, *args)
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines()[0] == (
+        f"re-tune of {first[:8]} (watch {created['id'][:8]}): hardware changed "
+        f"({before[:8]}… → {nodes.profile.fingerprint[:8]}…)"
+    )
+    assert "re-tune" not in autotune(server, "status", first, *args).output
+
+    listed = submitted(autotune(server, "watches", *args, "--json"))
+    assert [c["job_id"] for c in listed[0]["checks"]] == [retune, first]
+    monkeypatch.setattr(shared.out, "width", 80)
+    table = autotune(server, "watches", *args)
+    assert table.exit_code == 0, table.output
+    assert all(len(line) <= 80 for line in table.output.splitlines()), table.output
+    assert created["id"][:8] in table.output and f"job {retune[:8]}" in table.output
+    assert "hardware changed" in table.output and "first check: model file" in table.output
+
+
+def test_watch_notify_is_sent_to_the_server(server: Server, watch_file: Path) -> None:
+    hook = "https://hooks.example.org/autotune"
+    args = ("--server", server.url, "--every", "1h", "--notify", hook, "--json")
+    created = submitted(autotune(server, "watch", str(watch_file), *args))
+    assert created["notify"] == hook
+    bad = autotune(server, "watch", str(watch_file), *args[:-3], "--notify", "hooks", "--json")
+    assert bad.exit_code == 2 and "notify:" in bad.output
 
 
 # -- tokens and serve ----------------------------------------------------------------------

@@ -4,6 +4,7 @@ cancel, release; and migrations that match the models."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,7 +58,40 @@ def test_identical_submissions_share_one_job(db: Database) -> None:
     other_model, created_other = store.submit(draft(alice, sha="m2"))
     assert created and not created_again and created_other
     assert again.id == first.id and other_model.id != first.id
-    assert again.budget_trials == 5 and again.study_name == f"job-{first.id}"
+    assert again.budget_trials == 5 and again.study_name == f"a (job {first.id[:8]})"
+
+
+def test_a_study_is_named_after_the_request_and_never_shares_a_name(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two jobs of one name whose ids start alike get studies told apart by a longer id, and
+    the prefix the two share names neither."""
+    store, alice = JobStore(db), principal(db)
+    ids = iter([uuid.UUID("38d0a1b2" + "0" * 24), uuid.UUID("38d0a1b2" + "1" * 24)])
+    with monkeypatch.context() as patched:
+        patched.setattr("autotune.service.jobs.uuid.uuid4", lambda: next(ids))
+        first, _ = store.submit(draft(alice, name="digits"))
+        second, _ = store.submit(draft(alice, name="digits", sha="m2"))
+    assert first.study_name == "digits (job 38d0a1b2)"
+    assert second.study_name == "digits (job 38d0a1b21)"
+    with pytest.raises(NotFound, match="job id prefix '38d0a1b2' is ambiguous"):
+        store.get(alice, "38d0a1b2")
+    assert store.get(alice, "38d0a1b21").id == second.id
+    long, _ = store.submit(draft(alice, name="n" * 100, sha="m3"))
+    assert len(long.study_name) == 100 and long.study_name.endswith(f" (job {long.id[:8]})")
+
+
+def test_a_job_is_found_by_a_unique_prefix_of_its_id(db: Database) -> None:
+    store, alice = JobStore(db), principal(db)
+    job, _ = store.submit(draft(alice))
+    assert store.get(alice, job.id[:4]).id == job.id
+    assert store.get(alice, job.id[:9].upper()).id == job.id
+    for bad in ("abc", job.id[:3], "zzzz", "0" * 33, job.id + "0"):
+        with pytest.raises(NotFound, match="no such job"):
+            store.get(alice, bad)
+    bob = principal(db, "bob")
+    with pytest.raises(NotFound, match="no such job"):
+        store.get(bob, job.id[:6])  # another's job is not there, by its id or a prefix
 
 
 def test_concurrent_identical_submissions_create_one_job(db: Database) -> None:

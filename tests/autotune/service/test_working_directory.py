@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
 
+from autotune.cli import app
 from autotune.service.db import Database
 from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
+from autotune.service.settings import ServiceSettings
 from autotune.service.submission import prepare_job
 from tests.autotune.service.support import (
     principal,
@@ -63,3 +66,26 @@ def test_a_jobs_mlflow_artifacts_on_postgresql_land_under_the_data_dir(
         assert [p for p in root.rglob("*") if p.is_file()], "the run's artifacts are there"
         db.close()
     assert list(cwd.iterdir()) == []
+
+
+def test_without_a_data_dir_the_service_keeps_its_files_in_the_user_s_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$XDG_DATA_HOME/autotune, else ~/.local/share/autotune (a relative XDG_DATA_HOME is
+    ignored, as the XDG rules say): never the working directory, which `serve --help` says."""
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    settings = ServiceSettings()
+    assert settings.data_dir == tmp_path / "xdg" / "autotune"
+    assert settings.job_dir("j").is_relative_to(tmp_path / "xdg" / "autotune")
+    assert Path(settings.mlflow_artifact_root).is_relative_to(tmp_path / "xdg" / "autotune")
+    for unset in ("", "relative/data"):
+        monkeypatch.setenv("XDG_DATA_HOME", unset)
+        expected = tmp_path / "home" / ".local" / "share" / "autotune"
+        assert ServiceSettings().data_dir == expected
+    assert ServiceSettings().data_dir.is_absolute()
+    assert not ServiceSettings().data_dir.is_relative_to(Path.cwd())
+    shown = CliRunner().invoke(app, ["serve", "--help"]).output
+    assert "(default: $XDG_DATA_HOME/autotune, ~/.local/share/autotune)" in " ".join(shown.split())
