@@ -62,7 +62,10 @@ class PreviousComparison(Strict):
     )
     config_changes: dict[str, ConfigChange]
     same_configuration: bool
-    text: str
+    text: str = Field(
+        description="the new choice against the previous one in the headline's words; "
+        f"'{SAME_CONFIGURATION}'; or 'not compared: ' and why"
+    )
     ratios: dict[str, Ratio] = Field(
         default_factory=dict, description="metric -> chosen / previous, paired per round"
     )
@@ -109,7 +112,7 @@ def compared_with_previous(
     return PreviousComparison(
         **common,
         same_configuration=False,
-        text=f"against the previous choice: {summary.text}",
+        text=summary.text,
         ratios=summary.ratios,
         rounds=summary.rounds,
         contended_rounds=summary.contended_rounds,

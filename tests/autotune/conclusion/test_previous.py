@@ -88,7 +88,7 @@ def test_the_previous_choice_is_compared_in_the_same_paired_rounds() -> None:
         "batch.size": ConfigChange(before=8, after=1),
         "runtime.threads": ConfigChange(before=None, after=1),
     }
-    assert compared.text.startswith("against the previous choice: 2× lower p95 latency")
+    assert compared.text.startswith("2× lower p95 latency")
     assert compared.text.endswith(f"{ROUNDS} paired rounds, quiet")
     assert revalidation.report["previous_trial"] == 5
 

@@ -115,7 +115,7 @@ def comparison_document(run_id: str) -> dict[str, Any]:
         "previous_trial": 1,
         "config_changes": {"batch_size": {"before": 2, "after": 1}},
         "same_configuration": False,
-        "text": "against the previous choice: 2× lower p95 latency; 6 paired rounds, quiet",
+        "text": "2× lower p95 latency per call (95% CI 2–2×); 6 paired rounds, quiet",
         "ratios": {METRIC_NAMES[0]: {"ratio": 0.5, "ci_low": 0.45, "ci_high": 0.55}},
         "rounds": 6,
         "contended_rounds": 0,
