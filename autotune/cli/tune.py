@@ -368,7 +368,7 @@ class _TuneProgress:
         self._trials[label] = task
 
         def update(done: int, result: Any) -> None:
-            progress.update(task, completed=done, count=_count(done, total))
+            progress.update(task, completed=done, count=_count(done, total), refresh=True)
             self._trial_line(done, total, result, label)
 
         try:
