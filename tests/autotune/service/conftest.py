@@ -1,10 +1,14 @@
-"""Fixtures of the API tests: a service over SQLite files in a temporary directory, and
-tokens for two teams."""
+"""Fixtures of the API tests: a service over SQLite files in a temporary directory, tokens
+for two teams, and a local HTTP server that keeps what it is posted (a watch's notices)."""
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -64,3 +68,35 @@ def bob(db: Database) -> dict[str, str]:
 def carol(db: Database) -> dict[str, str]:
     """Team b: sees none of team a's jobs."""
     return bearer(create_token(db, "carol", team="b"))
+
+
+class Notices:
+    """What a local HTTP server was posted."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+
+
+@pytest.fixture
+def notice_server() -> Iterator[tuple[str, Notices]]:
+    notices = Notices()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers["Content-Length"])
+            notices.received.append(json.loads(self.rfile.read(length)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hooks/autotune", notices
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

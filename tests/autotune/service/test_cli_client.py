@@ -276,13 +276,14 @@ def test_submit_wait_follows_a_job_to_its_tuned_config(server: Server, request_f
     assert result.exit_code == 0, result.output
     assert "Chosen configuration" in result.output
     assert "Registered as:   models:/digits-svc@tuned" in result.output
-    tail = result.output.splitlines()[-4:]
-    assert tail[0].startswith("MLflow run:      ") and "(experiment " in tail[0]
     assert "Head to head: the baseline and finalists" in result.output
     assert "interleaved rounds; chosen #" in result.output
     job_id = result.output.split()[1].rstrip(":")
     with ServiceClient(server.url, server.token) as client:
         assert client.pareto(job_id)
+        mlflow = client.result(job_id)["mlflow"]
+        run = f"MLflow run:      {mlflow['run_id']} (experiment {mlflow['experiment_id']})"
+        assert run in result.output.splitlines()
         assert client.result(job_id)["study"]["name"] == f"digits-svc (job {job_id[:8]})"
 
 

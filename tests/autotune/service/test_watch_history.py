@@ -5,11 +5,7 @@ submitted ends."""
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
@@ -18,12 +14,14 @@ from sqlalchemy import update
 
 from autotune.requests.uploads import model_file_sha256
 from autotune.service import watches as watches_module
+from autotune.service.changes import describe_change, mlflow_run
 from autotune.service.db import Database, Watch
 from autotune.service.runner import JobRunner
 from autotune.service.settings import HardwareSurvey, ServiceSettings
 from autotune.service.watches import Scheduler
+from autotune.tracking.view import run_link
 from experiments.digits.model import export_weights
-from tests.autotune.service.conftest import tiny_onnx_bytes
+from tests.autotune.service.conftest import Notices, tiny_onnx_bytes
 from tests.autotune.service.support import service_request, wait_for
 from tests.autotune.service.test_watches import ReplacedNodes
 
@@ -142,38 +140,6 @@ def test_a_watch_with_an_unreadable_model_keeps_why(
     assert check["note"].startswith("cannot read its model: ") and "tiny.onnx" in check["note"]
 
 
-class Notices:
-    """What a local HTTP server was posted."""
-
-    def __init__(self) -> None:
-        self.received: list[dict[str, Any]] = []
-
-
-@pytest.fixture
-def notice_server() -> Iterator[tuple[str, Notices]]:
-    notices = Notices()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers["Content-Length"])
-            notices.received.append(json.loads(self.rfile.read(length)))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/hooks/autotune", notices
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
-
-
 def test_a_watch_posts_the_end_of_its_job_to_its_url(
     settings: ServiceSettings,
     db: Database,
@@ -231,3 +197,18 @@ def test_a_notify_url_must_be_http_naming_a_host(
     answer = client.post("/v1/watches", json=body, headers=alice)
     assert answer.status_code == 422, answer.text
     assert answer.json()["detail"]["field"] == "notify"
+
+
+def test_a_change_and_a_run_read_in_words() -> None:
+    registered = {"what": "registered model", "old": "team~a~m/3", "new": "team~a~m/4"}
+    assert describe_change({"model": registered, "hardware": None}) == (
+        "registered model changed (team~a~m/3 → team~a~m/4)"
+    )
+    hardware = {"old": "a" * 64, "new": "b" * 64}
+    assert describe_change({"model": None, "hardware": hardware}) == (
+        "hardware changed (aaaaaaaa… → bbbbbbbb…)"
+    )
+    run = {"run_id": "r1", "experiment_id": "7", "tracking_uri": "https://mlflow.example.org/"}
+    assert mlflow_run(run)["link"] == f"https://mlflow.example.org/{run_link('7', 'r1')}"
+    for hidden in ("http://…", "sqlite:///…/mlflow.db"):
+        assert mlflow_run({**run, "tracking_uri": hidden})["link"] is None

@@ -24,6 +24,7 @@ from autotune.space.hardware import load_profile
 from autotune.space.search_space import SPACES_DIR
 from experiments.digits.model import export_weights
 from tests.autotune.requests.test_sources import tiny_onnx
+from tests.autotune.service.conftest import Notices
 from tests.autotune.service.support import (
     principal,
     service_request,
@@ -95,7 +96,7 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServiceSe
 
 @pytest.mark.slow
 def test_a_changed_model_file_is_retuned_from_the_previous_front(
-    stores: ServiceSettings, tmp_path: Path
+    stores: ServiceSettings, tmp_path: Path, notice_server: tuple[str, Notices]
 ) -> None:
     settings = stores
     settings.min_watch_every_s = 1.0  # ticks a second apart keep the test short
@@ -105,7 +106,8 @@ def test_a_changed_model_file_is_retuned_from_the_previous_front(
     jobs, watches, alice = JobStore(db), WatchStore(db, settings), principal(db)
     model = {"entry_point": "experiments.digits.model:architecture", "weights": weights.name}
     request = service_request(name="watched", trials=6, model=model)
-    watch = watches.create(alice, request, every="1s", retune_trials=4)
+    url, notices = notice_server
+    watch = watches.create(alice, request, every="1s", retune_trials=4, notify=url)
     scheduler, runner = Scheduler(db, settings), JobRunner(db, settings)
 
     (first,) = scheduler.tick()  # due at once: the first tuning
@@ -127,6 +129,13 @@ def test_a_changed_model_file_is_retuned_from_the_previous_front(
     assert runner.run_once() == retune
     done = jobs.get(alice, retune)
     assert done.state == "succeeded", done.error
+    # Each job's end was posted to the watch's URL: the re-tune's says what changed.
+    told, notice = wait_for(lambda: notices.received[1:] and notices.received, 10, "notices")
+    assert (told["job_id"], told["changed"]) == (first, "the watch's first tuning")
+    assert (notice["job_id"], notice["retune_of"], notice["state"]) == (retune, first, "succeeded")
+    assert notice["changed"].startswith("model weights changed (")
+    assert notice["headline"] == done.result["headline"]["text"]  # type: ignore[index]
+    assert notice["mlflow"]["run_id"] == done.result["mlflow"]["run_id"]  # type: ignore[index]
 
     previous_study = jobs.get(alice, first).study_name
     trials = stored_trials(settings.storage, done.study_name)
