@@ -69,7 +69,9 @@ def token_revoke(
 
 @token_app.command("list")
 def token_list(db: ServiceDb = None, as_json: AsJson = False) -> None:
-    """List the tokens (names, teams, whether revoked; never the secrets)."""
+    """List the tokens: names, teams and whether revoked.
+
+    Never their secrets: only their hashes are stored."""
     from autotune.service.tokens import list_tokens
 
     with _exit_codes(), _service_database(db, read_only=True) as database:

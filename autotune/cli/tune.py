@@ -99,7 +99,7 @@ def tune(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the tuned config as JSON")] = False,
 ) -> None:
-    """Tune a model: search, measure, and write the tuned configuration.
+    """Tune a model: search, measure, write the tuned configuration.
 
     With --replay, the same search runs against a recorded table, each slot of --workers on
     a simulated clock. Nodes of several kinds are tuned at once, a study each; the last

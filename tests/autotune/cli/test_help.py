@@ -4,14 +4,17 @@ name split over two lines, no `<bool>` after a flag, and each paragraph wrapped 
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
 from typer.core import TyperGroup
-from typer.testing import CliRunner
 
 from autotune.cli import app
 
@@ -33,9 +36,14 @@ COMMANDS = list(_commands(typer.main.get_group(app), []))
 
 
 def _help(path: list[str]) -> str:
-    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(WIDTH)})
-    assert result.exit_code == 0, result.output
-    return result.output
+    """The console script's help in a clean environment (nothing but its width)."""
+    script = Path(sys.executable).parent / "autotune"
+    env = {"PATH": os.defpath, "COLUMNS": str(WIDTH)}
+    result = subprocess.run(
+        [str(script), *path, "--help"], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def test_every_command_is_checked() -> None:
