@@ -54,7 +54,10 @@ class Principal:
         refuse some characters, a NUL among them, before they could say there is none)."""
         wanted = row_id.strip().lower()
         if ID_PREFIX.fullmatch(wanted) is None:
-            raise NotFound(f"no such {noun} {row_id[:80]!r}")
+            raise NotFound(
+                f"no such {noun} {row_id[:80]!r} (give its id, or its first {MIN_PREFIX} or "
+                "more characters)"
+            )
         with db.transaction() as session:
             if len(wanted) == ROW_ID_LENGTH:
                 row = session.get(model, wanted)

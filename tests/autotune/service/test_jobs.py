@@ -87,7 +87,7 @@ def test_a_job_is_found_by_a_unique_prefix_of_its_id(db: Database) -> None:
     assert store.get(alice, job.id[:4]).id == job.id
     assert store.get(alice, job.id[:9].upper()).id == job.id
     for bad in ("abc", job.id[:3], "zzzz", "0" * 33, job.id + "0"):
-        with pytest.raises(NotFound, match="no such job"):
+        with pytest.raises(NotFound, match=f"no such job '{bad}' \\(give its id, or its first 4"):
             store.get(alice, bad)
     bob = principal(db, "bob")
     with pytest.raises(NotFound, match="no such job"):
