@@ -223,6 +223,8 @@ def _print_tuned(tuned: dict[str, Any], final: dict[str, Any]) -> None:
         out.print(f"Open the run:    {run['link']}", highlight=False, soft_wrap=True)
     if "headline" in tuned:  # results of jobs tuned before headlines existed have none
         out.print(f"Against the baseline: {tuned['headline']['text']}", highlight=False)
+    if "previous" in tuned:  # a re-tune's: its choice against the previous one, paired
+        out.print(f"Against the previous choice: {tuned['previous']['text']}", highlight=False)
 
 
 def watch(
