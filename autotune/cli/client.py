@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from autotune.cli.shared import EXIT_INFEASIBLE, AsJson, _exit_codes, err, out
+from autotune.cli.shared import EXIT_INFEASIBLE, AsJson, Trials, _exit_codes, err, out
 from autotune.cli.tables import _print_comparison, _shown
 from autotune.cli.tune import head_to_head_line, mlflow_run_line
 from autotune.core.errors import Interrupted
@@ -66,6 +66,7 @@ def submit(
             "or safetensors weights for the request's model.entry_point"
         ),
     ] = None,
+    trials: Trials = None,
     wait: Annotated[bool, typer.Option("--wait", help=WAIT_HELP)] = False,
     poll_s: PollSeconds = 2.0,
     token: Token = None,
@@ -76,7 +77,7 @@ def submit(
     An identical submission answers with its job. With --wait, the end shows the chosen
     configuration, why it was chosen and its MLflow run."""
     with _exit_codes(), _service_client(server, token) as client:
-        submitted = client.submit(request_file, model)
+        submitted = client.submit(request_file, model, trials)
         if as_json and not wait:
             print(json.dumps(submitted, indent=2))
         elif not as_json:
@@ -245,6 +246,7 @@ def watch(
         str | None,
         typer.Option(metavar="URL", help="post each of its jobs' ends here as JSON"),
     ] = None,
+    trials: Trials = None,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
@@ -254,7 +256,7 @@ def watch(
     server's models root or a registered model (models:/NAME@ALIAS); the first check, and
     so the first tuning, is due at once."""
     with _exit_codes(), _service_client(server, token) as client:
-        created = client.create_watch(request_file, every, cron, retune_trials, notify)
+        created = client.create_watch(request_file, every, cron, retune_trials, notify, trials)
     if as_json:
         print(json.dumps(created, indent=2))
         return

@@ -115,3 +115,7 @@ ServiceDb = Annotated[
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="print as JSON")]
+Trials = Annotated[
+    int | None,
+    typer.Option(min=1, envvar="AUTOTUNE_TRIALS", help="trials in the study (its budget)"),
+]

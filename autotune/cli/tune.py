@@ -20,6 +20,7 @@ from rich.markup import escape
 from autotune.cli.shared import (
     EXIT_INFEASIBLE,
     EXIT_INTERRUPTED,
+    Trials,
     _exit_codes,
     err,
     out,
@@ -39,10 +40,7 @@ if TYPE_CHECKING:
 
 def tune(
     request_file: Annotated[Path, typer.Argument(metavar="REQUEST.yaml")],
-    trials: Annotated[
-        int | None,
-        typer.Option(min=1, envvar="AUTOTUNE_TRIALS", help="trials in the study"),
-    ] = None,
+    trials: Trials = None,
     timeout: Annotated[float | None, typer.Option(min=0.001, help="seconds of search")] = None,
     storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the study")] = None,
     study: Annotated[str | None, typer.Option(help="study name (resumes if it exists)")] = None,

@@ -80,10 +80,12 @@ class ServiceClient:
     def close(self) -> None:
         self._http.close()
 
-    def submit(self, request_file: Path, model_file: Path | None = None) -> dict[str, Any]:
+    def submit(
+        self, request_file: Path, model_file: Path | None = None, trials: int | None = None
+    ) -> dict[str, Any]:
         """Queue a job: {id, state, created}; created is False when an identical submission
-        answered with its job."""
-        document = yaml.safe_dump(read_request_file(request_file), sort_keys=False)
+        answered with its job. `trials` replaces the request's budget of trials."""
+        document = yaml.safe_dump(request_with_trials(request_file, trials), sort_keys=False)
         if model_file is None:
             headers = {"Content-Type": "application/yaml"}
             return self._call("POST", "/v1/jobs", content=document, headers=headers)
@@ -130,9 +132,10 @@ class ServiceClient:
         cron: str | None = None,
         retune_trials: int | None = None,
         notify: str | None = None,
+        trials: int | None = None,
     ) -> dict[str, Any]:
         body = {
-            "request": read_request_file(request_file),
+            "request": request_with_trials(request_file, trials),
             "every": every,
             "cron": cron,
             "retune_trials": retune_trials,
@@ -178,3 +181,13 @@ def _raise_for(response: httpx.Response) -> None:
     if status == 409:
         raise Conflict(message)
     raise AutotuneError(f"the server answered {status}: {message}")
+
+
+def request_with_trials(request_file: Path, trials: int | None) -> dict[str, Any]:
+    """The request file's document, its budget of trials replaced where `trials` is given."""
+    request = read_request_file(request_file)
+    budget = request.get("budget", {})
+    # A malformed budget is left to the server to refuse.
+    if trials is not None and isinstance(budget, dict):
+        request["budget"] = {**budget, "trials": trials}
+    return request

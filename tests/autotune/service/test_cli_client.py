@@ -141,6 +141,25 @@ def test_submit_and_status_as_json(server: Server, request_file: Path) -> None:
     assert (status["id"], status["progress"]) == (job["id"], {"trials_done": 0, "budget": 3})
 
 
+def test_trials_replace_the_request_budget_from_the_flag_or_the_environment(
+    server: Server, request_file: Path
+) -> None:
+    flag = submitted(
+        autotune(
+            server, "submit", str(request_file), "--server", server.url, "--trials", "5", "--json"
+        )
+    )
+    status = submitted(autotune(server, "status", flag["id"], "--server", server.url, "--json"))
+    assert status["progress"]["budget"] == 5
+    runner_env = {"AUTOTUNE_TOKEN": server.token, "XDG_CONFIG_HOME": str(server.home)}
+    args = ["submit", str(request_file), "--server", server.url, "--json"]
+    by_env = submitted(runner.invoke(app, args, env={**runner_env, "AUTOTUNE_TRIALS": "4"}))
+    status = submitted(autotune(server, "status", by_env["id"], "--server", server.url, "--json"))
+    assert status["progress"]["budget"] == 4 and by_env["id"] != flag["id"]
+    refused = autotune(server, "submit", str(request_file), "--server", server.url, "--trials", "0")
+    assert refused.exit_code == 2 and "--trials" in refused.output
+
+
 def test_the_request_name_defaults_to_the_file_name(server: Server, tmp_path: Path) -> None:
     request = service_request()
     del request["name"]
@@ -311,6 +330,12 @@ def test_watch_creates_a_watch_that_watches_lists(server: Server, watch_file: Pa
     assert [w["id"] for w in listed] == [watch_id, created["id"]]
     table = autotune(server, "watches", "--server", server.url)
     assert watch_id[:8] in table.output and "cron 0 3 * * *" in table.output
+
+
+def test_watch_trials_replace_the_request_budget(server: Server, watch_file: Path) -> None:
+    args = ("watch", str(watch_file), "--server", server.url, "--every", "1h", "--json")
+    created = submitted(autotune(server, *args, "--trials", "2"))
+    assert created["request"]["budget"]["trials"] == 2
 
 
 @pytest.mark.parametrize(
