@@ -43,6 +43,15 @@ def serve_command(
             "store (default: <data-dir>/mlflow-artifacts; an MLflow server chooses its own)",
         ),
     ] = None,
+    mlflow_ui_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AUTOTUNE_MLFLOW_UI_URL",
+            metavar="URL",
+            help="where people open the MLflow UI on the tracking store: answers and notices "
+            "link each job's run there (otherwise they show the store by its scheme only)",
+        ),
+    ] = None,
     models_root: Annotated[
         Path | None,
         typer.Option(
@@ -112,7 +121,7 @@ def serve_command(
     Each of the three can be left out."""
     from autotune.execution.ray_cluster import parse_workers
     from autotune.service.server import serve
-    from autotune.service.settings import ServiceSettings
+    from autotune.service.settings import ServiceSettings, check_web_url
 
     given: dict[str, Any] = {
         "db": db,
@@ -121,6 +130,7 @@ def serve_command(
         "experiment": experiment,
         "data_dir": data_dir,
         "mlflow_artifacts": mlflow_artifacts,
+        "mlflow_ui_url": mlflow_ui_url,
         "models_root": models_root,
         "executor": executor,
         "ray_address": ray_address,
@@ -134,6 +144,8 @@ def serve_command(
     }
     trusted = tuple(p.strip() for item in trust or [] for p in item.split(",") if p.strip())
     with _exit_codes():
+        if mlflow_ui_url is not None:
+            check_web_url("mlflow-ui-url", mlflow_ui_url)
         if executor not in (None, "ray", "inprocess"):
             raise RequestError("executor", "must be 'ray' or 'inprocess'", executor)
         if workers is not None:

@@ -12,7 +12,8 @@ that names a host (`scheme://host…`) is shown as its scheme only (`postgresql+
 when it is a database's, when it carries a user or a password, or when its host is one of
 the service's own stores (its job database, study storage, MLflow tracking server and
 artifact store, Ray cluster). A SQLite file is a path like any other
-(`sqlite:///…/studies.db`).
+(`sqlite:///…/studies.db`). Where the operator gave the MLflow UI's public address
+(`ServiceSettings.mlflow_ui_url`), the tracking URI is shown as that address, whole.
 """
 
 from __future__ import annotations
@@ -56,9 +57,12 @@ class ClientPaths:
         uploads_dir: Path,
         data_dir: Path,
         stores: Iterable[str] = (),
+        tracking_shown_as: tuple[str, str] | None = None,
     ) -> None:
-        """`stores`: the URLs (or Ray's `host:port`) of the service's own stores."""
+        """`stores`: the URLs (or Ray's `host:port`) of the service's own stores;
+        `tracking_shown_as`: the tracking URI and the public address shown in its place."""
         self._store_hosts = frozenset(filter(None, map(_host, stores)))
+        self._tracking_shown_as = tracking_shown_as
         self._renders = _renders(
             [(models_root, _relative), (uploads_dir, _upload), (data_dir, _relative)]
         )
@@ -77,13 +81,17 @@ class ClientPaths:
             settings.mlflow_artifacts or "",
             settings.ray_address or "",
         )
-        return cls(settings.models_root, settings.uploads_dir, settings.data_dir, stores)
+        public = settings.mlflow_ui_url
+        shown_as = None if public is None else (settings.tracking_uri, public.rstrip("/"))
+        return cls(settings.models_root, settings.uploads_dir, settings.data_dir, stores, shown_as)
 
     def text(self, text: str, others: bool = True) -> str:
         """`text` with every server path in it shown to the client; without `others`, an
         absolute path under none of the service's directories is left as it is (a value the
         client wrote itself)."""
         pattern = self._every if others else self._service_only
+        if self._tracking_shown_as is not None:
+            text = text.replace(*self._tracking_shown_as)
         return pattern.sub(self._shown, _URL.sub(self._url_shown, text))
 
     def value(self, value: Any, others: bool = True) -> Any:
@@ -110,6 +118,9 @@ class ClientPaths:
 
     def _url_shown(self, match: re.Match[str]) -> str:
         scheme, authority = match["scheme"], match["authority"]
+        public = self._tracking_shown_as
+        if public is not None and f"{match[0]}/".startswith(f"{public[1]}/"):
+            return match[0]
         hidden = (
             "@" in authority
             or scheme.lower().split("+")[0] in DATABASE_SCHEMES

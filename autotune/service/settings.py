@@ -11,13 +11,26 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
+from autotune.core.errors import RequestError
 from autotune.execution.ray_cluster import Workers
 
 if TYPE_CHECKING:
     from autotune.core.contract import NodeKind
 
 log = logging.getLogger("autotune.service")
+
+# The longest URL a setting or a watch may give (a notice's address, the MLflow UI's).
+MAX_URL_CHARS = 2000
+
+
+def check_web_url(field: str, url: str) -> None:
+    """An http or https URL naming a host, or a RequestError naming `field`."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > MAX_URL_CHARS:
+        rule = f"must be an http or https URL naming a host, at most {MAX_URL_CHARS} characters"
+        raise RequestError(field, rule, url[:200])
 
 
 def default_data_dir() -> Path:
@@ -38,6 +51,9 @@ class ServiceSettings:
     # The artifact root of a new MLflow experiment on a database tracking store (a directory
     # or a URI such as s3://bucket/prefix); default: <data_dir>/mlflow-artifacts.
     mlflow_artifacts: str | None = None
+    # Where people open the MLflow UI on the tracking store (http:// or https://): answers
+    # and notices show the tracking URI as this address, and link each job's run there.
+    mlflow_ui_url: str | None = None
     # Requests may name model and data files by a path under this directory.
     models_root: Path | None = None
     # Module prefixes whose entry points requests may name (trusted server-side code).

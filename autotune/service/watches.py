@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -29,7 +28,7 @@ from autotune.core.errors import AutotuneError, RequestError
 from autotune.service.changes import describe_change, model_kind
 from autotune.service.db import Database, Job, Token, Watch, WatchCheck, now
 from autotune.service.jobs import JobStore
-from autotune.service.settings import ServiceSettings
+from autotune.service.settings import ServiceSettings, check_web_url
 from autotune.service.submission import base_dir, prepare_job
 from autotune.service.tokens import Principal
 from autotune.tuning import study_front
@@ -46,7 +45,6 @@ MAX_EVERY_S = 366 * 86400.0
 RETUNE_EXPLORATION = 4
 # The checks a watch keeps in its history, the newest.
 CHECKS_KEPT = 100
-MAX_URL_CHARS = 2000
 
 
 def parse_every(text: str, minimum_s: float = MIN_EVERY_S) -> float:
@@ -145,7 +143,7 @@ class WatchStore:
         if retune_trials is not None and retune_trials < 1:
             raise RequestError("retune_trials", "must be >= 1", retune_trials)
         if notify is not None:
-            check_notify_url(notify)
+            check_web_url("notify", notify)
         if isinstance(request, dict) and "model" in request:
             model = request["model"]
             if not isinstance(model, dict) or not (WATCHABLE & set(model)):
@@ -198,14 +196,6 @@ class WatchStore:
             if watch is not None:
                 session.execute(delete(WatchCheck).where(WatchCheck.watch_id == watch_id))
                 session.delete(watch)
-
-
-def check_notify_url(url: str) -> None:
-    """A watch posts its jobs' ends to an http or https URL naming a host."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > MAX_URL_CHARS:
-        rule = f"must be an http or https URL naming a host, at most {MAX_URL_CHARS} characters"
-        raise RequestError("notify", rule, url[:200])
 
 
 class Scheduler:

@@ -451,6 +451,7 @@ def test_tokens_are_created_listed_and_revoked(tmp_path: Path) -> None:
     [
         (["--no-api", "--runners", "0", "--no-scheduler"], "serve"),
         (["--executor", "gpu"], "executor"),
+        (["--mlflow-ui-url", "mlflow.example.com"], "mlflow-ui-url"),
     ],
 )
 def test_serve_refuses_bad_options(args: list[str], field: str) -> None:

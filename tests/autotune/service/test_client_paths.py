@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from autotune.core.errors import RequestError
 from autotune.service import Database, ServiceSettings, create_app
+from autotune.service.changes import mlflow_run
 from autotune.service.client_paths import ClientPaths
 from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
@@ -66,6 +67,30 @@ def test_a_server_path_is_shown_as_the_client_names_it(
 ) -> None:
     message = f"model.onnx: file must exist (got '{server.format(root=tmp_path)}')"
     assert paths.text(message) == f"model.onnx: file must exist (got '{shown}')"
+
+
+@pytest.mark.parametrize(
+    "tracking", ["postgresql+psycopg://svc:s3cret@db:5432/mlflow", "http://mlflow.internal:5000"]
+)
+def test_a_public_mlflow_ui_is_shown_for_the_tracking_store_and_links_the_run(
+    tmp_path: Path, tracking: str
+) -> None:
+    """Where the operator says where people open the MLflow UI, a job's MLflow block shows
+    that address for its store, whole, and its run gets a link there; the store's own
+    address appears nowhere."""
+    models, data = tmp_path / "models", tmp_path / "data"
+    public = "https://mlflow.example.com/"
+    paths = ClientPaths(models, data / "models", data, (*STORES, tracking), (tracking, public))
+    block = {"tracking_uri": tracking, "experiment_id": "3", "run_id": "r1"}
+    shown = paths.value({"mlflow": block, "error": f"MLflow at {tracking} did not answer"})
+    assert shown["mlflow"]["tracking_uri"] == "https://mlflow.example.com/"
+    assert shown["error"] == "MLflow at https://mlflow.example.com/ did not answer"
+    link = mlflow_run(shown["mlflow"])["link"]
+    assert link is not None and link.startswith(
+        "https://mlflow.example.com/#/experiments/3/runs/r1"
+    )
+    without = ClientPaths(models, data / "models", data, (*STORES, tracking))
+    assert mlflow_run(without.value({"mlflow": block})["mlflow"])["link"] is None
 
 
 def test_a_bad_input_error_shows_what_the_client_wrote_as_written(
