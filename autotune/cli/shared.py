@@ -16,6 +16,7 @@ from rich.markup import escape
 from autotune.core.errors import (
     AutotuneError,
     Interrupted,
+    MostTrialsFailed,
     NodesGone,
     NoFeasibleConfiguration,
     NotFound,
@@ -27,6 +28,8 @@ EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
 # No node of the study's kind came back within cluster.node_wait_s; the study is resumable.
 EXIT_NODES_GONE = 4
+# More than half of the trials that ran failed: the study was not concluded.
+EXIT_TRIALS_FAILED = 5
 EXIT_INTERRUPTED = 130
 
 
@@ -77,6 +80,9 @@ def _exit_codes() -> Iterator[None]:
     except NodesGone as exc:
         _error("[red]nodes gone:[/red]", exc)
         raise typer.Exit(EXIT_NODES_GONE) from None
+    except MostTrialsFailed as exc:
+        _error("[red]most trials failed:[/red]", exc)
+        raise typer.Exit(EXIT_TRIALS_FAILED) from None
     except NotFound as exc:  # not "failed:": nothing failed, there is no such job or watch
         _error("[red]not found:[/red]", exc)
         raise typer.Exit(1) from None

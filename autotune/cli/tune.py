@@ -28,6 +28,7 @@ from autotune.cli.shared import (
 )
 from autotune.cli.tables import _print_comparison, _print_front, _shown
 from autotune.core.errors import AutotuneError
+from autotune.search.report import trial_text
 from autotune.space.hardware import describe_kind
 from autotune.strategies import DEFAULT_STRATEGY, strategy_names
 
@@ -428,7 +429,7 @@ class _TuneProgress:
 
     def _trial_line(self, done: int, total: int | None, result: Any, label: str) -> None:
         if result is not None:  # a resumed study's count is told by its note
-            line = f"tuning {_count(done, total)}: {_trial_text(result)}"
+            line = f"tuning {_count(done, total)}: {trial_text(result)}"
             err.print(escape(_prefixed(label, line)), highlight=False, soft_wrap=True)
 
 
@@ -456,34 +457,6 @@ def _prefixed(label: str, line: str) -> str:
 
 def _labelled(label: str, name: str) -> str:
     return f"{label} {name}" if label else name
-
-
-def _trial_text(result: Any) -> str:
-    """A told trial in one line: its number, status, p95 and where its time went."""
-    text = f"trial {result.trial_number}: {result.status}"
-    if result.metrics is not None:
-        text += f", p95 {result.metrics.latency_p95_ms:.3f} ms"
-    return text + _phase_times(result) + _quiet_wait(result)
-
-
-def _quiet_wait(result: Any) -> str:
-    """How long the trial waited for the machine to be quiet before measuring, if at all."""
-    contention = result.provenance.contention if result.provenance is not None else None
-    if contention is None or contention.waited_s < 0.5:
-        return ""
-    found = "; still busy, measured marked contended" if contention.contended else ""
-    return f", waited {contention.waited_s:.0f} s for quiet{found}"
-
-
-def _phase_times(result: Any) -> str:
-    """Where a trial's time went, for the progress line ('' for one answered unmeasured)."""
-    times = result.times
-    if times is None:
-        return ""
-    return (
-        f" in {result.duration_s:.1f} s (build {times.build_s:.1f}, accuracy "
-        f"{times.accuracy_s:.1f}, timing {times.timing_s:.1f})"
-    )
 
 
 def _count(done: int, total: int | None) -> str:

@@ -85,6 +85,12 @@ class NoFeasibleConfiguration(AutotuneError):
     """The study finished, but no measured configuration meets the constraints."""
 
 
+class MostTrialsFailed(AutotuneError):
+    """The search ended with more than half of the trials that ran failed (error, timeout,
+    out of memory, unsupported, contended): the study is not concluded, and its message
+    counts the trials by status with the most common reason of each."""
+
+
 class MissingDependency(AutotuneError):
     """An optional heavy package is needed for a feature that was asked for."""
 

@@ -30,8 +30,10 @@ from autotune.search.inputs import Events, Tuning
 from autotune.search.interrupts import stop_on_signals
 from autotune.search.quiet import QuietWaits
 from autotune.search.reaping import MAX_ATTEMPTS, Reaper
+from autotune.search.report import check_failures, study_summary
 from autotune.search.state import BATCH, SearchState
 from autotune.search.telling import Teller
+from autotune.strategies.reasons import staged
 
 if TYPE_CHECKING:
     from autotune.execution.base import Executor
@@ -114,12 +116,15 @@ class Coordinator:
                 stop_on_signals(self.stop) as received,
             ):
                 baseline = self.search()
+            records = self.store.records()
+            self.events.on_note(f"study {self.store.name}: {study_summary(records)}")
             if self.stop.is_set():
                 by = received[0] if received else "the user"
                 raise Interrupted(
                     f"stopped by {by} after the running trials; run the same command to "
                     f"resume {self.store.name!r}"
                 )
+            check_failures(records)
             conclusion = Conclusion(
                 request,
                 self.tuning.workload,
@@ -333,7 +338,7 @@ class Coordinator:
     def _settle(self, result: TrialResult) -> None:
         state = self.state
         record, spec = state.running.pop(result.trial_number)
-        result = self._of_this_kind(spec, result)
+        result = _with_stage(self._of_this_kind(spec, result))
         gave_up_waiting = self.quiet.told(result)
         if gave_up_waiting is not None:
             self.events.on_note(gave_up_waiting)
@@ -427,3 +432,11 @@ class Coordinator:
             if result.metrics is not None:
                 state.learn_quality(result.variant_key, result.metrics)
             self.teller.tell(record, spec, result)
+
+
+def _with_stage(result: TrialResult) -> TrialResult:
+    """An error's reason with the stage it was raised in, read from its traceback
+    (`autotune.strategies.reasons.staged`)."""
+    if result.status != "error":
+        return result
+    return result.model_copy(update={"reason": staged(result.reason, result.traceback)})

@@ -172,6 +172,7 @@ class JobRunner:
             mlflow_artifacts=self.settings.mlflow_artifact_root,
             stop=stop,
             stale_after_s=self.settings.stale_after_s,
+            on_note=lambda text: log.info("job %s: %s", job.id, text),
         )
         self._warm_start(job, options)
         progress = self._progress(job, request)
@@ -221,14 +222,18 @@ class JobRunner:
         }
 
     def _progress(self, job: Job, request: Any) -> Callable[[int | None], Any]:
-        """Progress for the job's status: trials done, and the best feasible so far."""
+        """Progress for the job's status: trials done, and the best feasible so far; each
+        trial's line (its reason, where it did not end ok) in the log."""
         from autotune.conclusion.front import select
+        from autotune.search.report import trial_text
         from autotune.tuning import study_front
 
         store, owner, storage = self.store, self.owner, self.settings.storage
         last: dict[str, Any] = {"at": 0.0, "best": None}
 
         def update(done: int, result: Any) -> None:
+            if result is not None:
+                log.info("job %s: %s", job.id, trial_text(result))
             if time.monotonic() - last["at"] >= PROGRESS_EVERY_S:
                 last["at"] = time.monotonic()
                 front = study_front(job.study_name, storage)

@@ -26,7 +26,11 @@
   accuracy depends only on the variant. Nor is one that differs only in throughput dimensions
   from a configuration that could not be built: batch size and threads do not decide that;
   nor, where the engine could not convert the model, in that engine's own options (OpenVINO's
-  hint and streams), which apply only to a converted model.
+  hint and streams), which apply only to a converted model. A refusal of the batch size alone
+  (`reasons.refuses_batch_only`: the model takes a fixed batch) rules out only other thread
+  counts at that batch size. An error whose reason names its exception type and stage
+  (`reasons.error_signature`) is deterministic: it rules out the configurations that differ
+  from it only in batch size or threads, as an unsupported build does.
 - The sampler is multivariate TPE for mixed categorical spaces, with a constant liar so that
   several slots do not propose the same point; where larger batches are dominated it leaves
   the batch size at the smallest.
@@ -58,6 +62,7 @@ from autotune.strategies.batch_sizes import (
     smaller_batches,
     smallest_batches,
 )
+from autotune.strategies.reasons import error_signature, refuses_batch_only
 
 if TYPE_CHECKING:
     from autotune.requests.request import TuningRequest
@@ -76,6 +81,7 @@ UNSUPPORTED_LIKE = "differs only in batch size or threads from unsupported trial
 UNCONVERTIBLE_LIKE = (
     "differs only in batch size, threads or its engine's options from unsupported trial"
 )
+ERROR_LIKE = "differs only in batch size or threads from trial"
 
 ConfigKey = tuple[tuple[str, Any], ...]
 
@@ -206,8 +212,7 @@ class Ledger:
                 record.provenance,
             )
             self.finished.setdefault(config_key(record.config), outcome)
-            if outcome.status == "unsupported":
-                self._rule_out(record.config, outcome)
+            self._rule_out(record.config, outcome)
 
     def settle(self, number: int, spec: TrialSpec, result: TrialResult) -> None:
         """Record how trial `number` ended."""
@@ -218,12 +223,19 @@ class Ledger:
             figures = result.metrics or result.screening
             outcome = Outcome(number, result.status, result.reason, figures, result.provenance)
             self.finished.setdefault(key, outcome)
-            if result.status == "unsupported":
-                self._rule_out(spec.config, outcome)
+            self._rule_out(spec.config, outcome)
 
     def _rule_out(self, config: dict[str, ConfigValue], outcome: Outcome) -> None:
+        """What an unsupported or deterministically failing trial says of its siblings (see
+        the module's docstring)."""
+        if outcome.status == "error" and error_signature(outcome.reason) is not None:
+            self.unsupported.setdefault(_build_key(config), outcome)
+        if outcome.status != "unsupported":
+            return
         if engine_that_cannot_convert(outcome.reason) == config.get(ENGINE_KEY):
             self.unconvertible.setdefault(_conversion_key(config), outcome)
+        elif refuses_batch_only(outcome.reason):
+            self.unsupported.setdefault(_build_key(config, keep_batch=True), outcome)
         else:
             self.unsupported.setdefault(_build_key(config), outcome)
 
@@ -257,11 +269,18 @@ class Ledger:
         return None
 
     def unsupported_like(self, config: dict[str, ConfigValue]) -> Outcome | None:
-        """A finished trial that could not be built and differs from `config` only in
-        throughput dimensions, or, where its engine could not convert the model, also in that
-        engine's options."""
-        like = self.unsupported.get(_build_key(config))
-        return like if like is not None else self.unconvertible.get(_conversion_key(config))
+        """A finished trial that could not be built (or failed with a deterministic error)
+        and differs from `config` only in throughput dimensions (only in threads, where its
+        batch size alone was refused), or, where its engine could not convert the model, also
+        in that engine's options."""
+        for like in (
+            self.unsupported.get(_build_key(config)),
+            self.unsupported.get(_build_key(config, keep_batch=True)),
+            self.unconvertible.get(_conversion_key(config)),
+        ):
+            if like is not None:
+                return like
+        return None
 
     def _neighbours(
         self, config: dict[str, ConfigValue], steps: BatchSteps
@@ -334,12 +353,21 @@ def _neighbour_class(name: str) -> int:
     return 3 if defines_variant(name) else 1
 
 
-def _build_key(config: dict[str, ConfigValue]) -> ConfigKey:
-    return config_key({k: v for k, v in config.items() if k not in THROUGHPUT_DIMENSIONS})
+def _build_key(config: dict[str, ConfigValue], keep_batch: bool = False) -> ConfigKey:
+    """The configuration without what does not decide whether it builds: its throughput
+    dimensions, or only its threads where the batch size does decide (`keep_batch`). The two
+    keys never collide: one holds the batch size, the other not."""
+    ignored = {"runtime.threads"} if keep_batch else set(THROUGHPUT_DIMENSIONS)
+    return config_key({k: v for k, v in config.items() if k not in ignored})
 
 
 def _like(unbuildable: Outcome) -> str:
     """Why a configuration the `unbuildable` trial rules out is skipped."""
+    if unbuildable.status == "error":
+        return (
+            f"{ERROR_LIKE} #{unbuildable.trial_number}, whose error would repeat: "
+            f"{unbuildable.reason}"
+        )
     converts = engine_that_cannot_convert(unbuildable.reason) is None
     like = UNSUPPORTED_LIKE if converts else UNCONVERTIBLE_LIKE
     return f"{like} #{unbuildable.trial_number}: {unbuildable.reason}"
@@ -392,9 +420,9 @@ class AutotuneStrategy(Strategy):
 
     def answer(self, study: str, spec: TrialSpec, excluded: set[str]) -> Answer | None:
         """Not measured: a variant known to violate the accuracy bound, a configuration that
-        could not be built at another batch size or thread count (or, where its engine could
-        not convert the model, with other options of that engine), or one that was (or is
-        being) measured."""
+        could not be built, or failed with a deterministic error, at another batch size or
+        thread count (or, where its engine could not convert the model, with other options of
+        that engine), or one that was (or is being) measured."""
         if variant_key(spec.config) in excluded:
             return Answer(TrialResult.for_spec(spec, "skipped", ACCURACY_VIOLATION))
         unbuildable = self.ledger.unsupported_like(spec.config)
