@@ -16,7 +16,8 @@ PROBE_SAMPLES = 4
 
 
 def inspect_workload(workload: Workload, store: WorkloadCache | None = None) -> ModelInfo:
-    """Load the model and data, run the unmodified model on a few samples and describe them.
+    """Load the model and data, run the unmodified model on a few samples and describe them
+    (with the batch size the model's inputs fix, where they fix one).
 
     Raises RequestError (field, rule, value) for a missing or corrupt file, an entry point that
     does not resolve or returns the wrong thing, empty or mismatched data, a metric the data
@@ -36,6 +37,7 @@ def inspect_workload(workload: Workload, store: WorkloadCache | None = None) -> 
             loaded.model, loaded.data.inputs[:1]
         ),
         engine_refusals=engine_refusals(loaded),
+        fixed_batch=session.fixed_batch,
     )
 
 

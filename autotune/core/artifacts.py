@@ -18,7 +18,8 @@ ONNX_ARTIFACT = "model.onnx"
 WEIGHTS_ARTIFACT = "model.safetensors"
 VARIANT_FILE = "variant.json"
 # A few evaluation inputs beside an ONNX artifact, fed by input name, and the outputs the
-# measured session gave for them: the registered model's input example and signature.
+# measured session gave for them: the registered model's input example and signature. A
+# model whose inputs fix the batch size gets one batch of that size instead.
 INPUT_EXAMPLE_FILE = "input_example.npz"
 OUTPUT_EXAMPLE_FILE = "output_example.npz"
 INPUT_EXAMPLE_SAMPLES = 2

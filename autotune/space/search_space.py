@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 DEFAULT_SPACE = "default.yaml"
 
+BATCH_KEY = "batch.size"
+
 # What a model's format allows, next to what the hardware allows.
 MODEL_CAPABILITIES = ("model.torch", "model.onnx")
 
@@ -316,6 +318,8 @@ def _filter_dimension(
     excluded: list[Exclusion],
     cores_per_slot: int | None,
 ) -> EffectiveDimension | None:
+    if dim.name == BATCH_KEY and model is not None and model.fixed_batch is not None:
+        return _fixed_batch_dimension(dim, model.fixed_batch, excluded)
     limit = LIMITS[dim.at_most](profile, model) if dim.at_most else None
     if dim.at_most == "cpu_cores" and limit is not None and cores_per_slot is not None:
         limit = max(1, min(limit, cores_per_slot))
@@ -334,6 +338,20 @@ def _filter_dimension(
     baseline = _baseline(dim, values)
     return EffectiveDimension(
         name=dim.name, values=values, range=dim.range, baseline=baseline, when=dim.when
+    )
+
+
+def _fixed_batch_dimension(
+    dim: Dimension, batch: int, excluded: list[Exclusion]
+) -> EffectiveDimension:
+    """The batch size of a model whose inputs fix it: that size alone, whatever the file lists
+    (the memory limit included: the model runs at no other)."""
+    reason = f"the model takes only batches of {batch} (its inputs fix the batch dimension)"
+    for value in dim.values or []:
+        if value != batch:
+            excluded.append(Exclusion(dimension=dim.name, value=value, reason=reason))
+    return EffectiveDimension(
+        name=dim.name, values=[batch], range=None, baseline=batch, when=dim.when
     )
 
 

@@ -39,20 +39,24 @@ def export_onnx(
     assert isinstance(variant, OnnxVariant)  # an ONNX engine's pipeline ends in ONNX
     path = directory / ONNX_ARTIFACT
     path.write_bytes(variant.model_bytes)
-    write_examples(variant.model_bytes, loaded.data.inputs[:INPUT_EXAMPLE_SAMPLES], directory)
+    write_examples(variant.model_bytes, loaded.data.inputs, directory)
     describe(directory, {"config": spec.config, "model_sha256": loaded.model.sha256})
     return ArtifactInfo(path=str(path), format="onnx", sha256=file_sha256(path))
 
 
 def write_examples(model_bytes: bytes, inputs: np.ndarray, directory: Path) -> None:
-    """The inputs as the model's feed (each input by name, in its type) and ONNX Runtime's
-    outputs for them (each by name): what a registry needs for an input example and a
-    signature, without running the model again."""
+    """The first inputs as the model's feed (each input by name, in its type) and ONNX
+    Runtime's outputs for them (each by name): what a registry needs for an input example and
+    a signature, without running the model again. The example is up to
+    INPUT_EXAMPLE_SAMPLES samples, or for a model whose inputs fix the batch size one batch of
+    that size (cycling through `inputs` where they are fewer)."""
     from workers.building.ort_session import OnnxRuntimeSession
     from workers.loading.feeds import feed
 
     session = OnnxRuntimeSession(model_bytes, threads=1)
-    fed = feed(np.ascontiguousarray(inputs), session.inputs)
+    count = session.fixed_batch or min(INPUT_EXAMPLE_SAMPLES, inputs.shape[0])
+    example = inputs[np.arange(count) % inputs.shape[0]]
+    fed = feed(np.ascontiguousarray(example), session.inputs)
     by_name = session.run_fed(fed)
     np.savez(directory / INPUT_EXAMPLE_FILE, **fed)  # type: ignore[arg-type]
     np.savez(directory / OUTPUT_EXAMPLE_FILE, **by_name)  # type: ignore[arg-type]

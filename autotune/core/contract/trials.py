@@ -340,6 +340,12 @@ class ModelInfo(Strict):
         description="engine -> why it cannot convert this model, from a check the node ran "
         "while inspecting it (OpenVINO reads an ONNX model); the space leaves the engine out",
     )
+    fixed_batch: int | None = Field(
+        default=None,
+        ge=1,
+        description="the only batch size the model takes (an ONNX input that declares its "
+        "batch dimension as a number); None: any. The space's batch size holds it alone",
+    )
 
 
 class Inspection(Strict):

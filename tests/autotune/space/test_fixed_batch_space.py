@@ -1,0 +1,49 @@
+"""A model whose inputs fix the batch size gets a space whose batch size is that size alone,
+and the space says why the file's other sizes are left out."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.core.contract import ModelInfo
+from autotune.space.hardware import load_profile
+from autotune.space.search_space import SPACES_DIR, effective_space, load_space
+
+SPACE = SPACES_DIR / "cpu.yaml"
+
+
+def onnx_model(fixed_batch: int | None) -> ModelInfo:
+    return ModelInfo(
+        kind="onnx",
+        sha256="0" * 64,
+        n_samples=10,
+        input_shape=[1, 64, 200],
+        has_labels=True,
+        parameter_bytes=4096,
+        activation_bytes_per_sample=1024,
+        fixed_batch=fixed_batch,
+    )
+
+
+def batch_sizes(fixed_batch: int | None) -> tuple[list[list[object]], list[object], list[str]]:
+    profile = load_profile(SPACES_DIR / "profiles" / "cpu-only.json")
+    space = effective_space(load_space(SPACE), profile, str(SPACE), onnx_model(fixed_batch))
+    batch = [d for d in space.dimensions if d.name == "batch.size"]
+    excluded = [e for e in space.excluded if e.dimension == "batch.size"]
+    reasons = [e.reason for e in excluded]
+    return [d.values or [] for d in batch], [d.baseline for d in batch], reasons
+
+
+@pytest.mark.parametrize("fixed", [1, 3])  # 3: a size the file does not list
+def test_a_fixed_batch_is_the_only_batch_size(fixed: int) -> None:
+    values, baselines, reasons = batch_sizes(fixed)
+    assert values == [[fixed]] and baselines == [fixed]
+    assert reasons and set(reasons) == {
+        f"the model takes only batches of {fixed} (its inputs fix the batch dimension)"
+    }
+
+
+def test_a_dynamic_batch_keeps_the_files_sizes() -> None:
+    values, baselines, reasons = batch_sizes(None)
+    assert values == [[1, 2, 4, 8, 16, 32, 64, 128]] and baselines == [1]
+    assert reasons == []
