@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from autotune.core.contract import ModelInfo, Workload
 from autotune.core.errors import RequestError
 from workers.building.knobs.base import ENGINE_IMPLEMENTATIONS
+from workers.building.observed_outputs import UnjudgedOutputs
 from workers.building.runtimes import Session
 from workers.cache import LoadedWorkload, WorkloadCache, default_cache
 from workers.loading.workloads import OnnxModel
@@ -65,16 +68,36 @@ def _reference_session(loaded: LoadedWorkload) -> Session:
         ) from error  # fmt: skip
 
 
+def described(inputs: np.ndarray) -> str:
+    """A sample of the data in words: its type and shape, each input's of several."""
+    fields = inputs.dtype.fields
+    if fields is None:
+        return _typed(inputs.dtype, inputs.shape[1:])
+    return ", ".join(
+        f"{name}: {_typed(fields[name][0].base, fields[name][0].shape)}" for name in fields
+    )
+
+
+def _typed(dtype: np.dtype, shape: tuple[int, ...]) -> str:
+    return f"{dtype.name} {list(shape)}" if shape else f"{dtype.name} scalar"
+
+
 def _probe(loaded: LoadedWorkload, session: Session) -> None:
     count = min(PROBE_SAMPLES, loaded.data.n_samples)
     inputs = loaded.data.inputs[:count]
     try:
         outputs = run_all(session, inputs)
+    except UnjudgedOutputs as error:
+        model = loaded.workload.model
+        raise RequestError(
+            loaded.model_field, f"must return outputs that can be judged ({error})",
+            model.onnx or model.entry_point or model.hf,
+        ) from error  # fmt: skip
     except Exception as error:
         raise RequestError(
             loaded.data.field,
             f"inputs must fit the model ({type(error).__name__}: {error})",
-            f"{inputs.dtype}{list(inputs.shape[1:])} per sample",
+            f"{described(inputs)} per sample",
         ) from error
     if loaded.metric.kind == "custom":
         return  # a user's metric may need the whole data set; it is checked on the first trial

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 
 from autotune.core.knobs.config import TrialConfig
 from workers.artifacts import load_artifact
 from workers.building.runtimes import Session, close_session
+from workers.building.torch_io import rebuilt
 from workers.loading.feeds import pack, pack_inputs
 from workers.measuring.evaluate import run_all
 
@@ -24,12 +26,27 @@ class Predictor:
     def batch_size(self) -> int:
         return self.config.batch_size
 
-    def predict(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
+    def predict(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> Any:
         """The model's output for every input, in order: `inputs` is one array, or for a model
         with several inputs a dict of arrays by input name, each in the model's own layout (a
-        state batched on its second axis, a scalar given once); several outputs come back as
-        one structured array with a field per output that has a batch axis, that axis first."""
+        state batched on its second axis, a scalar given once). A torch model's outputs come
+        back nested as its module returns them (a tuple of arrays, a dict of them, ...); an
+        ONNX model's several outputs as one structured array with a field per output that has
+        a batch axis, that axis first."""
+        return self.structured(self.predict_packed(inputs))
+
+    def predict_packed(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
+        """`predict`'s outputs as the sessions give them: the only one as an array, several as
+        one structured array with a field per output, the batch axis first."""
         return run_all(self.session, self.records(inputs), self.batch_size)
+
+    def structured(self, outputs: np.ndarray) -> Any:
+        """`outputs` nested as the torch module returned them, where the session knows how."""
+        structure = getattr(self.session, "output_structure", None)
+        if structure is None:
+            return outputs
+        names = outputs.dtype.names
+        return rebuilt(structure, [outputs] if names is None else [outputs[n] for n in names])
 
     def records(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
         if not isinstance(inputs, Mapping):

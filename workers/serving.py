@@ -23,7 +23,7 @@ class ServedModel:
         """The model's outputs for `model_input` (an array, or a dict of arrays by input
         name), as a dict of arrays by output name as MLflow's onnx flavour gives them."""
         inputs = model_input if isinstance(model_input, Mapping) else np.asarray(model_input)
-        outputs = self.predictor.predict(inputs)
+        outputs = self.predictor.predict_packed(inputs)
         names = outputs.dtype.names
         declared = getattr(self.predictor.session, "outputs", [])
         axes = {spec.name: spec.batch_axis for spec in declared if spec.batch_axis is not None}

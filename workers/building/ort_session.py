@@ -9,7 +9,16 @@ import numpy as np
 
 from autotune.core.errors import Unsupported
 from autotune.core.knobs.engines import ORT_GRAPH_LEVELS, ORT_PROVIDERS
-from workers.loading.feeds import InputSpec, batch_axes, feed, model_fixed_batch, packed_outputs
+from workers.building.observed_outputs import observed_outputs, sample_outputs
+from workers.building.torch_io import exported_output_structure
+from workers.loading.feeds import (
+    InputSpec,
+    batch_axes,
+    feed,
+    graph_ports,
+    model_fixed_batch,
+    packed_outputs,
+)
 
 # onnxruntime's input type names and the numpy dtype fed to each.
 _ORT_INPUT_TYPES = {
@@ -61,6 +70,11 @@ class OnnxRuntimeSession:
             [_port_spec(port, np.float32) for port in self._session.get_outputs()],
         )
         self.fixed_batch: int | None = model_fixed_batch(self.inputs)
+        self._whole: frozenset[str] | None = None  # outputs judged whole, once observed
+        self._model_bytes = model_bytes
+        self.output_structure = exported_output_structure(
+            self._session.get_modelmeta().custom_metadata_map
+        )
 
     @property
     def output_names(self) -> list[str]:
@@ -68,7 +82,17 @@ class OnnxRuntimeSession:
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         outputs = self._session.run(None, feed(batch, self.inputs))
-        return packed_outputs(self.outputs, outputs, batch.shape[0])
+        if self._whole is None:
+            self.outputs, self._whole = observed_outputs(
+                self.outputs, outputs, batch.shape[0], self.fixed_batch, self._declared_in_file
+            )
+        arrays = sample_outputs(self.outputs, outputs, self._whole)
+        return packed_outputs(self.outputs, arrays, batch.shape[0])
+
+    def _declared_in_file(self) -> list[InputSpec]:
+        import onnx
+
+        return graph_ports(onnx.load_from_string(self._model_bytes))[1]
 
     def run_fed(self, fed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Every output by name, as the model gives it, for a feed of its inputs."""

@@ -41,7 +41,7 @@ from autotune.core.errors import Unsupported
 from autotune.core.knobs import ENGINES
 from autotune.core.knobs.config import TrialConfig
 from workers.building.sharding_plan import plan_pairs, sample_inputs
-from workers.building.torch_io import first_tensor, module_device, module_on, to_numpy, torch_inputs
+from workers.building.torch_io import module_device, module_on, numpy_outputs, torch_inputs
 from workers.building.torch_kernels import check_attention_used, kernels_for, sdpa_unsupported
 from workers.building.variants import BuildContext, TorchVariant, Variant
 
@@ -364,16 +364,18 @@ class DataParallelSession:
                 self._attention_unchecked = False
             try:
                 # Launch every replica before reading any output back, so the devices overlap.
-                outputs = [
-                    first_tensor(forward(x))
-                    for forward, x in zip(self._forwards, inputs, strict=False)
-                ]
+                outputs = [forward(x) for forward, x in zip(self._forwards, inputs, strict=False)]
             except Exception as error:
                 refused = sdpa_unsupported(error, self._kernels.sdpa_backend)
                 if refused is not None:
                     raise refused from error
                 raise
-            return np.concatenate([to_numpy(output) for output in outputs])
+            return np.concatenate(
+                [
+                    numpy_outputs(output, len(chunk))
+                    for output, chunk in zip(outputs, chunks, strict=True)
+                ]
+            )
 
     def close(self) -> None:
         self._forwards, self._modules = [], []

@@ -27,7 +27,7 @@ import numpy as np
 from autotune.core.errors import Unsupported
 from workers.building.sharding import WorkerSpec
 from workers.building.sharding_plan import find_linear_pairs, tensor_parallel_plan
-from workers.building.torch_io import first_tensor, module_on, to_numpy, torch_inputs
+from workers.building.torch_io import module_on, numpy_outputs, torch_inputs
 from workers.building.torch_kernels import kernels_for, sdpa_unsupported
 from workers.building.variants import TorchVariant
 
@@ -102,7 +102,7 @@ class _Rank:
                 if refused is not None:
                     raise refused from error
                 raise
-            return to_numpy(first_tensor(outputs))
+            return numpy_outputs(outputs, batch.shape[0])
 
 
 def _error_kind(error: BaseException) -> str:

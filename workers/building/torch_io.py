@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autotune.core.errors import Unsupported
+from workers.building.observed_outputs import UnjudgedOutputs
+from workers.loading.feeds import pack
 
 if TYPE_CHECKING:
     import torch
@@ -58,15 +61,112 @@ def module_device(module: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def first_tensor(outputs: Any) -> torch.Tensor:
-    """The model's output tensor; of a tuple or list of outputs, the first."""
-    import torch
+def output_names(outputs: Any) -> list[str]:
+    """The names of a module's output tensors, flattened as torch.export flattens them
+    (tuples, lists and dicts, nested, in order): 'output' for the only one; of several, a
+    dict's keys and `output_<i>` for a sequence's items, joined by '.' where nested
+    (`output_0.1`, `boxes`, `heads.2`)."""
+    return list(_named_tensors(outputs))
 
-    while isinstance(outputs, tuple | list) and outputs:
-        outputs = outputs[0]
-    if not isinstance(outputs, torch.Tensor):
-        raise TypeError(f"the model must return a tensor, got {type(outputs).__name__}")
-    return outputs
+
+def output_structure(outputs: Any) -> Any:
+    """How a module's output tensors nest (a pytree spec), to rebuild its outputs from the flat
+    list (`rebuilt`)."""
+    from torch.utils import _pytree
+
+    return _pytree.tree_structure(outputs)
+
+
+# The key of an ONNX model's metadata that holds how the torch module it was exported from
+# nested its outputs (`structure_text`), so a session of the ONNX model rebuilds them.
+OUTPUT_STRUCTURE_KEY = "autotune.output_structure"
+
+
+def structure_text(structure: Any) -> str:
+    from torch.utils import _pytree
+
+    return _pytree.treespec_dumps(structure)
+
+
+def structure_of_text(text: str) -> Any:
+    from torch.utils import _pytree
+
+    return _pytree.treespec_loads(text)
+
+
+def onnx_output_structure(model_bytes: bytes) -> Any:
+    """`exported_output_structure` of an ONNX model's bytes (for a runtime that does not keep
+    the model's metadata)."""
+    import onnx
+
+    model = onnx.load_from_string(model_bytes)
+    return exported_output_structure({prop.key: prop.value for prop in model.metadata_props})
+
+
+def exported_output_structure(metadata: dict[str, str]) -> Any:
+    """How the torch module an ONNX model was exported from nested its outputs, from the
+    model's metadata; None for a model that was not exported by autotune."""
+    text = metadata.get(OUTPUT_STRUCTURE_KEY)
+    if text is None or importlib.util.find_spec("torch") is None:
+        return None  # without torch, the outputs come back flat
+    return structure_of_text(text)
+
+
+def rebuilt(structure: Any, leaves: list[Any]) -> Any:
+    """The module's outputs, nested as `structure` says, of `leaves` in flattening order."""
+    from torch.utils import _pytree
+
+    return _pytree.tree_unflatten(leaves, structure)
+
+
+def numpy_outputs(outputs: Any, rows: int) -> np.ndarray:
+    """A module's outputs for a batch of `rows` as numpy: the only one as an array; several as
+    one structured array with a field per output (`output_names`), each with its batch axis
+    first. Raises `UnjudgedOutputs` naming an output whose first axis is not the batch's."""
+    arrays = {name: to_numpy(tensor) for name, tensor in _named_tensors(outputs).items()}
+    if len(arrays) == 1:
+        return next(iter(arrays.values()))
+    for name, array in arrays.items():
+        if array.ndim == 0 or array.shape[0] != rows:
+            raise UnjudgedOutputs(
+                f"the model's output '{name}' is {array.dtype.name} {list(array.shape)} for a "
+                f"batch of {rows}: a torch model's every output needs the batch on its first axis"
+            )
+    return pack(arrays)
+
+
+def _named_tensors(outputs: Any) -> dict[str, torch.Tensor]:
+    import torch
+    from torch.utils import _pytree
+
+    leaves, _ = _pytree.tree_flatten_with_path(outputs)
+    for path, leaf in leaves:
+        if not isinstance(leaf, torch.Tensor):
+            where = f"'{_path_name(path)}' " if path else ""
+            raise UnjudgedOutputs(
+                f"the model's output {where}is a {type(leaf).__name__}: a model must return "
+                "tensors (alone, or in tuples, lists and dicts of them)"
+            )
+    if not leaves:
+        raise UnjudgedOutputs("the model returns no tensor")
+    if len(leaves) == 1 and not leaves[0][0]:
+        return {"output": leaves[0][1]}
+    return {_path_name(path): leaf for path, leaf in leaves}
+
+
+def _path_name(path: tuple[Any, ...]) -> str:
+    parts = [str(_key_of(key)) for key in path]
+    if hasattr(path[0], "idx"):
+        parts[0] = f"output_{parts[0]}"
+    return ".".join(parts)
+
+
+def _key_of(key: Any) -> Any:
+    """A dict's key, a sequence's index or an attribute's name, of one step of a pytree path."""
+    for attribute in ("key", "idx", "name"):
+        if hasattr(key, attribute):
+            return getattr(key, attribute)
+    return key
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workers.building.torch_io import first_tensor, module_on, to_numpy, torch_inputs
+from workers.building.torch_io import module_on, numpy_outputs, output_structure, torch_inputs
 from workers.building.torch_kernels import TorchKernels, check_attention_used, sdpa_unsupported
 from workers.building.variants import TorchVariant
 
@@ -18,9 +18,11 @@ if TYPE_CHECKING:
 
 class TorchEagerSession:
     """Runs a torch module in inference mode on the CPU or CUDA (optionally replaying a CUDA
-    graph per input shape); floating outputs come back as float32 numpy arrays."""
+    graph per input shape); floating outputs come back as float32 numpy arrays, several as one
+    structured array (`torch_io.numpy_outputs`), nested as `output_structure` says."""
 
     fixed_batch: int | None = None
+    output_structure: Any = None  # of the last call's outputs
 
     def __init__(
         self,
@@ -54,7 +56,8 @@ class TorchEagerSession:
                 if refused is not None:
                     raise refused from error
                 raise
-            return to_numpy(first_tensor(outputs))
+            self.output_structure = output_structure(outputs)
+            return numpy_outputs(outputs, batch.shape[0])
 
 
 class CudaGraphForward:
@@ -68,14 +71,14 @@ class CudaGraphForward:
         self._module = module
         self._graphs: dict[tuple[tuple[int, ...], Any], tuple[Any, Any, Any]] = {}
 
-    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+    def __call__(self, inputs: torch.Tensor) -> Any:
         key = (tuple(inputs.shape), inputs.dtype)
         if key not in self._graphs:
             self._graphs[key] = self._capture(inputs)
         static_input, graph, static_output = self._graphs[key]
         static_input.copy_(inputs)
         graph.replay()
-        return static_output  # type: ignore[no-any-return]
+        return static_output
 
     def _capture(self, inputs: torch.Tensor) -> tuple[Any, Any, Any]:
         import torch
@@ -89,7 +92,7 @@ class CudaGraphForward:
         torch.cuda.current_stream(inputs.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            static_output = first_tensor(self._module(static_input))
+            static_output = self._module(static_input)
         return static_input, graph, static_output
 
 

@@ -25,6 +25,12 @@ from autotune.core.knobs import ENGINES, ModelKind
 from autotune.core.knobs.config import TrialConfig
 from workers.building.knobs import precision_of, pruning_of
 from workers.building.runtimes import check_runtime
+from workers.building.torch_io import (
+    OUTPUT_STRUCTURE_KEY,
+    output_names,
+    output_structure,
+    structure_text,
+)
 from workers.building.variants import BuildContext, OnnxVariant, TorchVariant, Variant
 
 if TYPE_CHECKING:
@@ -72,45 +78,64 @@ def export_onnx(variant: Variant, config: TrialConfig, context: BuildContext) ->
 
 def torch_to_onnx(module: torch.nn.Module, sample_inputs: np.ndarray) -> bytes:
     """TorchScript-based export first (fast, still shipped), the torch.export-based one if the
-    former is gone or cannot trace the model."""
+        former is gone or cannot trace the model. The outputs are named as the torch sessions name
+        them (`torch_io.output_names`), so a variant's outputs match the unmodified model's, and
+    the model's metadata says how the module nested them (`torch_io.OUTPUT_STRUCTURE_KEY`)."""
     import torch
 
     example = (torch.from_numpy(np.ascontiguousarray(sample_inputs)),)
+    with torch.inference_mode():
+        outputs = module(*example)
+    names = output_names(outputs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return _export_torchscript(module, example)
+            exported = _export_torchscript(module, example, names)
         except Exception as torchscript_error:
             try:
-                return _export_dynamo(module, example)
+                exported = _export_dynamo(module, example, names)
             except Exception as dynamo_error:
                 raise Unsupported(
                     "the model does not export to ONNX "
                     f"(TorchScript exporter: {torchscript_error}; dynamo exporter: {dynamo_error})"
                 ) from dynamo_error
+    return _with_output_structure(exported, output_structure(outputs))
 
 
-_DYNAMIC_BATCH = {"input": {0: "batch"}, "output": {0: "batch"}}
+def _with_output_structure(model_bytes: bytes, structure: object) -> bytes:
+    import onnx
+
+    model = onnx.load_from_string(model_bytes)
+    onnx.helper.set_model_props(model, {OUTPUT_STRUCTURE_KEY: structure_text(structure)})
+    return model.SerializeToString()
 
 
-def _export_torchscript(module: torch.nn.Module, example: tuple[torch.Tensor]) -> bytes:
+def _dynamic_batch(names: list[str]) -> dict[str, dict[int, str]]:
+    return {name: {0: "batch"} for name in ["input", *names]}
+
+
+def _export_torchscript(
+    module: torch.nn.Module, example: tuple[torch.Tensor], names: list[str]
+) -> bytes:
     import torch
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "model.onnx"
         torch.onnx.export(
             module, example, str(path), dynamo=False, opset_version=ONNX_OPSET,
-            input_names=["input"], output_names=["output"], dynamic_axes=_DYNAMIC_BATCH,
+            input_names=["input"], output_names=names, dynamic_axes=_dynamic_batch(names),
         )  # fmt: skip
         return path.read_bytes()
 
 
-def _export_dynamo(module: torch.nn.Module, example: tuple[torch.Tensor]) -> bytes:
+def _export_dynamo(
+    module: torch.nn.Module, example: tuple[torch.Tensor], names: list[str]
+) -> bytes:
     import torch
 
     program = torch.onnx.export(
-        module, example, dynamo=True, input_names=["input"], output_names=["output"],
-        dynamic_axes=_DYNAMIC_BATCH,
+        module, example, dynamo=True, input_names=["input"], output_names=names,
+        dynamic_axes=_dynamic_batch(names),
     )  # fmt: skip
     if program is None:
         raise RuntimeError("the exporter returned no program")

@@ -63,7 +63,14 @@ class QualityMetric:
         judged = self.judged(reference)
         output = "" if self.output is None else f" of '{self.output}'"
         if self.kind == "fidelity":
-            return f"fidelity to the unmodified model's outputs: {fidelity_form(judged)}"
+            return f"fidelity to the unmodified model's outputs{_worst_of(judged)}: " + (
+                fidelity_form(judged)
+            )
+        if self.kind == "agreement" and judged.dtype.names is not None:
+            return (
+                f"top-1 agreement with the unmodified model{_worst_of(judged)}: "
+                f"{agreement_form(judged)}"
+            )
         if self.kind == "agreement":
             return f"top-1 agreement{output} with the unmodified model"
         if self.kind == "accuracy":
@@ -96,8 +103,18 @@ def top1_accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
 
 
 def agreement(outputs: np.ndarray, reference: np.ndarray) -> float:
-    """Fraction of samples whose highest output (over the last axis) is the reference's."""
-    _refuse_several("agreement", outputs)
+    """Fraction of samples whose highest output (over the last axis) is the reference's; for
+    a model with several outputs, the worst of its outputs of class scores (`[N, classes]`;
+    `agreement_form` says which were judged and why another was left out)."""
+    names = reference.dtype.names
+    if names is not None:
+        judged = [name for name in names if _scores_left_out(reference[name]) is None]
+        if not judged:
+            raise ValueError(
+                f"top-1 agreement judges outputs [N, classes]; none of the model's is one "
+                f"({agreement_form(reference)})"
+            )
+        return min(agreement(outputs[name], reference[name]) for name in judged)
     if outputs.ndim != 2 or outputs.shape != reference.shape:
         raise ValueError(
             f"top-1 agreement needs outputs [N, classes] shaped as the reference "
@@ -117,11 +134,9 @@ def fidelity(outputs: np.ndarray, reference: np.ndarray) -> float:
     sample's values to the reference's; of a shorter one (a score, a probability, a few
     logits), 1 - each sample's squared error over the reference's mean squared sample
     (`relative_error_scores`). The mean over the samples; for a model with several outputs,
-    the mean over them (`fidelity_form` says which form judged which output)."""
-    if outputs.dtype.names is not None:
-        return float(
-            np.mean([fidelity(outputs[name], reference[name]) for name in outputs.dtype.names])
-        )
+    the worst of them (`fidelity_form` says which form judged which output)."""
+    if reference.dtype.names is not None:
+        return min(fidelity(outputs[name], reference[name]) for name in reference.dtype.names)
     actual = outputs.reshape(outputs.shape[0], -1).astype(np.float64)
     expected = reference.reshape(reference.shape[0], -1).astype(np.float64)
     if expected.shape[1] < MIN_COSINE_VALUES:
@@ -157,6 +172,28 @@ def fidelity_form(reference: np.ndarray, name: str = "output") -> str:
             "error / the reference's mean squared sample"
         )
     return f"'{name}' ({values} values a sample): cosine similarity per sample"
+
+
+def agreement_form(reference: np.ndarray) -> str:
+    """Which outputs of several top-1 agreement judges, and why it leaves one out, in words."""
+    names = reference.dtype.names or ("output",)
+    told = []
+    for name in names:
+        output = reference if reference.dtype.names is None else reference[name]
+        reason = _scores_left_out(output)
+        told.append(f"'{name}' {reason or 'judged (class scores)'}")
+    return "; ".join(told)
+
+
+def _scores_left_out(output: np.ndarray) -> str | None:
+    if output.ndim == 2 and output.shape[1] >= 2:
+        return None
+    shape = ", ".join(map(str, output.shape[1:]))
+    return f"left out ([{shape}] a sample, not a row of class scores)"
+
+
+def _worst_of(judged: np.ndarray) -> str:
+    return "" if judged.dtype.names is None else " (the worst of its outputs)"
 
 
 def looks_like_class_scores(outputs: np.ndarray, classifier: bool = False) -> bool:

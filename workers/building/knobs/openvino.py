@@ -21,6 +21,7 @@ from autotune.core.knobs.openvino import OV_PERFORMANCE_HINT, OV_PRECISIONS, OV_
 from workers.building.failures import is_out_of_memory
 from workers.building.knobs.base import implements
 from workers.building.knobs.engines import OnnxEngineImplementation, onnx_bytes_of
+from workers.building.torch_io import onnx_output_structure
 from workers.loading.feeds import InputSpec, batch_axes, feed, model_fixed_batch, packed_outputs
 
 if TYPE_CHECKING:
@@ -141,6 +142,7 @@ class OpenVinoSession:
             [_port_spec(port, port.get_any_name(), np.float32) for port in self._outputs],
         )
         self.fixed_batch: int | None = model_fixed_batch(self.inputs)
+        self.output_structure = onnx_output_structure(model_bytes)
         self._per_thread = threading.local()
 
     def run(self, batch: np.ndarray) -> np.ndarray:
