@@ -180,7 +180,7 @@ def _narrowed(
     baseline: ConfigValue | None = None
     if dim.baseline is not None:
         baseline = dim.baseline if dim.baseline in values else values[0]
-    param = None if values == full else parameter_name(dim.name, values)
+    param = dim.param if values == full else parameter_name(dim.name, values)
     return dim.model_copy(
         update={"values": values, "baseline": baseline, "param": param, "contexts": contexts}
     )

@@ -345,13 +345,15 @@ def _fixed_batch_dimension(
     dim: Dimension, batch: int, excluded: list[Exclusion]
 ) -> EffectiveDimension:
     """The batch size of a model whose inputs fix it: that size alone, whatever the file lists
-    (the memory limit included: the model runs at no other)."""
+    (the memory limit included: the model runs at no other), under its own Optuna parameter
+    name where the file offers more (a study begun on the file's sizes resumes)."""
     reason = f"the model takes only batches of {batch} (its inputs fix the batch dimension)"
     for value in dim.values or []:
         if value != batch:
             excluded.append(Exclusion(dimension=dim.name, value=value, reason=reason))
+    param = None if dim.values == [batch] else knob_rules.parameter_name(dim.name, [batch])
     return EffectiveDimension(
-        name=dim.name, values=[batch], range=None, baseline=batch, when=dim.when
+        name=dim.name, values=[batch], range=None, baseline=batch, when=dim.when, param=param
     )
 
 

@@ -3,6 +3,7 @@ and the space says why the file's other sizes are left out."""
 
 from __future__ import annotations
 
+import optuna
 import pytest
 
 from autotune.core.contract import ModelInfo
@@ -47,3 +48,17 @@ def test_a_dynamic_batch_keeps_the_files_sizes() -> None:
     values, baselines, reasons = batch_sizes(None)
     assert values == [[1, 2, 4, 8, 16, 32, 64, 128]] and baselines == [1]
     assert reasons == []
+
+
+def test_a_study_begun_on_the_files_batch_sizes_samples_the_fixed_one() -> None:
+    """Optuna keeps one distribution per parameter name in a study: the fixed batch size is
+    sampled under a name of its own, so a study whose trials ran before goes on."""
+    profile = load_profile(SPACES_DIR / "profiles" / "cpu-only.json")
+    study = optuna.create_study()
+    for fixed_batch in (None, 1):
+        space = effective_space(load_space(SPACE), profile, str(SPACE), onnx_model(fixed_batch))
+        trial = study.ask()
+        config = space.sample(trial)
+        study.tell(trial, 0.0)
+    assert config["batch.size"] == 1
+    assert "batch.size[1]" in study.trials[-1].params
