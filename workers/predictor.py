@@ -21,6 +21,10 @@ class Predictor:
     def __init__(self, session: Session, config: TrialConfig) -> None:
         self.session = session
         self.config = config
+        # The numbers of inputs one call of the session runs as they are given: no slicing,
+        # padding or joining of outputs (a fixed-batch model's size, else up to the batch size).
+        fixed = session.fixed_batch
+        self._one_call = range(fixed, fixed + 1) if fixed else range(1, config.batch_size + 1)
 
     @property
     def batch_size(self) -> int:
@@ -38,7 +42,10 @@ class Predictor:
     def predict_packed(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
         """`predict`'s outputs as the sessions give them: the only one as an array, several as
         one structured array with a field per output, the batch axis first."""
-        return run_all(self.session, self.records(inputs), self.batch_size)
+        records = self.records(inputs)
+        if records.ndim and records.shape[0] in self._one_call:
+            return self.session.run(np.ascontiguousarray(records))
+        return run_all(self.session, records, self.batch_size)
 
     def structured(self, outputs: np.ndarray) -> Any:
         """`outputs` nested as the torch module returned them, where the session knows how."""

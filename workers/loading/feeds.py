@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -60,6 +61,15 @@ class InputSpec:
         if self.shape is None or self.batch_axis is None:
             return None
         return self.shape[self.batch_axis]
+
+    @cached_property
+    def static_sample(self) -> tuple[int, ...] | None:
+        """The sizes of a sample's dimensions where the batch axis is the first and every
+        other dimension is declared fixed (what a batch must have after its first axis);
+        None otherwise."""
+        if self.shape is None or self.batch_axis != 0 or None in self.shape[1:]:
+            return None
+        return tuple(d for d in self.shape[1:] if d is not None)
 
     @property
     def sample_shape(self) -> Shape | None:
@@ -192,6 +202,10 @@ def _model_layout(samples: np.ndarray, spec: InputSpec) -> np.ndarray:
 
 
 def _cast(array: np.ndarray, spec: InputSpec) -> np.ndarray:
+    """The array as the input takes it: itself where it already has the input's type and a
+    batch of its declared sample shape (no copy, no further checks), else cast or refused."""
+    if array.dtype.type is spec.dtype and array.shape[1:] == spec.static_sample:
+        return array
     if spec.shape is not None and not _fits(array.shape, spec.shape, spec.batch_axis):
         raise Unsupported(
             f"the model's input {spec.describe()} does not fit the data's "
@@ -224,6 +238,10 @@ def packed_outputs(
     """The outputs that have the batch's `rows` on their batch axis, that axis first: the only
     one as it is, several as one structured array (a field per output, by name). An output
     without a batch axis is left out (`left_out` says why); a model with none is `Unsupported`."""
+    if len(outputs) == 1 and outputs[0].batch_axis == 0:
+        only = arrays[0]
+        if isinstance(only, np.ndarray) and only.ndim and only.shape[0] == rows:
+            return only
     kept = {
         spec.name: np.moveaxis(np.asarray(array), spec.batch_axis or 0, 0)
         for spec, array in zip(outputs, arrays, strict=True)
