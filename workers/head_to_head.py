@@ -30,14 +30,16 @@ from autotune.core.contract import (
     HeadToHeadSpec,
     MeasurementSettings,
     RoundFigures,
+    TrialSpec,
 )
 from autotune.core.knobs.config import TrialConfig
-from workers.building.runtimes import helper_pids, opened
+from workers.building.runtimes import Session, helper_pids, opened
 from workers.cache import LoadedWorkload, WorkloadCache, default_cache
 from workers.measuring.contention import ContentionProbe, gpu_watch_for
 from workers.measuring.energy import EnergyMeter, EnergyReading, cpu_seconds_with, select_meter
 from workers.measuring.evaluate import VariantQuality
 from workers.measuring.meters import Measurement, measure, summarize, warm_up
+from workers.predictor import exported_and_loaded
 from workers.runner import (
     check_concurrency,
     classify_failure,
@@ -94,18 +96,19 @@ def run_head_to_head(spec: HeadToHeadSpec, store: WorkloadCache | None = None) -
     """Measure the entrants in interleaved rounds. An entrant that cannot be built or run
     gets its failure as its outcome; the others go on."""
     started = time.perf_counter()
-    loaded = (store or default_cache()).get(spec.workload)
+    store = store or default_cache()
+    loaded = store.get(spec.workload)
     settings = spec.measurement
-    live: dict[int, _Live] = {}
-    failed: dict[int, EntrantOutcome] = {}
+    live: dict[_Key, _Live] = {}
+    failed: dict[_Key, EntrantOutcome] = {}
     contention: list[Contention] = []
     wait_left = settings.contention_max_wait_s if settings.contention == "wait" else 0.0
     block = block_settings(settings, spec.round_seconds)
     for build, rounds in enumerate(_halves(spec.rounds)):
         with ExitStack() as stack:
             order = spec.entrants if build == 0 else spec.entrants[::-1]
-            _build_all(order, loaded, stack, settings, live, failed)
-            entrants = [live[e.trial_number] for e in spec.entrants if e.trial_number in live]
+            _build_all(order, partial(_open, spec, store, loaded, stack), live, failed)
+            entrants = [live[_key(e)] for e in spec.entrants if _key(e) in live]
             helpers = [pid for one in entrants for pid in one.helpers]
             probe = _probe(settings, entrants, helpers)
             for index in rounds if entrants else ():
@@ -121,9 +124,9 @@ def run_head_to_head(spec: HeadToHeadSpec, store: WorkloadCache | None = None) -
     # comparison holds every entrant at once, so its peak says nothing of one of them.
     resident_mb = _resident_mb()
     outcomes = [_outcome(one, resident_mb) for one in live.values() if one.rounds]
-    by_number = {o.trial_number: o for o in [*outcomes, *failed.values()]}
+    by_key = {_key(o): o for o in [*outcomes, *failed.values()]}
     return HeadToHeadResult(
-        entrants=[by_number[e.trial_number] for e in spec.entrants],
+        entrants=[by_key[_key(e)] for e in spec.entrants],
         contention=contention,
         provenance=provenance_for(loaded, spec, None),
         duration_s=time.perf_counter() - started,
@@ -137,39 +140,66 @@ def _halves(rounds: int) -> list[range]:
     return [range(0, middle), range(middle, rounds)] if middle else [range(rounds)]
 
 
+# An entrant's identity in the rounds: its trial, and whether it runs as loaded from its artifact.
+_Key = tuple[int, bool]
+
+
+def _key(entrant: Entrant | EntrantOutcome) -> _Key:
+    return entrant.trial_number, entrant.loaded_artifact
+
+
 def _build_all(
     entrants: list[Entrant],
-    loaded: LoadedWorkload,
-    stack: ExitStack,
-    settings: MeasurementSettings,
-    live: dict[int, _Live],
-    failed: dict[int, EntrantOutcome],
+    open_one: Callable[[Entrant], _Live],
+    live: dict[_Key, _Live],
+    failed: dict[_Key, EntrantOutcome],
 ) -> None:
     """A new build of every entrant that has not failed, into `live`; one that fails to build
     moves to `failed` with its reason."""
     for entrant in entrants:
-        if entrant.trial_number in failed:
+        if _key(entrant) in failed:
             continue
         try:
-            build = _open(entrant, loaded, stack, settings)
+            build = open_one(entrant)
         except Exception as error:
             status, reason = classify_failure(error)
-            failed[entrant.trial_number] = EntrantOutcome(
-                trial_number=entrant.trial_number, status=status, reason=reason
+            failed[_key(entrant)] = EntrantOutcome(
+                trial_number=entrant.trial_number,
+                loaded_artifact=entrant.loaded_artifact,
+                status=status,
+                reason=reason,
             )
-            live.pop(entrant.trial_number, None)
+            live.pop(_key(entrant), None)
             continue
-        live.setdefault(entrant.trial_number, build).reopened(build)
+        live.setdefault(_key(entrant), build).reopened(build)
 
 
 def _open(
-    entrant: Entrant, loaded: LoadedWorkload, stack: ExitStack, settings: MeasurementSettings
+    spec: HeadToHeadSpec,
+    store: WorkloadCache,
+    loaded: LoadedWorkload,
+    stack: ExitStack,
+    entrant: Entrant,
 ) -> _Live:
+    """The entrant's session, and its timed call: `session.run`, or for an entrant run as
+    loaded from its artifact, `Predictor.predict` of the exported and reloaded model."""
     config = loaded.parse(entrant.config)
     check_concurrency(config)
-    session = stack.enter_context(opened(loaded.session_for(config)))
-    call = partial(session.run, timing_batch(loaded, session, config))
-    warm_up(call, settings.warmup_iters, config.concurrency)
+    if entrant.loaded_artifact:
+        exported = TrialSpec(
+            study=spec.study,
+            trial_number=entrant.trial_number,
+            purpose="export",
+            workload=spec.workload,
+            config=entrant.config,
+        )
+        predictor = stack.enter_context(exported_and_loaded(exported, store))
+        session: Session = predictor.session
+        call = partial(predictor.predict, timing_batch(loaded, session, config))
+    else:
+        session = stack.enter_context(opened(loaded.session_for(config)))
+        call = partial(session.run, timing_batch(loaded, session, config))
+    warm_up(call, spec.measurement.warmup_iters, config.concurrency)
     return _Live(entrant, config, call, list(helper_pids(session)))
 
 
@@ -218,7 +248,11 @@ def _outcome(one: _Live, peak_memory_mb: float) -> EntrantOutcome:
     quality = VariantQuality(one.entrant.known_accuracy, one.entrant.known_quality)
     metrics = trial_metrics(quality, measured, one.config.batch_size, peak_memory_mb, one.meter)
     return EntrantOutcome(
-        trial_number=one.entrant.trial_number, status="ok", rounds=one.rounds, metrics=metrics
+        trial_number=one.entrant.trial_number,
+        loaded_artifact=one.entrant.loaded_artifact,
+        status="ok",
+        rounds=one.rounds,
+        metrics=metrics,
     )
 
 

@@ -3,16 +3,19 @@ engine, precision, threads and engine options, fed in batches of the measured si
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
+from autotune.core.contract import TrialSpec
 from autotune.core.knobs.config import TrialConfig
-from workers.artifacts import load_artifact
+from workers.artifacts import export_artifact, load_artifact
 from workers.building.runtimes import Session, close_session
 from workers.building.torch_io import rebuilt
+from workers.cache import WorkloadCache
 from workers.loading.feeds import pack, pack_inputs
 from workers.measuring.evaluate import run_all
 
@@ -77,6 +80,14 @@ class Predictor:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def exported_and_loaded(spec: TrialSpec, store: WorkloadCache | None = None) -> Predictor:
+    """The configuration of `spec` as `autotune.load` runs it once tuned: exported as a tuned
+    model is (`export_artifact`), into a directory that is gone once it is loaded."""
+    with tempfile.TemporaryDirectory(prefix="autotune-loaded-") as directory:
+        export_artifact(spec, directory, store)
+        return load_predictor(directory, spec.workload.python_path)
 
 
 def load_predictor(artifact: str, python_path: Sequence[str] = ()) -> Predictor:

@@ -11,7 +11,10 @@ interleaved rounds (`workers.head_to_head`), and the re-measured figures decide.
   configuration with the fewest changes from the baseline wins (it is the simplest to
   deploy); the leader wins a tie on that too.
 - The headline is the chosen configuration against the baseline as paired ratios, with the
-  number of rounds and whether other load was seen in them. A figure is given as a result
+  number of rounds and whether other load was seen in them. Where the baseline is chosen, it
+  is the baseline as `autotune.load` runs it (exported, loaded from its artifact) against the
+  plain model, measured in rounds of their own: what the tuned file delivers, never the
+  baseline divided by itself. A figure is given as a result
   only where its interval resolves it: an interval whose upper end is more than
   `UNRESOLVED_SPAN` times its lower end (278-1,100x) says the figure lies somewhere in that
   range, not that it is the median of the rounds, so it is shown as the range alone
@@ -206,22 +209,26 @@ def headline(
 ) -> Headline:
     """The paired ratios of every round figure, and one sentence that states the conditions
     first where they weaken the figures, then leads with the selection's figure, adds
-    throughput and energy, and ends with the rounds (see the module docstring)."""
+    throughput and energy, and ends with the rounds (see the module docstring). Where the
+    unmodified model stays, `chosen` is it as loaded from its artifact (`autotune.load`),
+    measured against the plain model, and the figures say what loading it costs."""
     ratios = ratios_to(chosen, baseline)
     rounds = len(chosen.rounds)
     contended = sum(c.contended for c in contention)
     conditions: Conditions = "replayed" if not contention else "contended" if contended else "quiet"
     same = chosen.trial_number == baseline.trial_number
     shown: dict[str, Ratio] = {}
-    if same:
-        figures = "the unmodified model is the best choice: no finalist beat it beyond the noise"
-    else:
+    if not same or chosen.loaded_artifact:
         order = (_lead(selection), THROUGHPUT.name, LATENCY_P95.name, ENERGY.name)
         shown = {m: ratios[m] for m in dict.fromkeys(order) if m in ratios}
-        figures = "; ".join(
-            _phrase(m, value) + (" (estimated)" if m == ENERGY.name and energy_estimated else "")
-            for m, value in shown.items()
-        )
+    figures = "; ".join(
+        _phrase(m, value) + (" (estimated)" if m == ENERGY.name and energy_estimated else "")
+        for m, value in shown.items()
+    )
+    if same:
+        stays = "the unmodified model is the best choice: no finalist beat it beyond the noise"
+        loaded = f"{stays}; loaded from its artifact, against the plain model: {figures}"
+        figures = loaded if shown else stays
     unresolved = [get_metric(m).label for m, value in shown.items() if not _resolved(value)]
     caveat = _caveat(conditions, contended / max(rounds, 1), unresolved)
     closing = f"{rounds} paired rounds" + ("" if caveat else f", {conditions}")

@@ -52,6 +52,10 @@ CONFIRMING = (
     "and rounds: the rounds that chose it among several finalists do not also rate it"
 )
 DECIDING = "the rounds that decided"
+AS_LOADED = (
+    "a head-to-head of the unmodified model as `autotune.load` runs it (exported, loaded from "
+    "its artifact) against the plain model, in fresh builds and rounds"
+)
 
 
 @dataclass
@@ -109,7 +113,6 @@ class Revalidator:
                 return self._decided(
                     self._with_baseline(kept, remeasured_baseline),
                     outcomes,
-                    base_outcome,
                     compared,
                     remeasured_baseline,
                     basis,
@@ -141,7 +144,6 @@ class Revalidator:
         self,
         kept: list[Candidate],
         outcomes: dict[int, EntrantOutcome],
-        base_outcome: EntrantOutcome,
         compared: HeadToHeadResult,
         remeasured_baseline: Candidate,
         basis: dict[str, Any],
@@ -157,13 +159,14 @@ class Revalidator:
         if confirmed is not None:
             compared = confirmed
             outcomes = {o.trial_number: o for o in compared.entrants}
-            base_outcome = outcomes[baseline.trial_number]
             chosen = self._remeasured(chosen, outcomes[chosen.trial_number], baseline) or chosen
         previous = self._against_previous(chosen, outcomes, compared.contention)
+        source = CONFIRMING if confirmed is not None else DECIDING
+        mine, theirs, measured = self._headline_rounds(chosen, baseline, compared)
         summary = headline(
-            outcomes[chosen.trial_number],
-            base_outcome,
-            compared.contention,
+            mine,
+            theirs,
+            measured.contention,
             request.selection,
             chosen.metrics["energy_source"] == "estimate",
         )
@@ -173,7 +176,7 @@ class Revalidator:
             "comparisons": comparisons,
             "contention": contention_summary(compared.contention),
             "leader": decision.leader.trial_number,
-            "headline_from": CONFIRMING if confirmed is not None else DECIDING,
+            "headline_from": AS_LOADED if measured is not compared else source,
             "confirmation": None if confirmed is None else reported(chosen.metrics, request.cost),
             "chosen": chosen.trial_number,
             "chosen_because": decision.because,
@@ -194,6 +197,23 @@ class Revalidator:
             )
         )
         return Revalidation(chosen, remeasured_baseline, report, summary, previous=previous)
+
+    def _headline_rounds(
+        self, chosen: Candidate, baseline: Candidate, compared: HeadToHeadResult
+    ) -> tuple[EntrantOutcome, EntrantOutcome, HeadToHeadResult]:
+        """The outcomes the headline compares, and the rounds they come from: of a change, the
+        chosen configuration's and the baseline's in `compared`; where the unmodified model
+        stays, it as `autotune.load` runs it (exported, loaded from its artifact, called
+        through `Predictor.predict`) against the plain model, in rounds of their own, so its
+        figures are measured, not the baseline over itself. A replay has nothing to load; an
+        artifact that fails to run leaves the rounds given."""
+        outcomes = {o.trial_number: o for o in compared.entrants if not o.loaded_artifact}
+        given = (outcomes[chosen.trial_number], outcomes[baseline.trial_number], compared)
+        if chosen.trial_number != baseline.trial_number or not compared.contention:
+            return given
+        loaded = self._head_to_head(baseline, [], "the unmodified model as loaded", loaded=True)
+        plain, as_loaded = loaded.entrants
+        return given if as_loaded.status != "ok" else (as_loaded, plain, loaded)
 
     def _against_previous(
         self,
@@ -274,9 +294,11 @@ class Revalidator:
         finalists: list[Candidate],
         purpose: str = "",
         alongside: list[Candidate] | None = None,
+        loaded: bool = False,
     ) -> HeadToHeadResult:
         """The baseline and the finalists (and those `alongside`: a re-tune's previous
-        choice) in interleaved rounds on one slot."""
+        choice) in interleaved rounds on one slot; `loaded`: the baseline also as
+        `autotune.load` runs it, after all of them."""
         entrants: list[Candidate] = [baseline]
         entrants += [c for c in finalists if c.trial_number != baseline.trial_number]
         finalist_count = len(entrants) - 1
@@ -285,21 +307,16 @@ class Revalidator:
         spec = HeadToHeadSpec(
             study=self.study,
             workload=self.workload,
-            entrants=[
-                Entrant(
-                    trial_number=c.trial_number,
-                    config=c.config,
-                    known_accuracy=float(c.metrics["accuracy"]),
-                    known_quality=variant_quality(c.metrics),
-                )
-                for c in entrants
-            ],
+            entrants=[_entrant(c) for c in entrants]
+            + ([_entrant(baseline, loaded_artifact=True)] if loaded else []),
             rounds=validation.rounds,
             round_seconds=validation.round_seconds,
             measurement=self.request.measurement,
             timeout_s=self.request.budget.trial_timeout_s * len(entrants),
         )
         measured = f"baseline and {finalist_count} finalists"
+        if loaded:
+            measured = "the baseline as built for trials and as loaded from its artifact"
         if alongside:
             measured = f"baseline, {finalist_count} finalists and the previous choice"
         self.on_phase(
@@ -356,6 +373,16 @@ class Revalidator:
                 }
             )
         return rows
+
+
+def _entrant(candidate: Candidate, loaded_artifact: bool = False) -> Entrant:
+    return Entrant(
+        trial_number=candidate.trial_number,
+        config=candidate.config,
+        known_accuracy=float(candidate.metrics["accuracy"]),
+        known_quality=variant_quality(candidate.metrics),
+        loaded_artifact=loaded_artifact,
+    )
 
 
 def contention_summary(rounds: list[Contention]) -> dict[str, Any]:

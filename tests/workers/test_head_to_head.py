@@ -9,6 +9,7 @@ from autotune.conclusion.decision import ratio
 from autotune.core.contract import Entrant, HeadToHeadSpec
 from tests.workers.conftest import FAST, digits_workload
 from workers.head_to_head import block_settings, run_head_to_head
+from workers.predictor import Predictor
 
 ROUNDS = 6
 
@@ -50,3 +51,29 @@ def test_a_block_lasts_its_round_seconds_but_never_runs_away() -> None:
     block = block_settings(FAST, 0.3)
     assert (block.min_seconds, block.max_seconds, block.settle_tolerance) == (0.3, 1.2, None)
     assert block.warmup_iters == 0 and block.min_iters <= block.max_iters
+
+
+def test_an_entrant_run_as_loaded_is_exported_reloaded_and_timed_through_predict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = []
+    predict = Predictor.predict
+    monkeypatch.setattr(Predictor, "predict", lambda self, x: calls.append(x) or predict(self, x))
+    config = {"runtime.engine": "onnxruntime", "batch.size": 4, "runtime.threads": 1}
+    spec = HeadToHeadSpec(
+        study="test",
+        workload=digits_workload(),
+        entrants=[
+            entrant(0, **config),
+            Entrant(trial_number=0, config=config, known_accuracy=0.9, loaded_artifact=True),
+        ],
+        rounds=2,
+        round_seconds=0.02,
+        measurement=FAST.model_copy(update={"contention": "warn"}),
+    )
+    plain, loaded = run_head_to_head(spec).entrants
+    assert (plain.loaded_artifact, loaded.loaded_artifact) == (False, True)
+    assert plain.status == loaded.status == "ok"
+    assert len(plain.rounds) == len(loaded.rounds) == 2
+    timed = sum(r.calls for r in loaded.rounds)
+    assert len(calls) >= timed and all(batch.shape[0] == 4 for batch in calls)

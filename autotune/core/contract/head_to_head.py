@@ -28,6 +28,12 @@ class Entrant(Strict):
         default_factory=dict,
         description="the variant's other quality figures, measured with its known_accuracy",
     )
+    loaded_artifact: bool = Field(
+        default=False,
+        description="run as `autotune.load` runs a tuned model: exported, loaded from its "
+        "artifact and called through `Predictor.predict` (beside the same configuration as "
+        "it is built for trials)",
+    )
 
 
 class HeadToHeadSpec(Strict):
@@ -56,6 +62,7 @@ class RoundFigures(Strict):
 
 class EntrantOutcome(Strict):
     trial_number: int
+    loaded_artifact: bool = Field(default=False, description="the entrant's: run as loaded")
     status: TrialStatus
     reason: str | None = None
     rounds: list[RoundFigures] = Field(

@@ -4,6 +4,7 @@ the headline as paired ratios with their conditions."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from autotune.conclusion.decision import (
     changes_from,
@@ -215,3 +216,19 @@ def test_a_cost_selection_decides_and_leads_the_headline_by_cost() -> None:
     assert decision.because == "the best cost_per_million_samples of the finalists"
     assert summary.ratios["cost_per_million_samples"].ratio == 1 / 8
     assert summary.text.startswith("8× lower cost per million samples (95% CI 8–8×); 8× throughput")
+
+
+def test_the_headline_of_the_unmodified_model_measures_it_as_loaded_against_the_plain_one() -> None:
+    plain = outcome(0, [1.0 + 0.01 * i for i in range(8)])
+    loaded = outcome(0, [1.05 + 0.01 * i for i in range(8)]).model_copy(
+        update={"loaded_artifact": True}
+    )
+    summary = headline(loaded, plain, [busy(False)] * 8, LOWEST_LATENCY, False)
+    assert summary.same_as_baseline and summary.conditions == "quiet"
+    p95 = summary.ratios["latency_p95_ms"]
+    assert p95.ratio == pytest.approx(1.05, rel=0.01) and p95.ci_low > 1.0
+    assert summary.text.startswith(
+        "the unmodified model is the best choice: no finalist beat it beyond the noise; "
+        "loaded from its artifact, against the plain model: 1.05× higher p95 latency per call"
+    )
+    assert summary.text.endswith("8 paired rounds, quiet")

@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import pytest
 
-from autotune.conclusion.head_to_head import CONFIRMING, Revalidator
+from autotune.conclusion.head_to_head import AS_LOADED, CONFIRMING, Revalidator
 from autotune.core.contract import EntrantOutcome, HeadToHeadResult, HeadToHeadSpec, TrialMetrics
 from autotune.core.metrics import Study, derived
 from autotune.execution.base import Executor
@@ -130,3 +130,43 @@ def test_the_headline_comes_from_fresh_rounds_not_from_those_that_chose() -> Non
     assert revalidation.chosen.metrics["latency_p95_ms"] == pytest.approx(
         sorted(modest[:rounds])[rounds // 2]
     )
+
+
+class ComparingLoaded(Comparing):
+    """As scripted; an entrant run as loaded from its artifact with `loaded`'s rounds."""
+
+    def __init__(self, p95_per_round: dict[int, list[float]], loaded: list[float]) -> None:
+        super().__init__(p95_per_round)
+        self.loaded = loaded
+        self.specs: list[HeadToHeadSpec] = []
+
+    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
+        self.specs.append(spec)
+        result = super().compare(spec)
+        for index, entrant in enumerate(spec.entrants):
+            if entrant.loaded_artifact:
+                as_loaded = outcome(entrant.trial_number, self.loaded[: spec.rounds])
+                result.entrants[index] = as_loaded.model_copy(update={"loaded_artifact": True})
+        return result
+
+
+def test_a_baseline_choice_is_headlined_as_loaded_from_its_artifact_against_the_plain_model() -> (
+    None
+):
+    checker = revalidator({})
+    rounds = checker.request.validation.rounds
+    executor = ComparingLoaded({0: FAST[:rounds], 3: SLOW[:rounds]}, [p * 1.05 for p in FAST])
+    checker.executor = cast(Executor, executor)
+    revalidation = checker.revalidate([FINALIST], THE_BASELINE)
+    assert revalidation.chosen.trial_number == 0
+    deciding, as_loaded = executor.specs
+    assert not any(e.loaded_artifact for e in deciding.entrants)
+    assert [(e.trial_number, e.loaded_artifact) for e in as_loaded.entrants] == [
+        (0, False),
+        (0, True),
+    ]
+    p95 = revalidation.headline.ratios["latency_p95_ms"]
+    assert p95.ratio == pytest.approx(1.05) and (p95.ci_low, p95.ci_high) != (1.0, 1.0)
+    assert revalidation.headline.same_as_baseline
+    assert "loaded from its artifact, against the plain model" in revalidation.headline.text
+    assert revalidation.report["headline_from"] == AS_LOADED
