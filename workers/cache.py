@@ -109,7 +109,10 @@ class LoadedWorkload:
         reference = self.reference_outputs() if self.metric.needs_reference else None
         score = self.metric.score(outputs, self.data.labels, reference)
         figures: dict[str, float | str] = {
-            "accuracy_judged_by": self.metric.judged_by(outputs if reference is None else reference)
+            "accuracy_judged_by": self.metric.judged_by(
+                outputs if reference is None else reference,
+                getattr(session, "outputs_left_out", None),
+            )
         }
         agreement = (
             None

@@ -177,22 +177,41 @@ def test_a_stale_declared_output_shape_gives_way_to_the_returned_one(
     assert store.get(workload).reference_outputs().shape == (6, 3, 1, 8)
 
 
+def summing_model(path: Path, doubled: bool) -> Path:
+    """Input `x` float [batch, 4]; outputs `total` (a scalar: no batch axis) and, where
+    `doubled`, `twice` [batch, 4]."""
+    nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0)]
+    outputs = [helper.make_tensor_value_info("total", TensorProto.FLOAT, [])]
+    if doubled:
+        nodes.append(helper.make_node("Add", ["x", "x"], ["twice"]))
+        outputs.append(helper.make_tensor_value_info("twice", TensorProto.FLOAT, ["batch", 4]))
+    graph = helper.make_graph(
+        nodes, "summed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        outputs,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path / "stale.onnx"))
+    np.savez(path / "data.npz", inputs=np.random.default_rng(0).normal(size=(6, 4)).astype("f4"))
+    return path
+
+
+def test_an_output_left_out_is_named_with_why(tmp_path: Path) -> None:
+    workload = stale_workload(summing_model(tmp_path, doubled=True))
+    result = run_trial(spec_for(workload, {"runtime.engine": "onnxruntime"}), WorkloadCache())
+    assert result.status == "ok", result.reason
+    judged_by = result.metrics.accuracy_judged_by or ""  # type: ignore[union-attr]
+    assert judged_by.endswith(
+        "; left out: 'total' has no batch axis (declared 'total' (float32 []))"
+    )
+
+
 def test_an_output_without_a_batch_axis_is_blamed_on_the_model_not_the_data(
     tmp_path: Path,
 ) -> None:
     """Of a model whose batch is dynamic, an output of fixed shape has no batch axis."""
-    graph = helper.make_graph(
-        [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0)],
-        "summed",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(tmp_path / "stale.onnx"))
-    np.savez(tmp_path / "data.npz", inputs=np.ones((6, 4), dtype="f4"))
     with pytest.raises(RequestError) as caught:
-        inspect_workload(stale_workload(tmp_path), WorkloadCache())
+        inspect_workload(stale_workload(summing_model(tmp_path, doubled=False)), WorkloadCache())
     assert caught.value.field == "model.onnx", caught.value
     assert "'total'" in caught.value.rule and "has no batch axis" in caught.value.rule
     assert "dtype" not in str(caught.value)

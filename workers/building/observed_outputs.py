@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,17 +30,24 @@ class UnjudgedOutputs(Unsupported):
     """The model's outputs cannot be judged as they are (the model's doing, not the data's)."""
 
 
+@dataclass(frozen=True)
+class ObservedOutputs:
+    outputs: list[InputSpec]
+    whole: frozenset[str]  # judged whole (see the module's rule)
+    left_out: dict[str, str]  # output -> why it is not judged
+
+
 def observed_outputs(
     declared: Sequence[InputSpec],
     arrays: Sequence[np.ndarray],
     rows: int,
     fixed_batch: int | None,
     in_file: Callable[[], Sequence[InputSpec]] | None = None,
-) -> tuple[list[InputSpec], frozenset[str]]:
-    """The outputs as a call on a batch of `rows` returned them (see the module's rule), and
-    the names of those judged whole. `declared` is what the runtime reports; `in_file`, where
-    given, what the model file declares (a runtime may report an unknown shape as `[]`), read
-    only where a returned shape disagrees and named in the warning."""
+) -> ObservedOutputs:
+    """The outputs as a call on a batch of `rows` returned them (see the module's rule).
+    `declared` is what the runtime reports; `in_file`, where given, what the model file
+    declares (a runtime may report an unknown shape as `[]`), read only where a returned shape
+    disagrees and named in the warning. Raises `UnjudgedOutputs` where no output is judged."""
     observed, whole = [], set()
     for spec, array in zip(declared, arrays, strict=True):
         shape = tuple(np.shape(array))
@@ -51,22 +58,17 @@ def observed_outputs(
             spec = replace(spec, shape=(1, *shape), batch_axis=0)
             whole.add(spec.name)
         observed.append(spec)
-    _require_one_judged(observed, arrays, rows, whole)
-    return observed, frozenset(whole)
-
-
-def _require_one_judged(
-    outputs: Sequence[InputSpec], arrays: Sequence[np.ndarray], rows: int, whole: set[str]
-) -> None:
-    reasons = [
-        left_out(spec, (1, *np.shape(array)) if spec.name in whole else np.shape(array), rows)
-        for spec, array in zip(outputs, arrays, strict=True)
-    ]
-    if all(reason is not None for reason in reasons):
-        told = "; ".join(
-            f"'{spec.name}' {reason}" for spec, reason in zip(outputs, reasons, strict=True)
+    reasons = {
+        spec.name: left_out(
+            spec, (1, *np.shape(array)) if spec.name in whole else np.shape(array), rows
         )
+        for spec, array in zip(observed, arrays, strict=True)
+    }
+    unjudged = {name: reason for name, reason in reasons.items() if reason is not None}
+    if len(unjudged) == len(observed):
+        told = "; ".join(f"'{name}' {reason}" for name, reason in unjudged.items())
         raise UnjudgedOutputs(f"no output of the model has a batch axis to judge ({told})")
+    return ObservedOutputs(observed, frozenset(whole), unjudged)
 
 
 def sample_outputs(

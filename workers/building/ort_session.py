@@ -71,6 +71,7 @@ class OnnxRuntimeSession:
         )
         self.fixed_batch: int | None = model_fixed_batch(self.inputs)
         self._whole: frozenset[str] | None = None  # outputs judged whole, once observed
+        self.outputs_left_out: dict[str, str] = {}  # output -> why it is not judged
         self._model_bytes = model_bytes
         self.output_structure = exported_output_structure(
             self._session.get_modelmeta().custom_metadata_map
@@ -83,9 +84,11 @@ class OnnxRuntimeSession:
     def run(self, batch: np.ndarray) -> np.ndarray:
         outputs = self._session.run(None, feed(batch, self.inputs))
         if self._whole is None:
-            self.outputs, self._whole = observed_outputs(
+            observed = observed_outputs(
                 self.outputs, outputs, batch.shape[0], self.fixed_batch, self._declared_in_file
             )
+            self.outputs, self._whole = observed.outputs, observed.whole
+            self.outputs_left_out = observed.left_out
         arrays = sample_outputs(self.outputs, outputs, self._whole)
         return packed_outputs(self.outputs, arrays, batch.shape[0])
 

@@ -57,9 +57,17 @@ class QualityMetric:
             )
         return outputs[self.output]
 
-    def judged_by(self, reference: np.ndarray) -> str:
+    def judged_by(self, reference: np.ndarray, left_out: Mapping[str, str] | None = None) -> str:
         """How this metric judges the model whose unmodified outputs are `reference`, in words
-        (the tuned file's `accuracy_judged_by`)."""
+        (the tuned file's `accuracy_judged_by`), and which of its outputs it cannot judge and
+        why (`left_out`: the session's `outputs_left_out`)."""
+        told = self._judged_by(reference)
+        if not left_out:
+            return told
+        reasons = "; ".join(f"'{name}' {reason}" for name, reason in left_out.items())
+        return f"{told}; left out: {reasons}"
+
+    def _judged_by(self, reference: np.ndarray) -> str:
         judged = self.judged(reference)
         output = "" if self.output is None else f" of '{self.output}'"
         if self.kind == "fidelity":
