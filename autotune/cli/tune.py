@@ -103,7 +103,10 @@ def tune(
     With --replay, the same search runs against a recorded table, each slot of --workers on
     a simulated clock. Nodes of several kinds are tuned at once, a study each; the last
     lines say how each kind's ended, and the exit code is 0 where every kind was tuned, else
-    1 where a kind's study failed, 130 where one was stopped, 3 where one was infeasible."""
+    1 where a kind's study failed, 130 where one was stopped, 3 where one was infeasible.
+    A failed trial's line gives its reason; the search ends with a count of the trials by
+    status, each with its most common reason; where more than half of the trials that ran
+    failed (error, timeout, oom, unsupported, contended), a single kind's study exits 5."""
     from autotune.execution.ray_cluster import parse_workers
     from autotune.tuning import TuneOptions, run_tune_kinds
 
