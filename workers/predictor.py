@@ -53,7 +53,7 @@ class Predictor:
     def structured(self, outputs: np.ndarray) -> Any:
         """`outputs` nested as the torch module returned them, where the session knows how."""
         structure = getattr(self.session, "output_structure", None)
-        if structure is None:
+        if structure is None or structure.is_leaf():  # a lone output needs no rebuilding
             return outputs
         names = outputs.dtype.names
         return rebuilt(structure, [outputs] if names is None else [outputs[n] for n in names])

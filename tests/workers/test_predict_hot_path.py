@@ -89,3 +89,36 @@ def test_an_input_of_another_type_or_shape_is_still_cast_or_refused() -> None:
     assert fed.dtype == np.float32 and np.array_equal(fed, as_doubles)
     with pytest.raises(Unsupported, match=r"'images' \(float32 \[\?, 1, 8, 8\]\) does not fit"):
         feed(np.zeros((2, 1, 8, 9), np.float32), INPUTS)
+
+
+def test_a_lone_output_is_not_rebuilt_into_its_structure(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.utils import _pytree
+
+    from workers import predictor as module
+
+    monkeypatch.setattr(module, "rebuilt", lambda *a: pytest.fail("rebuilt per call"))
+    session = RecordingSession()
+    session.output_structure = _pytree.tree_structure(object())  # type: ignore[attr-defined]
+    given = images(2)
+    assert predictor(session, batch_size=4).predict(given) is session.answers[0]
+
+
+def test_a_lone_torch_output_is_read_without_flattening(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from workers.building import torch_io
+
+    monkeypatch.setattr(torch_io, "_named_tensors", lambda *a: pytest.fail("flattened per call"))
+    output = torch.arange(6.0).reshape(2, 3)
+    assert np.array_equal(torch_io.numpy_outputs(output, 2), output.numpy())
+
+
+def test_a_torch_call_without_an_sdpa_backend_enters_inference_mode_alone() -> None:
+    import torch
+
+    from workers.building.torch_kernels import TorchKernels
+
+    context = TorchKernels(torch.get_num_threads()).applied()
+    assert isinstance(context, torch.inference_mode)
+    with context:
+        assert torch.is_inference_mode_enabled()

@@ -123,6 +123,10 @@ def numpy_outputs(outputs: Any, rows: int) -> np.ndarray:
     """A module's outputs for a batch of `rows` as numpy: the only one as an array; several as
     one structured array with a field per output (`output_names`), each with its batch axis
     first. Raises `UnjudgedOutputs` naming an output whose first axis is not the batch's."""
+    import torch
+
+    if isinstance(outputs, torch.Tensor):  # the common case, without flattening (per call)
+        return to_numpy(outputs)
     arrays = {name: to_numpy(tensor) for name, tensor in _named_tensors(outputs).items()}
     if len(arrays) == 1:
         return next(iter(arrays.values()))

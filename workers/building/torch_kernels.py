@@ -29,8 +29,9 @@ class TorchKernels:
         self._cudnn_benchmark = cudnn_benchmark  # None: a CPU session leaves the flag alone
         self._backend = sdpa_backend_enum(sdpa_backend)
 
-    @contextlib.contextmanager
-    def applied(self) -> Iterator[None]:
+    def applied(self) -> contextlib.AbstractContextManager[Any]:
+        """The settings applied now, and inference mode (with the SDPA backend) while in it;
+        without an SDPA backend, torch's own context (no generator around it, per call)."""
         torch = self._torch
         # Checking costs well under a microsecond; setting only happens after a change.
         if torch.get_num_threads() != self.threads:
@@ -40,14 +41,16 @@ class TorchKernels:
             and torch.backends.cudnn.benchmark != self._cudnn_benchmark
         ):
             torch.backends.cudnn.benchmark = self._cudnn_benchmark
-        with torch.inference_mode():
-            if self._backend is None:
-                yield
-            else:
-                from torch.nn.attention import sdpa_kernel
+        if self._backend is None:
+            return torch.inference_mode()  # type: ignore[no-any-return]
+        return self._with_backend()
 
-                with sdpa_kernel(self._backend):
-                    yield
+    @contextlib.contextmanager
+    def _with_backend(self) -> Iterator[None]:
+        from torch.nn.attention import sdpa_kernel
+
+        with self._torch.inference_mode(), sdpa_kernel(self._backend):
+            yield
 
 
 _SDPA_BACKENDS = {
