@@ -319,8 +319,20 @@ def test_a_resume_that_measured_nothing_reuses_the_head_to_head(
     assert events[0].startswith("head to head: baseline and")
     confirming = ["head to head (confirming the choice): baseline and 1 finalists", "compare"]
     confirmed = first["revalidation"]["confirmation"] is not None
+    # The unmodified model kept is measured as loaded from its artifact against the plain one.
+    as_loaded = [
+        "head to head (the unmodified model as loaded): the baseline as built for trials and "
+        "as loaded from its artifact",
+        "compare",
+    ]
+    kept = first["headline"]["same_as_baseline"]
     shown = [e.split(", 6 rounds")[0] for e in events[1:]]
-    assert shown == ["compare", *(confirming if confirmed else []), "export: the optimized model"]
+    assert shown == [
+        "compare",
+        *(confirming if confirmed else []),
+        *(as_loaded if kept else []),
+        "export: the optimized model",
+    ]
 
     events.clear()
     artifact = Path(first["artifact"])
