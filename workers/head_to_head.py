@@ -9,6 +9,10 @@ the position in a round favours one of them; a short pause and a few untimed cal
 each block, so one entrant's spinning thread pools do not slow the next. Each
 round's blocks are watched together for other load (`workers.measuring.contention`). The control
 plane turns the per-round figures into paired ratios (`autotune.conclusion.decision`).
+
+An entrant may run as `autotune.load` runs a tuned model (`Entrant.loaded_artifact`): exported,
+loaded from its artifact and timed through `Predictor.predict`, beside the same configuration
+as it is built for trials.
 """
 
 from __future__ import annotations

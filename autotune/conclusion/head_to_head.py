@@ -8,7 +8,10 @@ nothing new the stored comparison is reused, unless the request asks for
 `validation.remeasure_on_resume`.
 
 A re-tune's previous choice, where this study measured its configuration, is measured in
-every one of these rounds as one more contestant (`autotune.conclusion.previous`)."""
+every one of these rounds as one more contestant (`autotune.conclusion.previous`).
+
+Where the unmodified model stays, its headline comes from rounds of its own: the model as
+`autotune.load` runs it (exported, loaded from its artifact) against the plain model."""
 
 from __future__ import annotations
 
