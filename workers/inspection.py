@@ -61,11 +61,14 @@ def _reference_session(loaded: LoadedWorkload) -> Session:
     try:
         return loaded.session_for(loaded.parse({}))
     except Exception as error:
-        model = loaded.workload.model
-        raise RequestError(
-            loaded.model_field, f"must load in its runtime ({type(error).__name__}: {error})",
-            model.onnx or model.entry_point or model.hf,
-        ) from error  # fmt: skip
+        rule = f"must load in its runtime ({type(error).__name__}: {error})"
+        raise _model_refused(loaded, rule) from error
+
+
+def _model_refused(loaded: LoadedWorkload, rule: str) -> RequestError:
+    """The model, as the request names it, breaks `rule`."""
+    model = loaded.workload.model
+    return RequestError(loaded.model_field, rule, model.onnx or model.entry_point or model.hf)
 
 
 def described(inputs: np.ndarray) -> str:
@@ -88,11 +91,8 @@ def _probe(loaded: LoadedWorkload, session: Session) -> None:
     try:
         outputs = run_all(session, inputs)
     except UnjudgedOutputs as error:
-        model = loaded.workload.model
-        raise RequestError(
-            loaded.model_field, f"must return outputs that can be judged ({error})",
-            model.onnx or model.entry_point or model.hf,
-        ) from error  # fmt: skip
+        rule = f"must return outputs that can be judged ({error})"
+        raise _model_refused(loaded, rule) from error
     except Exception as error:
         raise RequestError(
             loaded.data.field,
