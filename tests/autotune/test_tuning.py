@@ -362,8 +362,11 @@ def test_a_resume_that_measured_nothing_reuses_the_head_to_head(
     events.clear()
     validation = {**FAST_VALIDATION, "remeasure_on_resume": True}
     _, written = run_tune(write_request(budget={"trials": 3}, validation=validation), INPROCESS)
-    confirmed = yaml.safe_load(written.read_text())["revalidation"]["confirmation"] is not None
-    assert events == ["compare"] * (2 if confirmed else 1)  # deciding, and confirming a choice
+    third = yaml.safe_load(written.read_text())
+    confirmed = third["revalidation"]["confirmation"] is not None
+    kept = third["headline"]["same_as_baseline"]
+    # deciding, confirming a choice, and the unmodified model kept measured as loaded
+    assert events == ["compare"] * (1 + confirmed + kept)
 
 
 @pytest.mark.slow

@@ -155,7 +155,8 @@ def test_dynamo_export_matches_the_torch_model(
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model_bytes = transforms._export_dynamo(digits_module, (torch.from_numpy(digits[0][:2]),))
+        example = (torch.from_numpy(digits[0][:2]),)
+        model_bytes = transforms._export_dynamo(digits_module, example, ["output"])
     outputs = OnnxRuntimeSession(model_bytes, threads=1).run(digits[0][:7])
     with torch.inference_mode():
         expected = digits_module(torch.from_numpy(digits[0][:7])).numpy()
