@@ -77,6 +77,14 @@ def output_structure(outputs: Any) -> Any:
     return _pytree.tree_structure(outputs)
 
 
+def nesting(outputs: Any) -> Any:
+    """`output_structure` of outputs to be rebuilt, None for a lone tensor (the common case:
+    nothing to rebuild, so no walk over the outputs on each call)."""
+    import torch
+
+    return None if isinstance(outputs, torch.Tensor) else output_structure(outputs)
+
+
 # The key of an ONNX model's metadata that holds how the torch module it was exported from
 # nested its outputs (`structure_text`), so a session of the ONNX model rebuilds them.
 OUTPUT_STRUCTURE_KEY = "autotune.output_structure"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workers.building.torch_io import module_on, numpy_outputs, output_structure, torch_inputs
+from workers.building.torch_io import module_on, nesting, numpy_outputs, torch_inputs
 from workers.building.torch_kernels import TorchKernels, check_attention_used, sdpa_unsupported
 from workers.building.variants import TorchVariant
 
@@ -22,7 +22,7 @@ class TorchEagerSession:
     structured array (`torch_io.numpy_outputs`), nested as `output_structure` says."""
 
     fixed_batch: int | None = None
-    output_structure: Any = None  # of the last call's outputs
+    output_structure: Any = None  # of the last call's outputs (None: a lone tensor)
 
     def __init__(
         self,
@@ -56,7 +56,7 @@ class TorchEagerSession:
                 if refused is not None:
                     raise refused from error
                 raise
-            self.output_structure = output_structure(outputs)
+            self.output_structure = nesting(outputs)
             return numpy_outputs(outputs, batch.shape[0])
 
 
