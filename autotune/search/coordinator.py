@@ -101,8 +101,13 @@ class Coordinator:
         self.executor.on_node_event(lambda event: self.events.on_note(event.describe()))
 
     def _told(self, counted: int, result: TrialResult) -> None:
-        """A trial told: the progress, then each bound no configuration meets so far."""
-        self.events.on_progress(counted, self.budget.trials, result)
+        """A trial told: the progress (skipped trials aside: they do not count toward the
+        budget), why the search ends where skips did, then each bound no configuration meets
+        so far."""
+        ended_by_skips = self.budget.told(result.status)
+        self.events.on_progress(counted - self.budget.skipped, self.budget.trials, result)
+        if ended_by_skips is not None:
+            self.events.on_note(ended_by_skips)
         constraints = self.tuning.request.constraints.model_dump(exclude_none=True)
         note = unmet_note(self.state.completed.values(), constraints)
         if note is not None:
@@ -151,12 +156,12 @@ class Coordinator:
         records = self.store.records()
         state.load(records)
         self.strategy.start(records)
-        if state.counted:
+        self.budget.skipped = sum(r.counted and r.status == "skipped" for r in records)
+        done = state.counted - self.budget.skipped
+        if done:
             of = "" if self.budget.trials is None else f" of {self.budget.trials}"
-            self.events.on_note(
-                f"study {self.store.name}: {state.counted}{of} trials done, re-using them"
-            )
-            self.events.on_progress(state.counted, self.budget.trials, None)
+            self.events.on_note(f"study {self.store.name}: {done}{of} trials done, re-using them")
+            self.events.on_progress(done, self.budget.trials, None)
         last_reap = -REAP_EVERY_S
         while True:
             if time.monotonic() - last_reap >= REAP_EVERY_S:

@@ -62,7 +62,7 @@ def test_a_repeated_error_is_told_once_and_skipped_after_naming_the_first() -> N
     )
     rig.queue({**ONNX, "batch.size": 8}, {**ONNX, "batch.size": 64})
     rig.search()
-    baseline, first, second = sorted(rig.records(), key=lambda r: r.number)
+    baseline, first, second = sorted(rig.records(), key=lambda r: r.number)[:3]
     reason = "IndexError in fidelity: list index out of range"
     assert (first.status, first.reason) == ("error", reason)
     assert f"trial {first.number}: error: {reason}" in lines

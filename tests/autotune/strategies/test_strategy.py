@@ -75,7 +75,7 @@ def test_repeats_are_told_from_the_study_not_measured(tmp_path: Path) -> None:
     trials = tune(tmp_path, budget=40)
     distinct = len(recorded_rows()) + 2  # onnxruntime at 0.6 is not in the table
     configs = measured_configs(trials)
-    assert len(trials) == 40
+    assert sum(t.status != "skipped" for t in trials) == 40  # skips are free
     assert len(configs) == len(set(configs)) <= distinct
     repeats = [t for t in trials if t.reused_from is not None]
     assert repeats, "a budget larger than the space must repeat proposals"
