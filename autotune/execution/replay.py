@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from autotune.core.contract import (
     ArtifactInfo,
@@ -25,7 +28,16 @@ from autotune.core.contract import (
 )
 from autotune.core.errors import AutotuneError
 from autotune.execution.base import FixedSlots, require_idle_slot, require_nothing_pending
-from autotune.execution.replay_table import NOT_IN_TABLE, ReplayTable
+from autotune.execution.replay_table import NOT_IN_TABLE, ReplayRow, ReplayTable
+from autotune.execution.replay_window import (
+    SCAN_CALLS,
+    full_timing_seconds,
+    scanned_call_ms,
+    screened_seconds,
+    screening_settings,
+    short_window,
+)
+from autotune.space.search_space import BATCH_KEY
 
 
 @dataclass(order=True)
@@ -45,18 +57,27 @@ class ReplayExecutor(FixedSlots):
     A trial submitted at simulated time t finishes at t + its row's `measure_seconds` (a
     configuration not in the table at once); `wait` moves the clock to the earliest finish
     and returns the trials finishing then, so with several slots trials finish out of order
-    as they do on real workers. A row that took longer than the spec's `timeout_s` is a
-    `timeout` at that time, as a real executor would stop it. Accuracy always comes from the
-    table, also for specs that carry a `known_accuracy`: the table is the truth.
+    as they do on real workers. A trial that would take longer than the spec's `timeout_s`
+    is a `timeout` at that time, as a real executor would stop it. Accuracy always comes from
+    the table, also for specs that carry a `known_accuracy`: the table is the truth.
+
+    As a worker does, a spec with a `screen` is first timed in a short window, here drawn from
+    its row's recorded spread (`autotune.execution.replay_window`), and ends `screened` with
+    the window's figures where a front point dominates their hopeful reading; it then takes
+    its row's time less the timing it skipped. A spec's `batch_scan` is answered from the
+    rows of the same configuration at those batches (`call_ms_by_batch`), and the scan's
+    calls add to its time. Draws are seeded by `seed` and the trial's study, number and
+    attempt: a replay is repeatable, and trials differ as real windows would.
     """
 
     runs_in_process = False
     trial_memory_mb: int | None = None
 
-    def __init__(self, table: ReplayTable, slots: int = 1) -> None:
+    def __init__(self, table: ReplayTable, slots: int = 1, seed: int = 0) -> None:
         if slots < 1:
             raise AutotuneError(f"slots must be >= 1, got {slots}")
         self.table = table
+        self.seed = seed
         self._slots = slots
         self._running: list[_Running] = []
         self._submitted = 0
@@ -116,14 +137,61 @@ class ReplayExecutor(FixedSlots):
         row = table.lookup(spec.config)
         if row is None:
             return TrialResult.for_spec(spec, "unsupported", NOT_IN_TABLE, provenance=provenance)
-        if spec.timeout_s is not None and row.measure_seconds > spec.timeout_s:
-            reason = (
-                f"still running after {spec.timeout_s:g} s (recorded: {row.measure_seconds:g} s)"
-            )
+        result = self._screened(spec, row, provenance)
+        if result is None:
+            result = self._measured(spec, row, provenance)
+        if spec.timeout_s is not None and result.duration_s > spec.timeout_s:
+            took = result.duration_s
+            reason = f"still running after {spec.timeout_s:g} s (would take {took:g} s)"
             return TrialResult.for_spec(spec, "timeout", reason, spec.timeout_s, None, provenance)
-        return TrialResult.for_spec(
+        return result
+
+    def _measured(self, spec: TrialSpec, row: ReplayRow, provenance: Provenance) -> TrialResult:
+        """The row as recorded, with the spec's batch scan read from the table."""
+        result = TrialResult.for_spec(
             spec, row.status, row.reason, row.measure_seconds, row.metrics, provenance
         )
+        if row.metrics is None or not spec.batch_scan:
+            return result
+        max_call_ms = spec.measurement.max_call_ms
+        call_ms = scanned_call_ms(self.table, spec.config, spec.batch_scan, max_call_ms)
+        scan_s = SCAN_CALLS * sum(call_ms.values()) / 1000.0
+        update = {"call_ms_by_batch": call_ms, "duration_s": row.measure_seconds + scan_s}
+        return result.model_copy(update=update)
+
+    def _screened(
+        self, spec: TrialSpec, row: ReplayRow, provenance: Provenance
+    ) -> TrialResult | None:
+        """The trial ended by its short window, or None where it is timed in full."""
+        settings, screen = spec.measurement, spec.screen
+        if screen is None or settings.screen_seconds is None or row.metrics is None:
+            return None
+        window_settings = screening_settings(settings, settings.screen_seconds)
+        batch = int(spec.config.get(BATCH_KEY, 1))
+        window = short_window(row.metrics, window_settings, batch, self._rng(spec))
+        if not math.isfinite(window.spread):
+            return None
+        point = screen.dominating(window.figures, window.spread)
+        if point is None:
+            return None
+        names = [objective.metric for objective in screen.objectives]
+        shown = [float(getattr(window.figures, name)) for name in names]
+        reason = (
+            f"screened: {window.figures.iterations} calls in {window.seconds:.2f} s give "
+            f"{_figures(names, shown)}; the front's {_figures(names, point)} is better even "
+            f"with {screen.margin:.0%} and the window's interval ({window.spread:.0%}) in its "
+            "favour"
+        )
+        full_s = full_timing_seconds(row.metrics, settings)
+        seconds = screened_seconds(row.measure_seconds, full_s, window.seconds)
+        return TrialResult.for_spec(
+            spec, "screened", reason, seconds, provenance=provenance, screening=window.figures
+        )
+
+    def _rng(self, spec: TrialSpec) -> np.random.Generator:
+        trial = f"{spec.study}#{spec.trial_number}#{spec.attempt}".encode()
+        digest = int.from_bytes(hashlib.sha256(trial).digest()[:8], "big")
+        return np.random.default_rng([self.seed, digest])
 
     def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
         """Every round of every entrant reads its row's figures: a replay has no noise and
@@ -173,6 +241,10 @@ class ReplayExecutor(FixedSlots):
 
     def close(self) -> None:
         self._running.clear()
+
+
+def _figures(names: list[str], values: list[float]) -> str:
+    return ", ".join(f"{name} {value:.4g}" for name, value in zip(names, values, strict=True))
 
 
 def _round_figures(metrics: TrialMetrics) -> RoundFigures:
