@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from autotune.core.artifacts import ONNX_ARTIFACT, VARIANT_FILE, WEIGHTS_ARTIFAC
 from autotune.core.contract import ArtifactInfo, TrialSpec, Workload
 from autotune.core.errors import RequestError
 from autotune.core.knobs.config import TrialConfig
+from workers.building.exports import FIXED_BATCH_KEY
 from workers.building.knobs import engine_of
 from workers.building.pruning import pruned_skeleton
 from workers.building.runtimes import Session, build_session, opened
@@ -59,6 +61,7 @@ def load_artifact(path: str, python_path: list[str]) -> tuple[Session, TrialConf
         config = parse_config(description["config"], "torch")
         entry_point = description["model_entry_point"]
         variant = _rebuild_torch_variant(file, entry_point, config, python_path)
+        variant = dataclasses.replace(variant, fixed_batch=description.get(FIXED_BATCH_KEY))
     return build_session(variant, config), config
 
 

@@ -16,6 +16,7 @@ from workers.building.runtimes import Session, build_session, check_runtime
 from workers.building.sharding import ModelSource
 from workers.building.transforms import build_variant
 from workers.building.variants import BuildContext, OnnxVariant, TorchVariant, Variant
+from workers.loading.fixed_batch import with_requested_batch
 from workers.loading.workloads import EvalData, LoadedModel, TorchModel, load_data, load_model
 from workers.measuring.evaluate import (
     SUBSET_CONFIDENCE,
@@ -52,7 +53,7 @@ class LoadedWorkload:
 
     def original_variant(self) -> Variant:
         if isinstance(self.model, TorchModel):
-            return TorchVariant(self.model.module)
+            return TorchVariant(self.model.module, fixed_batch=self.workload.model.fixed_batch)
         return OnnxVariant(self.model.model_bytes)
 
     def parse(self, config: dict[str, ConfigValue]) -> TrialConfig:
@@ -71,8 +72,16 @@ class LoadedWorkload:
 
     def build_context(self) -> BuildContext:
         return BuildContext(
-            sample_inputs=self.data.inputs[:TRACE_SAMPLES], calibration_inputs=self.data.inputs
+            sample_inputs=self.one_batch(),
+            calibration_inputs=self.data.inputs,
+            fixed_batch=self.workload.model.fixed_batch,
         )
+
+    def one_batch(self) -> np.ndarray:
+        """The first inputs, as many as one call of the model takes where it fixes its batch
+        (cycling through the data where it holds fewer), else TRACE_SAMPLES."""
+        count = self.workload.model.fixed_batch or TRACE_SAMPLES
+        return self.data.inputs[np.arange(count) % self.data.n_samples]
 
     def model_source(self) -> ModelSource | None:
         """How another process rebuilds this workload's torch variants (tensor parallelism)."""
@@ -156,7 +165,7 @@ class LoadedWorkload:
 def load_workload(workload: Workload) -> LoadedWorkload:
     """Load and cross-check model, data and metric; raises RequestError on bad input."""
     metric = resolve_metric(workload.metric, workload.python_path)
-    model = load_model(workload.model, workload.python_path)
+    model = with_requested_batch(workload.model, load_model(workload.model, workload.python_path))
     data = load_data(workload.data, workload.python_path, workload.model, model)
     _check_metric_fits_data(metric, data)
     return LoadedWorkload(workload=workload, model=model, data=data, metric=metric)

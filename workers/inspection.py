@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from autotune.core.contract import ModelInfo, Workload
@@ -20,11 +22,12 @@ PROBE_SAMPLES = 4
 
 def inspect_workload(workload: Workload, store: WorkloadCache | None = None) -> ModelInfo:
     """Load the model and data, run the unmodified model on a few samples and describe them
-    (with the batch size the model's inputs fix, where they fix one).
+    (with the batch size the request or the model's inputs fix, where one is fixed).
 
     Raises RequestError (field, rule, value) for a missing or corrupt file, an entry point that
     does not resolve or returns the wrong thing, empty or mismatched data, a metric the data
-    cannot support, or a model that does not run on the data.
+    cannot support, a model that does not run on the data, or a `model.fixed_batch` other
+    than the batch size an ONNX model's inputs declare.
     """
     loaded = (store or default_cache()).get(workload)
     session = _reference_session(loaded)
@@ -36,12 +39,25 @@ def inspect_workload(workload: Workload, store: WorkloadCache | None = None) -> 
         input_shape=list(loaded.data.inputs.shape[1:]),
         has_labels=loaded.data.labels is not None,
         parameter_bytes=parameter_bytes(loaded.model),
-        activation_bytes_per_sample=activation_bytes_per_sample(
-            loaded.model, loaded.data.inputs[:1]
-        ),
+        activation_bytes_per_sample=_activation_bytes_per_sample(loaded),
         engine_refusals=engine_refusals(loaded),
         fixed_batch=session.fixed_batch,
+        fixed_batch_by=_fixed_batch_by(workload, session),
     )
+
+
+def _activation_bytes_per_sample(loaded: LoadedWorkload) -> int | None:
+    """Of one sample, or of one batch shared by its samples where the request fixes the
+    batch (a module that takes no other size is not run on one sample)."""
+    fixed = loaded.workload.model.fixed_batch or 1
+    total = activation_bytes_per_sample(loaded.model, loaded.one_batch()[:fixed])
+    return None if total is None else -(-total // fixed)
+
+
+def _fixed_batch_by(workload: Workload, session: Session) -> Literal["request", "inputs"] | None:
+    if workload.model.fixed_batch is not None:
+        return "request"
+    return None if session.fixed_batch is None else "inputs"
 
 
 def engine_refusals(loaded: LoadedWorkload) -> dict[str, str]:

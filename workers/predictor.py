@@ -14,9 +14,9 @@ from autotune.core.contract import TrialSpec
 from autotune.core.knobs.config import TrialConfig
 from workers.artifacts import export_artifact, load_artifact
 from workers.building.runtimes import Session, close_session
-from workers.building.torch_io import rebuilt
+from workers.building.torch_io import leaf_names, rebuilt
 from workers.cache import WorkloadCache
-from workers.loading.feeds import pack, pack_inputs
+from workers.loading.feeds import InputSpec, pack, pack_inputs
 from workers.measuring.evaluate import run_all
 
 
@@ -51,12 +51,33 @@ class Predictor:
         return run_all(self.session, records, self.batch_size)
 
     def structured(self, outputs: np.ndarray) -> Any:
-        """`outputs` nested as the torch module returned them, where the session knows how."""
+        """`outputs` nested as the torch module returned them, where the session knows how:
+        None in the place of an output left out of judging (`outputs_left_out`, or an ONNX
+        output without a batch axis)."""
         structure = getattr(self.session, "output_structure", None)
         if structure is None or structure.is_leaf():  # a lone output needs no rebuilding
             return outputs
-        names = outputs.dtype.names
-        return rebuilt(structure, [outputs] if names is None else [outputs[n] for n in names])
+        # The session's names for the module's outputs, in its flattening order (an exporter
+        # may rename an output: ONNX outputs are matched to the module's by their place).
+        declared = getattr(self.session, "outputs", None)
+        names = leaf_names(structure) if declared is None else [spec.name for spec in declared]
+        judged = self._judged(outputs, names, declared or [])
+        if judged is None or len(names) != structure.num_leaves:
+            return outputs  # which output is which is not known
+        return rebuilt(structure, [judged.get(name) for name in names])
+
+    def _judged(
+        self, outputs: np.ndarray, names: list[str], declared: Sequence[InputSpec]
+    ) -> dict[str, np.ndarray] | None:
+        """The judged outputs by name; None where the session returned one array and does not
+        say which output it is."""
+        fields = outputs.dtype.names
+        if fields is not None:
+            return {name: outputs[name] for name in fields}
+        left_out = getattr(self.session, "outputs_left_out", {})
+        unbatched = {spec.name for spec in declared if spec.batch_axis is None}
+        kept = [name for name in names if name not in left_out and name not in unbatched]
+        return {kept[0]: outputs} if len(kept) == 1 else None
 
     def records(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
         if not isinstance(inputs, Mapping):

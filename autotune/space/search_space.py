@@ -319,7 +319,8 @@ def _filter_dimension(
     cores_per_slot: int | None,
 ) -> EffectiveDimension | None:
     if dim.name == BATCH_KEY and model is not None and model.fixed_batch is not None:
-        return _fixed_batch_dimension(dim, model.fixed_batch, excluded)
+        fixed_by = _FIXED_BY[model.fixed_batch_by or "inputs"]
+        return _fixed_batch_dimension(dim, model.fixed_batch, fixed_by, excluded)
     limit = LIMITS[dim.at_most](profile, model) if dim.at_most else None
     if dim.at_most == "cpu_cores" and limit is not None and cores_per_slot is not None:
         limit = max(1, min(limit, cores_per_slot))
@@ -341,13 +342,21 @@ def _filter_dimension(
     )
 
 
+# What fixes a model's batch size, in words, by `ModelInfo.fixed_batch_by`.
+_FIXED_BY = {
+    "request": "the request's model.fixed_batch",
+    "inputs": "its inputs fix the batch dimension",
+}
+
+
 def _fixed_batch_dimension(
-    dim: Dimension, batch: int, excluded: list[Exclusion]
+    dim: Dimension, batch: int, fixed_by: str, excluded: list[Exclusion]
 ) -> EffectiveDimension:
-    """The batch size of a model whose inputs fix it: that size alone, whatever the file lists
-    (the memory limit included: the model runs at no other), under its own Optuna parameter
-    name where the file offers more (a study begun on the file's sizes resumes)."""
-    reason = f"the model takes only batches of {batch} (its inputs fix the batch dimension)"
+    """The batch size of a model that takes one alone (its inputs or the request fix it):
+    that size alone, whatever the file lists (the memory limit included: the model runs at no
+    other), under its own Optuna parameter name where the file offers more (a study begun on
+    the file's sizes resumes)."""
+    reason = f"the model takes only batches of {batch} ({fixed_by})"
     for value in dim.values or []:
         if value != batch:
             excluded.append(Exclusion(dimension=dim.name, value=value, reason=reason))

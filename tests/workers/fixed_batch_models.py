@@ -1,5 +1,6 @@
 """A small ONNX classifier whose input declares a fixed batch size, and data for it whose
-labels are its own top-1 classes, so the unmodified model scores an accuracy of 1."""
+labels are its own top-1 classes, so the unmodified model scores an accuracy of 1; a torch
+module that takes a batch of one alone."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import torch
 from onnx import TensorProto, helper, numpy_helper
 
 FEATURES = 32
@@ -46,3 +48,22 @@ def labelled_data(model: Path, path: Path, samples: int = 64) -> Path:
     labels = [session.run(None, {"x": inputs[i : i + 1]})[0].argmax() for i in range(samples)]
     np.savez(path, inputs=inputs, labels=np.asarray(labels, np.int64))
     return path
+
+
+class BatchOfOne(torch.nn.Module):
+    """The digits model behind a reshape that hard-codes a batch of one (`x.reshape(1, -1)`):
+    it fails on any other batch size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from experiments.digits.model import build_model
+
+        self.model = build_model()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = self.model.features(x).reshape(1, -1)
+        return self.model.classifier[1:](flat)  # type: ignore[no-any-return]
+
+
+def batch_of_one() -> torch.nn.Module:
+    return BatchOfOne().eval()

@@ -110,7 +110,9 @@ def test_a_lone_torch_output_is_read_without_flattening(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(torch_io, "_named_tensors", lambda *a: pytest.fail("flattened per call"))
     output = torch.arange(6.0).reshape(2, 3)
-    assert np.array_equal(torch_io.numpy_outputs(output, 2), output.numpy())
+    reader = torch_io.TorchOutputs()
+    assert np.array_equal(reader.numpy(output, 2), output.numpy())
+    assert reader.structure is None
 
 
 def test_a_torch_call_without_an_sdpa_backend_enters_inference_mode_alone() -> None:

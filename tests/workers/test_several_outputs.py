@@ -1,10 +1,13 @@
 """Models that return several outputs: every engine returns all of them, each is judged, and
 `predict` gives them back nested as the module returned them; declared output shapes that
-disagree with the returned ones give way to them."""
+disagree with the returned ones give way to them. An output without the batch on its first
+axis is judged whole of a model of a batch of one, else left out and named (None in its place
+in what `predict` gives)."""
 
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +20,19 @@ from onnx import TensorProto, helper
 from autotune.core.contract import ConfigValue, DataRef, MetricRef, ModelRef, Workload
 from autotune.core.errors import RequestError
 from tests.workers.conftest import digits_workload, skip_unless_runnable_here, spec_for
-from tests.workers.several_outputs import named_outputs, three_outputs
+from tests.workers.several_outputs import (
+    named_outputs,
+    sequence_of_one,
+    three_outputs,
+    with_class_prior,
+)
 from workers import export_artifact, inspect_workload, run_trial
 from workers.cache import WorkloadCache
 from workers.measuring.evaluate import agreement, fidelity, resolve_metric
 from workers.predictor import load_predictor
 
 STORE = WorkloadCache()
+SEVERAL = "tests.workers.several_outputs"
 ENGINES = ["torch_eager", "onnxruntime", "openvino"]
 MODELS = {
     "tuple": ("three_outputs", ["output_0", "output_1", "output_2"]),
@@ -33,7 +42,7 @@ MODELS = {
 
 def several_outputs(entry: str, kind: str = "fidelity") -> Workload:
     return digits_workload(
-        model=ModelRef(entry_point=f"tests.workers.several_outputs:{entry}"),
+        model=ModelRef(entry_point=f"{SEVERAL}:{entry}"),
         metric=MetricRef(kind=kind),  # type: ignore[arg-type]
     )
 
@@ -215,3 +224,60 @@ def test_an_output_without_a_batch_axis_is_blamed_on_the_model_not_the_data(
     assert caught.value.field == "model.onnx", caught.value
     assert "'total'" in caught.value.rule and "has no batch axis" in caught.value.rule
     assert "dtype" not in str(caught.value)
+
+
+def test_a_torch_output_without_a_batch_axis_is_left_out_and_named() -> None:
+    workload = several_outputs("with_class_prior")
+    result = run_trial(spec_for(workload, {"runtime.engine": "torch_eager"}), STORE)
+    assert result.status == "ok", result.reason
+    assert result.metrics is not None and result.metrics.accuracy == pytest.approx(1.0)
+    judged_by = result.metrics.accuracy_judged_by or ""
+    left_out = r"; left out: 'output_1' is float32 \[10\] for a batch of \d+: its first axis is not"
+    assert re.search(left_out + " the batch's$", judged_by), judged_by
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_predict_gives_none_in_the_place_of_an_output_left_out(tmp_path: Path, engine: str) -> None:
+    config: dict[str, ConfigValue] = {"runtime.engine": engine, "batch.size": 4}
+    skip_unless_runnable_here(config)
+    workload = several_outputs("with_class_prior")
+    artifact = export_artifact(spec_for(workload, config), str(tmp_path), STORE)
+    inputs = STORE.get(workload).data.inputs[:10]
+    with torch.inference_mode():
+        logits, _ = with_class_prior()(torch.from_numpy(inputs))
+    with load_predictor(artifact.path, workload.python_path) as predictor:
+        predicted = predictor.predict(inputs)
+    assert isinstance(predicted, tuple) and len(predicted) == 2 and predicted[1] is None
+    np.testing.assert_allclose(predicted[0], logits.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_of_a_batch_of_one_a_torch_output_without_the_batch_first_is_judged_whole(
+    tmp_path: Path,
+) -> None:
+    """[T, 1, C] (the batch on its second axis) belongs to the one sample: judged whole, and
+    predict stacks it per sample, [N, T, 1, C]."""
+    workload = several_outputs("sequence_of_one").model_copy(
+        update={"model": ModelRef(entry_point=f"{SEVERAL}:sequence_of_one", fixed_batch=1)}
+    )
+    config: dict[str, ConfigValue] = {"runtime.engine": "torch_eager", "batch.size": 1}
+    result = run_trial(spec_for(workload, config), STORE)
+    assert result.status == "ok", result.reason
+    judged_by = result.metrics.accuracy_judged_by or ""  # type: ignore[union-attr]
+    assert "'sequence' (512 values a sample)" in judged_by and "left out" not in judged_by
+    artifact = export_artifact(spec_for(workload, config), str(tmp_path), STORE)
+    inputs = STORE.get(workload).data.inputs[:3]
+    with load_predictor(artifact.path, workload.python_path) as predictor:
+        predicted = predictor.predict(inputs)
+    assert predicted["logits"].shape == (3, 10) and predicted["sequence"].shape == (3, 16, 1, 32)
+    with torch.inference_mode():
+        second = sequence_of_one()(torch.from_numpy(inputs[1:2]))["sequence"]
+    np.testing.assert_allclose(predicted["sequence"][1], second.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_torch_model_with_no_output_to_judge_is_refused() -> None:
+    """Without a fixed batch of one, a module whose only output has no batch axis."""
+    prior_alone = ModelRef(entry_point=f"{SEVERAL}:class_prior_alone")
+    with pytest.raises(RequestError) as caught:
+        inspect_workload(digits_workload(model=prior_alone), WorkloadCache())
+    assert caught.value.field == "model.entry_point"
+    assert re.search(r"'output' is float32 \[10\] for a batch of \d+", caught.value.rule)

@@ -62,10 +62,15 @@ def write_examples(model_bytes: bytes, inputs: np.ndarray, directory: Path) -> N
     np.savez(directory / OUTPUT_EXAMPLE_FILE, **by_name)  # type: ignore[arg-type]
 
 
+# The key of a torch artifact's description that holds the only batch size its module takes.
+FIXED_BATCH_KEY = "model_fixed_batch"
+
+
 def export_torch(
     pruned: TorchVariant, loaded: LoadedWorkload, spec: TrialSpec, directory: Path
 ) -> ArtifactInfo:
-    """The pruned fp32 weights, with the model's entry point that rebuilds the module."""
+    """The pruned fp32 weights, with the model's entry point that rebuilds the module (and
+    the only batch size it takes, where the request fixed one)."""
     from safetensors.torch import save_file
 
     from workers.loading.workloads import TorchModel
@@ -75,7 +80,9 @@ def export_torch(
     save_file(weights, str(path))
     assert isinstance(loaded.model, TorchModel)
     entry_point, model_sha256 = loaded.model.entry_point, loaded.model.sha256
-    description = {"config": spec.config, "model_entry_point": entry_point}
+    description: dict[str, Any] = {"config": spec.config, "model_entry_point": entry_point}
+    if loaded.workload.model.fixed_batch is not None:
+        description[FIXED_BATCH_KEY] = loaded.workload.model.fixed_batch
     describe(directory, {**description, "model_sha256": model_sha256})
     return ArtifactInfo(path=str(path), format="safetensors", sha256=file_sha256(path))
 

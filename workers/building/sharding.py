@@ -41,7 +41,13 @@ from autotune.core.errors import Unsupported
 from autotune.core.knobs import ENGINES
 from autotune.core.knobs.config import TrialConfig
 from workers.building.sharding_plan import plan_pairs, sample_inputs
-from workers.building.torch_io import module_device, module_on, numpy_outputs, torch_inputs
+from workers.building.torch_io import (
+    TorchOutputs,
+    module_device,
+    module_on,
+    structure_of_text,
+    torch_inputs,
+)
 from workers.building.torch_kernels import check_attention_used, kernels_for, sdpa_unsupported
 from workers.building.variants import BuildContext, TorchVariant, Variant
 
@@ -110,9 +116,9 @@ def rank_threads(config: TrialConfig) -> int:
 
 class TensorParallelSession:
     """`config.tensor_parallel` worker processes holding one shard each; see the module
-    docstring. Close it (or use it as a context manager) to stop the workers."""
-
-    fixed_batch: int | None = None
+    docstring. Close it (or use it as a context manager) to stop the workers. Rank 0 says how
+    its outputs nest and which it left out of judging with each answer (`output_structure`,
+    `outputs_left_out`)."""
 
     def __init__(
         self,
@@ -126,6 +132,9 @@ class TensorParallelSession:
         import torch.distributed as dist
 
         self.world_size = config.tensor_parallel
+        self.fixed_batch = source.context.fixed_batch
+        self.outputs_left_out: dict[str, str] = {}
+        self._nesting: tuple[str | None, Any] = (None, None)  # rank 0's text, and it read
         self.pairs: list[tuple[str, str]] = [(first, second) for first, second in pairs]
         self.threads = rank_threads(config)
         self.call_timeout_s = call_timeout_s
@@ -244,8 +253,19 @@ class TensorParallelSession:
                 message = self._receive(rank)
                 if rank == 0 and message[0] == "out":
                     self.rank0_seconds.append(message[2])
+                    self._told_nesting(*message[3])
                     return message[1]  # type: ignore[no-any-return]
                 raise RuntimeError(f"tensor-parallel rank {rank} sent {message[0]!r} unasked")
+
+    def _told_nesting(self, text: str | None, left_out: dict[str, str]) -> None:
+        self.outputs_left_out = left_out
+        if text != self._nesting[0]:
+            self._nesting = (text, None if text is None else structure_of_text(text))
+
+    @property
+    def output_structure(self) -> Any:
+        """How rank 0's last outputs nest (None: a lone tensor)."""
+        return self._nesting[1]
 
     def _receive(self, rank: int) -> tuple[Any, ...]:
         """The next message of `rank`; its error, or its death, raised here."""
@@ -334,8 +354,6 @@ class DataParallelSession:
     call by the engine (`prepare`: as it is, or compiled); each call splits the batch across
     them."""
 
-    fixed_batch: int | None = None
-
     def __init__(
         self,
         variant: TorchVariant,
@@ -345,6 +363,8 @@ class DataParallelSession:
         import torch
 
         self.replicas = config.data_parallel
+        self.fixed_batch = variant.fixed_batch
+        self._outputs = TorchOutputs(variant.fixed_batch)
         self._devices = [torch.device("cuda", index) for index in range(self.replicas)]
         self._modules = [module_on(variant.module, device) for device in self._devices]
         self._input_dtype = variant.input_dtype
@@ -372,10 +392,19 @@ class DataParallelSession:
                 raise
             return np.concatenate(
                 [
-                    numpy_outputs(output, len(chunk))
+                    self._outputs.numpy(output, len(chunk))
                     for output, chunk in zip(outputs, chunks, strict=True)
                 ]
             )
+
+    @property
+    def output_structure(self) -> Any:
+        """How the last call's outputs nest (None: a lone tensor)."""
+        return self._outputs.structure
+
+    @property
+    def outputs_left_out(self) -> dict[str, str]:
+        return self._outputs.left_out
 
     def close(self) -> None:
         self._forwards, self._modules = [], []

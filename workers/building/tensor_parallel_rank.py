@@ -27,7 +27,7 @@ import numpy as np
 from autotune.core.errors import Unsupported
 from workers.building.sharding import WorkerSpec
 from workers.building.sharding_plan import find_linear_pairs, tensor_parallel_plan
-from workers.building.torch_io import module_on, numpy_outputs, torch_inputs
+from workers.building.torch_io import TorchOutputs, module_on, structure_text, torch_inputs
 from workers.building.torch_kernels import kernels_for, sdpa_unsupported
 from workers.building.variants import TorchVariant
 
@@ -63,6 +63,7 @@ class _Rank:
         assert isinstance(variant, TorchVariant)  # torch_eager keeps torch variants
         self.module = module_on(variant.module, self.device)
         self.input_dtype = variant.input_dtype
+        self.outputs = TorchOutputs(source.context.fixed_batch)
         inputs = torch_inputs(
             np.ascontiguousarray(source.context.sample_inputs), self.input_dtype, self.device
         )
@@ -102,7 +103,13 @@ class _Rank:
                 if refused is not None:
                     raise refused from error
                 raise
-            return numpy_outputs(outputs, batch.shape[0])
+            return self.outputs.numpy(outputs, batch.shape[0])
+
+    def nesting(self) -> tuple[str | None, dict[str, str]]:
+        """How the last outputs nest (`torch_io.structure_text`; None: a lone tensor) and
+        which were left out of judging, and why."""
+        structure = self.outputs.structure
+        return None if structure is None else structure_text(structure), self.outputs.left_out
 
 
 def _error_kind(error: BaseException) -> str:
@@ -154,7 +161,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
             started = time.perf_counter()
             outputs = rank.forward(batch)
             if args.rank == 0:
-                conn.send(("out", outputs, time.perf_counter() - started))
+                conn.send(("out", outputs, time.perf_counter() - started, rank.nesting()))
     except BaseException as error:
         detail = "".join(traceback.format_exception_only(type(error), error)).strip()
         if _error_kind(error) == "error":

@@ -127,24 +127,72 @@ def rebuilt(structure: Any, leaves: list[Any]) -> Any:
     return _pytree.tree_unflatten(leaves, structure)
 
 
-def numpy_outputs(outputs: Any, rows: int) -> np.ndarray:
+class TorchOutputs:
     """A module's outputs for a batch of `rows` as numpy: the only one as an array; several as
-    one structured array with a field per output (`output_names`), each with its batch axis
-    first. Raises `UnjudgedOutputs` naming an output whose first axis is not the batch's."""
-    import torch
+    one structured array with a field per judged output (`output_names`), each with its batch
+    axis first. An output whose first axis is not the batch's, as the first call returns it,
+    belongs to the one sample of a model whose batch is fixed at one and is judged whole (a
+    batch axis of one in front); of another model it is left out (`left_out` says why), and a
+    model with no output left to judge raises `UnjudgedOutputs`."""
 
-    if isinstance(outputs, torch.Tensor):  # the common case, without flattening (per call)
-        return to_numpy(outputs)
-    arrays = {name: to_numpy(tensor) for name, tensor in _named_tensors(outputs).items()}
-    if len(arrays) == 1:
-        return next(iter(arrays.values()))
-    for name, array in arrays.items():
-        if array.ndim == 0 or array.shape[0] != rows:
-            raise UnjudgedOutputs(
-                f"the model's output '{name}' is {array.dtype.name} {list(array.shape)} for a "
-                f"batch of {rows}: a torch model's every output needs the batch on its first axis"
-            )
-    return pack(arrays)
+    def __init__(self, fixed_batch: int | None = None) -> None:
+        self.fixed_batch = fixed_batch
+        self.structure: Any = None  # how the outputs nest (None: a lone tensor)
+        self.left_out: dict[str, str] = {}  # output -> why it is not judged
+        self._whole: frozenset[str] | None = None  # judged whole, once the first call is read
+
+    def numpy(self, outputs: Any, rows: int) -> np.ndarray:
+        import torch
+
+        # The common case, without flattening (per call).
+        if isinstance(outputs, torch.Tensor) and outputs.ndim and outputs.shape[0] == rows:
+            return to_numpy(outputs)
+        self.structure = nesting(outputs)
+        arrays = {name: to_numpy(tensor) for name, tensor in _named_tensors(outputs).items()}
+        if self._whole is None:
+            self._whole = self._judged_whole(arrays, rows)
+        kept = {
+            name: array[np.newaxis] if name in self._whole else array
+            for name, array in arrays.items()
+            if name not in self.left_out
+        }
+        return next(iter(kept.values())) if len(kept) == 1 else pack(kept)
+
+    def _judged_whole(self, arrays: dict[str, np.ndarray], rows: int) -> frozenset[str]:
+        """The outputs without the batch on their first axis judged whole; of a model whose
+        batch is not fixed at one, those are left out instead (`left_out`)."""
+        unbatched = {
+            name: array
+            for name, array in arrays.items()
+            if array.ndim == 0 or array.shape[0] != rows
+        }
+        if self.fixed_batch == 1:
+            return frozenset(unbatched)
+        self.left_out = {
+            name: f"is {array.dtype.name} {list(array.shape)} for a batch of {rows}: its first "
+            "axis is not the batch's"
+            for name, array in unbatched.items()
+        }
+        if len(self.left_out) == len(arrays):
+            told = "; ".join(f"'{name}' {reason}" for name, reason in self.left_out.items())
+            raise UnjudgedOutputs(f"no output of the model has a batch axis to judge ({told})")
+        return frozenset()
+
+
+def flat_tensors(outputs: Any) -> list[torch.Tensor]:
+    """A module's output tensors in flattening order (`output_names`' order)."""
+    return list(_named_tensors(outputs).values())
+
+
+def leaf_names(structure: Any) -> list[str]:
+    """`output_names` of the outputs that nest as `structure` says."""
+    from torch.utils import _pytree
+
+    placed = _pytree.tree_unflatten(list(range(structure.num_leaves)), structure)
+    leaves, _ = _pytree.tree_flatten_with_path(placed)
+    if len(leaves) == 1 and not leaves[0][0]:
+        return ["output"]
+    return [_path_name(path) for path, _ in leaves]
 
 
 def _named_tensors(outputs: Any) -> dict[str, torch.Tensor]:

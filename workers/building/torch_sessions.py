@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workers.building.torch_io import module_on, nesting, numpy_outputs, torch_inputs
+from workers.building.torch_io import TorchOutputs, module_on, torch_inputs
 from workers.building.torch_kernels import TorchKernels, check_attention_used, sdpa_unsupported
 from workers.building.variants import TorchVariant
 
@@ -19,10 +19,8 @@ if TYPE_CHECKING:
 class TorchEagerSession:
     """Runs a torch module in inference mode on the CPU or CUDA (optionally replaying a CUDA
     graph per input shape); floating outputs come back as float32 numpy arrays, several as one
-    structured array (`torch_io.numpy_outputs`), nested as `output_structure` says."""
-
-    fixed_batch: int | None = None
-    output_structure: Any = None  # of the last call's outputs (None: a lone tensor)
+    structured array (`torch_io.TorchOutputs`), nested as `output_structure` says. Takes
+    batches of the variant's `fixed_batch` alone, where it has one."""
 
     def __init__(
         self,
@@ -34,6 +32,8 @@ class TorchEagerSession:
     ) -> None:
         import torch
 
+        self.fixed_batch = variant.fixed_batch
+        self._outputs = TorchOutputs(variant.fixed_batch)
         self._device = torch.device(device)
         self._module = module_on(variant.module, self._device)
         self._input_dtype = variant.input_dtype
@@ -56,8 +56,16 @@ class TorchEagerSession:
                 if refused is not None:
                     raise refused from error
                 raise
-            self.output_structure = nesting(outputs)
-            return numpy_outputs(outputs, batch.shape[0])
+            return self._outputs.numpy(outputs, batch.shape[0])
+
+    @property
+    def output_structure(self) -> Any:
+        """How the last call's outputs nest (None: a lone tensor)."""
+        return self._outputs.structure
+
+    @property
+    def outputs_left_out(self) -> dict[str, str]:
+        return self._outputs.left_out
 
 
 class CudaGraphForward:

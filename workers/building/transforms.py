@@ -12,6 +12,7 @@ its kernels need the final dtype and device.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -59,6 +60,8 @@ def build_variant(original: Variant, config: TrialConfig, context: BuildContext)
     variant = original
     for name in PIPELINE:
         variant = TRANSFORMS[name](variant, config, context)
+    if isinstance(variant, TorchVariant) and isinstance(original, TorchVariant):
+        return dataclasses.replace(variant, fixed_batch=original.fixed_batch)
     return variant
 
 
@@ -70,30 +73,39 @@ def prune(variant: Variant, config: TrialConfig, context: BuildContext) -> Varia
 @register_transform("export_onnx")
 def export_onnx(variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
     """For an engine that runs ONNX, export a (pruned, fp32) torch model to ONNX with a
-    dynamic batch axis."""
+    dynamic batch axis, or the context's fixed batch (a module that takes one batch size alone
+    may not trace to a graph of any other)."""
     if ENGINES[config.engine].model_format != "onnx" or isinstance(variant, OnnxVariant):
         return variant
-    return OnnxVariant(torch_to_onnx(variant.module, context.sample_inputs))
+    fixed = context.fixed_batch is not None
+    return OnnxVariant(
+        torch_to_onnx(variant.module, context.sample_inputs, dynamic_batch=not fixed)
+    )
 
 
-def torch_to_onnx(module: torch.nn.Module, sample_inputs: np.ndarray) -> bytes:
+def torch_to_onnx(
+    module: torch.nn.Module, sample_inputs: np.ndarray, dynamic_batch: bool = True
+) -> bytes:
     """TorchScript-based export first (fast, still shipped), the torch.export-based one if the
-        former is gone or cannot trace the model. The outputs are named as the torch sessions name
-        them (`torch_io.output_names`), so a variant's outputs match the unmodified model's, and
-    the model's metadata says how the module nested them (`torch_io.OUTPUT_STRUCTURE_KEY`)."""
+    former is gone or cannot trace the model. The outputs are named as the torch sessions name
+    them (`torch_io.output_names`), so a variant's outputs match the unmodified model's, and
+    the model's metadata says how the module nested them (`torch_io.OUTPUT_STRUCTURE_KEY`).
+    With `dynamic_batch`, the input's first axis is dynamic, and so is each output's that has
+    the example's batch on it; else the graph takes the example's batch size alone."""
     import torch
 
     example = (torch.from_numpy(np.ascontiguousarray(sample_inputs)),)
     with torch.inference_mode():
         outputs = module(*example)
     names = output_names(outputs)
+    axes = _dynamic_batch(names, outputs, sample_inputs.shape[0]) if dynamic_batch else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            exported = _export_torchscript(module, example, names)
+            exported = _export_torchscript(module, example, names, axes)
         except Exception as torchscript_error:
             try:
-                exported = _export_dynamo(module, example, names)
+                exported = _export_dynamo(module, example, names, axes)
             except Exception as dynamo_error:
                 raise Unsupported(
                     "the model does not export to ONNX "
@@ -110,12 +122,26 @@ def _with_output_structure(model_bytes: bytes, structure: object) -> bytes:
     return model.SerializeToString()
 
 
-def _dynamic_batch(names: list[str]) -> dict[str, dict[int, str]]:
-    return {name: {0: "batch"} for name in ["input", *names]}
+DynamicAxes = dict[str, dict[int, str]]
+
+
+def _dynamic_batch(names: list[str], outputs: object, rows: int) -> DynamicAxes:
+    """The input's first axis, and each output's whose first axis has the example's `rows`."""
+    from workers.building.torch_io import flat_tensors
+
+    batched = [
+        name
+        for name, tensor in zip(names, flat_tensors(outputs), strict=True)
+        if tensor.ndim and tensor.shape[0] == rows
+    ]
+    return {name: {0: "batch"} for name in ["input", *batched]}
 
 
 def _export_torchscript(
-    module: torch.nn.Module, example: tuple[torch.Tensor], names: list[str]
+    module: torch.nn.Module,
+    example: tuple[torch.Tensor],
+    names: list[str],
+    axes: DynamicAxes | None,
 ) -> bytes:
     import torch
 
@@ -123,19 +149,22 @@ def _export_torchscript(
         path = Path(directory) / "model.onnx"
         torch.onnx.export(
             module, example, str(path), dynamo=False, opset_version=ONNX_OPSET,
-            input_names=["input"], output_names=names, dynamic_axes=_dynamic_batch(names),
+            input_names=["input"], output_names=names, dynamic_axes=axes,
         )  # fmt: skip
         return path.read_bytes()
 
 
 def _export_dynamo(
-    module: torch.nn.Module, example: tuple[torch.Tensor], names: list[str]
+    module: torch.nn.Module,
+    example: tuple[torch.Tensor],
+    names: list[str],
+    axes: DynamicAxes | None,
 ) -> bytes:
     import torch
 
     program = torch.onnx.export(
         module, example, dynamo=True, input_names=["input"], output_names=names,
-        dynamic_axes=_dynamic_batch(names),
+        dynamic_axes=axes,
     )  # fmt: skip
     if program is None:
         raise RuntimeError("the exporter returned no program")

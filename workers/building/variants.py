@@ -19,10 +19,12 @@ class TorchVariant:
     Device: a variant built for a configuration has its weights on that configuration's
     `TrialConfig.device` (the precision transform moves them; before it, weights are on the
     CPU). Runtimes read `config.device` to place the inputs, and return outputs on the CPU.
+    `fixed_batch`: the only batch size the module takes, as the request says (None: any).
     """
 
     module: torch.nn.Module
     input_dtype: torch.dtype | None = None
+    fixed_batch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,11 @@ Variant = TorchVariant | OnnxVariant
 
 @dataclass(frozen=True)
 class BuildContext:
-    """What transforms may need besides the model: a few real inputs to trace an export with,
-    and the workload's evaluation inputs for static quantization to calibrate on (it uses a
-    bounded, deterministic subset; None where no data is at hand)."""
+    """What transforms may need besides the model: a few real inputs to trace an export with
+    (one batch of `fixed_batch` where the model takes no other size: the export then fixes its
+    batch too), and the workload's evaluation inputs for static quantization to calibrate on
+    (it uses a bounded, deterministic subset; None where no data is at hand)."""
 
     sample_inputs: np.ndarray
     calibration_inputs: np.ndarray | None = None
+    fixed_batch: int | None = None

@@ -105,6 +105,10 @@ def local_path(value: str) -> str:
 LocalPath = Annotated[str, AfterValidator(local_path)]
 
 
+# The largest batch size a request may fix a model to.
+MAX_FIXED_BATCH = 65536
+
+
 class ModelRef(Strict):
     """Where the model comes from: an ONNX file, trusted local Python code (optionally with
     safetensors weights loaded into the module it returns), a local Hugging Face model
@@ -126,6 +130,13 @@ class ModelRef(Strict):
     task: HfTask | None = Field(default=None, description="what the 'hf' model is used for")
     registered: RegisteredUri | None = Field(
         default=None, description="'models:/NAME/VERSION' or 'models:/NAME@ALIAS'"
+    )
+    fixed_batch: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_FIXED_BATCH,
+        description="the only batch size the model takes (a model that fails on any other); "
+        "default: any, or what an ONNX model's inputs declare",
     )
 
     @model_validator(mode="after")

@@ -343,8 +343,14 @@ class ModelInfo(Strict):
     fixed_batch: int | None = Field(
         default=None,
         ge=1,
-        description="the only batch size the model takes (an ONNX input that declares its "
-        "batch dimension as a number); None: any. The space's batch size holds it alone",
+        description="the only batch size the model takes (the request's model.fixed_batch, "
+        "or an ONNX input that declares its batch dimension as a number); None: any. The "
+        "space's batch size holds it alone",
+    )
+    fixed_batch_by: Literal["request", "inputs"] | None = Field(
+        default=None,
+        description="what fixes the batch size: the request's model.fixed_batch, or the ONNX "
+        "model's inputs",
     )
 
 

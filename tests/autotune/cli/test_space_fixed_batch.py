@@ -28,3 +28,18 @@ def test_space_for_a_batch_of_one_model_says_why_it_has_one_batch_size(
     assert "batch.size: 1; baseline 1" in text
     reason = "the model takes only batches of 1 (its inputs fix the batch dimension)"
     assert f"batch.size: excluded 2, 4, 8, 16, 32, 64, 128: {reason}" in text
+
+
+def test_space_for_a_torch_model_the_request_fixes_at_one_says_so(
+    write_request: Any, tmp_path: Path
+) -> None:
+    path = write_request(
+        model={"entry_point": "tests.workers.fixed_batch_models:batch_of_one", "fixed_batch": 1},
+        search_space="cpu.yaml",
+    )
+    printed = runner.invoke(app, ["space", "--request", str(path)])
+    assert printed.exit_code == 0, printed.output
+    text = " ".join(printed.output.split())
+    assert "batch.size: 1; baseline 1" in text
+    reason = "the model takes only batches of 1 (the request's model.fixed_batch)"
+    assert f"batch.size: excluded 2, 4, 8, 16, 32, 64, 128: {reason}" in text

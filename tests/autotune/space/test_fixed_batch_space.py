@@ -1,5 +1,5 @@
-"""A model whose inputs fix the batch size gets a space whose batch size is that size alone,
-and the space says why the file's other sizes are left out."""
+"""A model whose inputs (or the request) fix the batch size gets a space whose batch size is
+that size alone, and the space says why the file's other sizes are left out."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from autotune.space.search_space import SPACES_DIR, effective_space, load_space
 SPACE = SPACES_DIR / "cpu.yaml"
 
 
-def onnx_model(fixed_batch: int | None) -> ModelInfo:
+def onnx_model(fixed_batch: int | None, fixed_by: str | None = "inputs") -> ModelInfo:
     return ModelInfo(
         kind="onnx",
         sha256="0" * 64,
@@ -23,12 +23,16 @@ def onnx_model(fixed_batch: int | None) -> ModelInfo:
         parameter_bytes=4096,
         activation_bytes_per_sample=1024,
         fixed_batch=fixed_batch,
+        fixed_batch_by=None if fixed_batch is None else fixed_by,  # type: ignore[arg-type]
     )
 
 
-def batch_sizes(fixed_batch: int | None) -> tuple[list[list[object]], list[object], list[str]]:
+def batch_sizes(
+    fixed_batch: int | None, fixed_by: str = "inputs"
+) -> tuple[list[list[object]], list[object], list[str]]:
     profile = load_profile(SPACES_DIR / "profiles" / "cpu-only.json")
-    space = effective_space(load_space(SPACE), profile, str(SPACE), onnx_model(fixed_batch))
+    model = onnx_model(fixed_batch, fixed_by)
+    space = effective_space(load_space(SPACE), profile, str(SPACE), model)
     batch = [d for d in space.dimensions if d.name == "batch.size"]
     excluded = [e for e in space.excluded if e.dimension == "batch.size"]
     reasons = [e.reason for e in excluded]
@@ -42,6 +46,12 @@ def test_a_fixed_batch_is_the_only_batch_size(fixed: int) -> None:
     assert reasons and set(reasons) == {
         f"the model takes only batches of {fixed} (its inputs fix the batch dimension)"
     }
+
+
+def test_a_batch_the_request_fixes_is_said_to_be_the_requests() -> None:
+    values, _, reasons = batch_sizes(1, fixed_by="request")
+    assert values == [[1]]
+    assert set(reasons) == {"the model takes only batches of 1 (the request's model.fixed_batch)"}
 
 
 def test_a_dynamic_batch_keeps_the_files_sizes() -> None:
