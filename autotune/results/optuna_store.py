@@ -32,6 +32,7 @@ from autotune.results.records import (
     TrialMarks,
     TrialRecord,
     TrialState,
+    each_configuration_once,
 )
 from autotune.space.knob_rules import parameter_key
 
@@ -205,8 +206,9 @@ class OptunaStore:
         return [record_of(t) for t in trials]
 
     def completed(self) -> list[TrialRecord]:
-        """Trials that ended with metrics."""
-        return [r for r in self.records(("complete",)) if r.metrics is not None]
+        """The trials that ended with metrics, each configuration once
+        (`each_configuration_once`): a repeat answered from a trial is not among them."""
+        return each_configuration_once(self.records(("complete",)))
 
     def waiting(self) -> list[TrialRecord]:
         """Trials enqueued and not yet asked."""

@@ -3,6 +3,8 @@ stored head-to-head. These are the only shapes a `ResultStore` reads or writes."
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -10,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.core.contract import ConfigValue, Provenance, TrialMetrics, TrialStatus
+from autotune.core.knobs import ENGINE_KEY, ENGINES, defines_variant, engine_options, variant_key
 
 # Where a trial stands in the study: waiting to be asked, being measured, ended.
 TrialState = Literal["waiting", "running", "complete", "pruned", "failed"]
@@ -128,6 +131,12 @@ class TrialRecord(Strict):
             }
         )
 
+    def repeat_of(self, study: str) -> int | None:
+        """The number of `study`'s trial whose measurement answered this one (it repeats that
+        trial's configuration), or None."""
+        source, _, number = (self.reused_from or "").rpartition("#")
+        return int(number) if source == study and number.isdigit() else None
+
     def candidate(self) -> Candidate:
         assert self.metrics is not None, f"trial {self.number} has no metrics"
         return Candidate(
@@ -194,3 +203,68 @@ class StoredRevalidation(Strict):
     baseline_metrics: dict[str, Any]
     headline: dict[str, Any]
     previous: dict[str, Any] | None = None  # a re-tune's comparison with the previous choice
+
+
+# What decides when a trial measures (whether it waits for quiet, and what counts as load),
+# never how: two measurements that differ only here measured the same thing.
+WHEN_TO_MEASURE = frozenset({"contention", "contention_max_wait_s", "contention_threshold"})
+MeasurementKey = tuple[str, str]
+
+
+def configuration_key(config: Mapping[str, ConfigValue]) -> str:
+    """Names what a configuration runs, whatever its spelling: its model variant
+    (`variant_key`: defaults filled, a pruning ratio without a method dropped) and its kernel
+    choices, its engine's own options at their defaults where left out and other engines'
+    options (inactive) dropped."""
+    engine = ENGINES.get(str(config.get(ENGINE_KEY)))
+    own = {o.key: o.default for o in engine.options} if engine is not None else {}
+    inactive = {o.key for o in engine_options()} - set(own)
+    kernel = {**own, **{k: v for k, v in config.items() if k not in inactive}}
+    choices = ",".join(f"{k}={v}" for k, v in sorted(kernel.items()) if not defines_variant(k))
+    return f"{variant_key(config)};{choices}"
+
+
+def measurement_key(record: TrialRecord) -> MeasurementKey:
+    """One measurement's identity: its configuration (`configuration_key`) and the settings it
+    was measured with, but for those that decide only when it measures (`WHEN_TO_MEASURE`).
+    A repeat answered from a trial carries that trial's provenance, so it has its key."""
+    provenance = record.provenance
+    settings = {} if provenance is None else provenance.measurement.model_dump(mode="json")
+    how = {k: v for k, v in settings.items() if k not in WHEN_TO_MEASURE}
+    return configuration_key(record.config), json.dumps(how, sort_keys=True)
+
+
+class OncePerConfiguration:
+    """The trials with metrics, each measurement (`measurement_key`) once: of the trials of one
+    configuration measured with the same settings, the trial that measured it is kept, never
+    a repeat answered from it; the baseline's before any other, then the earliest. The one
+    definition of the trials a front, its finalists and every table of them are made of."""
+
+    def __init__(self, records: Iterable[TrialRecord] = ()) -> None:
+        self._kept: dict[MeasurementKey, TrialRecord] = {}
+        for record in records:
+            self.add(record)
+
+    def add(self, record: TrialRecord) -> bool:
+        """Whether `record` is now its configuration's trial (it replaces a repeat, or a later
+        trial, kept before it)."""
+        if not record.has_metrics:
+            return False
+        key = measurement_key(record)
+        kept = self._kept.get(key)
+        if kept is not None and _preference(kept) <= _preference(record):
+            return False
+        self._kept[key] = record
+        return True
+
+    def records(self) -> list[TrialRecord]:
+        return sorted(self._kept.values(), key=lambda r: r.number)
+
+
+def each_configuration_once(records: Iterable[TrialRecord]) -> list[TrialRecord]:
+    """The measured trials, each configuration once, by number (`OncePerConfiguration`)."""
+    return OncePerConfiguration(records).records()
+
+
+def _preference(record: TrialRecord) -> tuple[bool, bool, int]:
+    return not record.marks.baseline, not record.measured, record.number

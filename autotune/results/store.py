@@ -35,7 +35,10 @@ class ResultStore(Protocol):
 
     def records(self, states: Sequence[TrialState] | None = None) -> list[TrialRecord]: ...
 
-    def completed(self) -> list[TrialRecord]: ...
+    def completed(self) -> list[TrialRecord]:
+        """The trials that ended with metrics, each configuration once
+        (`autotune.results.records.each_configuration_once`)."""
+        ...
 
     def objective_names(self) -> list[str]:
         """The objectives the study was run with, by metric name."""

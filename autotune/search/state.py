@@ -12,7 +12,7 @@ from typing import Any
 from autotune.core.contract import TrialMetrics, TrialResult, TrialSpec
 from autotune.core.knobs import variant_key
 from autotune.core.metrics import variant_quality
-from autotune.results.records import Candidate, TrialRecord
+from autotune.results.records import Candidate, OncePerConfiguration, TrialRecord
 from autotune.strategies import Answer
 
 BATCH = "batch.size"
@@ -185,7 +185,9 @@ class SearchState:
     infeasible: set[str] = field(default_factory=set)
     oom: OomLimit = field(default_factory=OomLimit)
     calls: CallTimeLimit = field(default_factory=CallTimeLimit)
+    # The measured trials, each configuration once, by number: what the running front is of.
     completed: dict[int, Candidate] = field(default_factory=dict)
+    once: OncePerConfiguration = field(default_factory=OncePerConfiguration)
     # Seconds each trial measured by this coordinator took to build its session.
     build_seconds: list[float] = field(default_factory=list)
     counted: int = 0  # the study's counted trials when last loaded, plus ours told since
@@ -204,7 +206,8 @@ class SearchState:
     def load(self, records: list[TrialRecord]) -> None:
         """What the study's trials say (on start, and when another coordinator told some)."""
         self.baseline = next((r for r in records if r.marks.baseline and r.has_metrics), None)
-        self.completed = {r.number: r.candidate() for r in records if r.has_metrics}
+        self.once = OncePerConfiguration(records)
+        self.completed = {r.number: r.candidate() for r in self.once.records()}
         self.counted = sum(r.counted for r in records)
         for record in records:
             if record.status == "oom":
@@ -225,6 +228,14 @@ class SearchState:
             assert record.metrics is not None  # comparable records have metrics
             self.accuracy[str(record.variant_key)] = float(record.metrics["accuracy"])
             self.quality[str(record.variant_key)] = variant_quality(record.metrics)
+
+    def told(self, record: TrialRecord) -> None:
+        """A told trial among `completed` where it is its configuration's measurement (a
+        repeat answered from a trial is not); a trial it replaces leaves."""
+        if self.once.add(record):
+            kept = {r.number for r in self.once.records()}
+            self.completed = {n: c for n, c in self.completed.items() if n in kept}
+            self.completed[record.number] = record.candidate()
 
     def learn_quality(self, variant: str, figures: TrialMetrics) -> None:
         """A variant's quality, as a trial measured it (the first figure stays)."""

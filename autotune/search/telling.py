@@ -70,9 +70,8 @@ class Teller:
         self.store.tell(record.number, outcome, values)
         told = record.told(outcome)
         state.counted += told.counted
-        if told.has_metrics:
-            state.completed[record.number] = told.candidate()
-        logged, tags = trial_log(told, result)
+        state.told(told)
+        logged, tags = trial_log(told, result, self.store.name)
         texts = {TRACEBACK_FILE: result.traceback} if result.traceback else None
         self.tracker.log_trial(
             told.number, spec.attempt, spec.config, logged, tags, result.duration_s, texts

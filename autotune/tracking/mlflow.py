@@ -44,7 +44,15 @@ from autotune.tracking.review import (
     rounded_figures,
     shown_metrics,
 )
-from autotune.tracking.runs import PARENT_TAG, ROLE_TAG, STUDY_TAG, TRIAL_TAG, StudyRuns, TrialRun
+from autotune.tracking.runs import (
+    PARENT_TAG,
+    REPEAT_TAG,
+    ROLE_TAG,
+    STUDY_TAG,
+    TRIAL_TAG,
+    StudyRuns,
+    TrialRun,
+)
 from autotune.tracking.view import PRIMARY_METRIC_TAG, runs_view, study_links
 from autotune.tracking.writer import ClientFactory, TrialWriter, start_writer
 
@@ -249,7 +257,7 @@ class MlflowTracker:
             metric_tags={
                 k: str(v) for k, v in figures.items() if v is not None and not is_number(v)
             },
-            status="FINISHED" if metrics and tags.get("status", "ok") in MEASURED else "FAILED",
+            status="FINISHED" if _finished(metrics, tags) else "FAILED",
             texts=dict(texts or {}),
         )
         if self._writer is None:
@@ -427,6 +435,12 @@ def _run_name(number: int, roles: list[str]) -> str:
     28 characters at most for trial numbers below 10,000, what the saved view's Run Name
     column shows uncut."""
     return f"trial-{number} ({', '.join(roles)})" if roles else f"trial-{number}"
+
+
+def _finished(metrics: dict[str, Any] | None, tags: dict[str, str]) -> bool:
+    """Whether a trial's run ended well: it measured, or repeats a trial that did (its
+    figures are that trial's)."""
+    return (bool(metrics) or REPEAT_TAG in tags) and tags.get("status", "ok") in MEASURED
 
 
 def _trial_tag(tags: dict[str, str], name: str) -> int | None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.contract import Contention
 from autotune.results.records import Candidate
+from autotune.tracking.runs import REPEAT_TAG
 
 if TYPE_CHECKING:
     from autotune.core.contract import TrialResult
@@ -86,11 +87,13 @@ def contention_figures(contention: Contention) -> dict[str, float]:
 
 
 def trial_log(
-    told: TrialRecord, result: TrialResult
+    told: TrialRecord, result: TrialResult, study: str
 ) -> tuple[dict[str, Any] | None, dict[str, str]]:
-    """What a tracker records of a told trial: its metrics (with the machine's other load
-    during the measurement, as contention.*) and its tags (status, feasibility, reuse, and
-    where and with what software it was measured)."""
+    """What a tracker records of a told trial of `study`: its metrics (with the machine's
+    other load during the measurement, as contention.*) and its tags (status, feasibility,
+    reuse, and where and with what software it was measured). A repeat of one of the study's
+    trials (answered from its measurement) is tagged with that trial's number and records no
+    figures: each measurement is one point, in the runs table as everywhere."""
     tags: dict[str, str] = {"status": result.status}
     if result.reason:
         tags["failure_reason"] = result.reason[:5000]
@@ -98,6 +101,10 @@ def trial_log(
         tags.update(reused="true", reused_from=told.reused_from)
     if result.interrupted is not None:
         tags["interrupted"] = result.interrupted[:5000]
+    repeat_of = told.repeat_of(study)
+    if repeat_of is not None:
+        tags[REPEAT_TAG] = str(repeat_of)
+        return None, tags
     logged = told.metrics
     if told.has_metrics:
         tags["feasible"] = str(told.feasible).lower()

@@ -25,6 +25,9 @@ STUDY_TAG = "autotune.study"
 ROLE_TAG = "autotune.role"
 TRIAL_TAG = "autotune.trial_number"
 PARENT_TAG = "mlflow.parentRunId"
+# On the run of a trial that repeats a configuration another trial of the study measured:
+# that trial's number. Such a run carries no figures (they are the other trial's).
+REPEAT_TAG = "autotune.repeat_of"
 
 
 class TrialRun(NamedTuple):
@@ -53,6 +56,13 @@ class StudyRuns:
     round: int
 
 
+def run_name(trial: TrialRun) -> str:
+    """`trial-3`, or for a repeat of trial 2's configuration `trial-3 (repeat of #2)`."""
+    repeat_of = trial.tags.get(REPEAT_TAG)
+    name = f"trial-{trial.trial_number}"
+    return name if repeat_of is None else f"{name} (repeat of #{repeat_of})"
+
+
 def run_tags(runs: StudyRuns, trial: TrialRun) -> dict[str, str]:
     """Every tag of a trial's child run."""
     return {
@@ -74,7 +84,7 @@ def write_trial(client: MlflowClient, runs: StudyRuns, trial: TrialRun) -> str:
     run = client.create_run(
         runs.experiment_id,
         start_time=trial.started_ms,
-        run_name=f"trial-{trial.trial_number}",
+        run_name=run_name(trial),
         tags=run_tags(runs, trial),
     )
     run_id = str(run.info.run_id)
@@ -155,7 +165,7 @@ class BulkRuns:
         from mlflow.utils.uri import append_to_uri_path
         from mlflow.utils.validation import _validate_batch_log_data
 
-        runs, name = self._runs, f"trial-{trial.trial_number}"
+        runs, name = self._runs, run_name(trial)
         tags = {**run_tags(runs, trial), MLFLOW_RUN_NAME: name}
         metrics = [Metric(k, v, trial.logged_ms, runs.round) for k, v in trial.metrics.items()]
         params = [Param(k, v) for k, v in trial.params.items()]
