@@ -122,13 +122,13 @@ def workload(example: str) -> Workload:
 
 
 def recheck(
-    example: str, baseline: dict[str, Any], chosen: dict[str, Any], rounds: int, block_s: float
+    tuned: Workload, baseline: dict[str, Any], chosen: dict[str, Any], rounds: int, block_s: float
 ) -> tuple[list[float], list[float], float]:
-    """Per round: tuned ÷ baseline throughput and p95 per call, timed alternately; and the
-    share of the cores other processes used meanwhile."""
+    """Per round: chosen ÷ baseline throughput and p95 per call of the `tuned` workload,
+    timed alternately; and the share of the cores other processes used meanwhile."""
     from workers.measuring.evaluate import tile_batch
 
-    loaded = WorkloadCache().get(workload(example))
+    loaded = WorkloadCache().get(tuned)
     entrants = []
     for config in (baseline, chosen):
         parsed = loaded.parse(config)
@@ -182,7 +182,9 @@ def one_run(
             print(f"{example} {condition}: no configuration met the constraints", flush=True)
             return Infeasible(example, condition, seconds)
         baseline_config = baseline_of(Path(tmp), tuned)
-        thr, lat, other = recheck(example, baseline_config, tuned["config"], rounds, block_s)
+        thr, lat, other = recheck(
+            workload(example), baseline_config, tuned["config"], rounds, block_s
+        )
     paired = paired_ratio(thr, [1.0] * len(thr))
     run = Run(
         example=example,
