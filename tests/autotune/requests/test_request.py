@@ -102,6 +102,8 @@ def test_an_unknown_key_like_none_valid_there_gets_no_guess() -> None:
         ({"cost": {"price_per_hour": float("inf")}}, "cost.price_per_hour", "finite number"),
         ({"cluster": {"node_wait_s": -1}}, "cluster.node_wait_s", "greater than or equal"),
         ({"cluster": {"node_wait": 60}}, "cluster.node_wait", "Extra inputs"),
+        ({"model": {"onnx": "m.onnx", "fixed_batch": 0}}, "model.fixed_batch", "greater"),
+        ({"model": {"onnx": "m.onnx", "fixed_batch": True}}, "model.fixed_batch", "boolean"),
     ],
 )
 def test_bad_input_names_field_rule_and_value(patch: dict, field: str, rule_fragment: str) -> None:
@@ -152,6 +154,7 @@ TOO_LARGE = [
     ),
     ({"measurement": {"contention_threshold": 1.5}}, "measurement.contention_threshold", 1),
     ({"cluster": {"node_wait_s": 1e7}}, "cluster.node_wait_s", 604800),
+    ({"model": {"onnx": "m.onnx", "fixed_batch": 65537}}, "model.fixed_batch", 65536),
 ]
 
 

@@ -24,6 +24,7 @@ from workers.building.sharding_plan import find_linear_pairs, plan_pairs
 from workers.building.variants import BuildContext, TorchVariant
 from workers.cache import WorkloadCache
 from workers.loading.workloads import load_torch, torch_sha256
+from workers.predictor import Predictor
 
 MLP_ENTRY_POINT = "tests.workers.building.test_sharding:build_mlp"
 INPUTS = np.random.default_rng(0).standard_normal((6, 12)).astype(np.float32)
@@ -35,10 +36,23 @@ def build_mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(12, 32), nn.GELU(), nn.Linear(32, 5)).eval()
 
 
-def mlp_source(module: nn.Module) -> ModelSource:
-    return ModelSource(
-        MLP_ENTRY_POINT, (str(REPO),), torch_sha256(module), BuildContext(INPUTS[:2])
-    )
+class TwoHeads(nn.Module):
+    """The MLP's outputs, and beside them the batch's mean input (no batch axis)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = build_mlp()
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"scores": self.mlp(x), "mean": x.mean(dim=0)}
+
+
+def build_two_heads() -> nn.Module:
+    return TwoHeads().eval()
+
+
+def mlp_source(module: nn.Module, entry_point: str = MLP_ENTRY_POINT) -> ModelSource:
+    return ModelSource(entry_point, (str(REPO),), torch_sha256(module), BuildContext(INPUTS[:2]))
 
 
 def reference(module: nn.Module, inputs: np.ndarray) -> np.ndarray:
@@ -178,6 +192,21 @@ def test_two_way_tensor_parallel_matches_one_process(
     assert session.closed and not any(alive(pid) for pid in pids)
     with pytest.raises(RuntimeError, match="closed"):
         session.run(INPUTS)
+
+
+@pytest.mark.slow
+def test_tensor_parallel_outputs_nest_as_the_module_returns_them(
+    sessions: list[TensorParallelSession],
+) -> None:
+    module = build_two_heads()
+    config = parse_config({"shard.tensor_parallel": 2, "runtime.threads": 2}, "torch")
+    source = mlp_source(module, "tests.workers.building.test_sharding:build_two_heads")
+    session = tensor_parallel_session(TorchVariant(module), config, source)
+    outputs = session.run(INPUTS)
+    assert session.outputs_left_out.keys() == {"mean"}
+    predicted = Predictor(session, config).structured(outputs)
+    assert list(predicted) == ["scores", "mean"] and predicted["mean"] is None
+    np.testing.assert_allclose(predicted["scores"], reference(module.mlp, INPUTS), atol=1e-5)
 
 
 @pytest.mark.slow
