@@ -318,6 +318,21 @@ def test_a_data_parallel_trial_on_two_gpus() -> None:
     assert result.status == "ok", result.reason
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_data_parallel_outputs_nest_as_the_module_returns_them() -> None:
+    module = build_two_heads()
+    config = parse_config(
+        {"shard.data_parallel": 2, "runtime.device": "cuda", "batch.size": 6}, "torch"
+    )
+    session = build_session(TorchVariant(module), config)
+    outputs = session.run(INPUTS)
+    assert session.outputs_left_out.keys() == {"mean"}  # type: ignore[attr-defined]
+    predicted = Predictor(session, config).structured(outputs)
+    assert list(predicted) == ["scores", "mean"] and predicted["mean"] is None
+    np.testing.assert_allclose(predicted["scores"], reference(module.mlp, INPUTS), atol=1e-4)
+
+
 KILLED_PARENT = """
 import os, signal, sys
 from tests.workers.building.test_sharding import INPUTS, build_mlp, mlp_source
