@@ -15,10 +15,9 @@ from autotune.conclusion.front import front_of
 from autotune.core.contract import Provenance, TrialMetrics, TrialResult, TrialSpec
 from autotune.core.knobs import variant_key
 from autotune.results.optuna_store import opened_store, producible
-from autotune.results.records import Candidate
+from autotune.results.records import Candidate, configuration_key
 from autotune.space.search_space import EffectiveSpace
 from autotune.strategies import Answer
-from autotune.strategies.autotune import ConfigKey, config_key
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class WarmStart:
     def measurement(self, config: dict[str, Any], expected: dict[str, Any]) -> PreviousTrial | None:
         """A previous measurement of exactly `config` whose provenance has `expected`, taken
         on a quiet machine (a contended one is measured again)."""
-        matching = self._by_config.get(config_key(config), [])
+        matching = self._by_config.get(configuration_key(config), [])
         quiet = (t for t in matching if not (t.provenance.get("contention") or {}).get("contended"))
         return next((t for t in quiet if _agrees(t.provenance, expected)), None)
 
@@ -73,10 +72,10 @@ class WarmStart:
         return None if found is None else float(found.metrics["accuracy"])
 
     @cached_property
-    def _by_config(self) -> dict[ConfigKey, list[PreviousTrial]]:
-        index: dict[tuple[tuple[str, Any], ...], list[PreviousTrial]] = {}
+    def _by_config(self) -> dict[str, list[PreviousTrial]]:
+        index: dict[str, list[PreviousTrial]] = {}
         for trial in self.trials:
-            index.setdefault(config_key(trial.config), []).append(trial)
+            index.setdefault(configuration_key(trial.config), []).append(trial)
         return index
 
     @cached_property
@@ -89,7 +88,7 @@ class WarmStart:
 
 def load_warm_start(study_name: str, storage: str) -> WarmStart:
     """The previously chosen configuration, then the rest of the feasible front by trial
-    number, and every measured trial of a stored study."""
+    number, and every measured trial of a stored study (each configuration once)."""
     with opened_store(study_name, storage, "warm_start") as store:
         report = store.revalidation_report() or {}
         measured = store.completed()

@@ -281,8 +281,10 @@ class MlflowTracker:
 
     def log_revalidation(self, report: dict[str, Any]) -> None:
         """Re-measured figures go next to the search figures on each finalist's run and on
-        the baseline's (it was re-measured beside them, and may be the one chosen); the chosen
-        one's are its confirming rounds' where it had them, as the tuned file's are."""
+        the baseline's (it was re-measured beside them, and may be the one chosen), with the
+        paired rounds they come from (`revalidated.rounds`); the chosen one's are its
+        confirming rounds' where it had them, as the tuned file's are. A trial's search
+        figures stay: the re-measurement is told on the one run of its configuration."""
         self._wait_for_trials()
         entrants = [f for comparison in report["comparisons"] for f in comparison]
         if "baseline_trial" in report:  # reports stored before it was recorded lack it
@@ -295,6 +297,8 @@ class MlflowTracker:
             if run_id is None or entrant["revalidated"] is None:
                 continue
             values = {k: v for k, v in entrant["revalidated"].items() if is_number(v)}
+            if "rounds" in report:
+                values["rounds"] = report["rounds"]
             self.client.log_batch(
                 run_id, metrics=self._metrics({f"revalidated.{k}": v for k, v in values.items()})
             )

@@ -38,7 +38,7 @@ from tests.conftest import copy_mlflow_store
 
 EIGHT = config_with(batch__size=8)
 ORIGINAL, REPEAT = 1, 2
-ROUNDS = 6
+ROUNDS = make_request(trials=3).validation.rounds
 SLOW = [1.0 + 0.01 * i for i in range(ROUNDS)]
 FAST = [0.5 + 0.01 * i for i in range(ROUNDS)]
 # Had the repeat been a finalist, its rounds would have been a hair faster than the
@@ -157,4 +157,8 @@ def test_mlflow_lists_the_configuration_once_and_the_repeat_as_a_repeat(
     assert repeat.info.status == "FINISHED"
     assert repeat.data.metrics == {}  # not a point of its own in the runs table's charts
     assert repeat.data.tags["pareto"] == "false" and repeat.data.tags["chosen"] == "false"
-    assert by_number[ORIGINAL].data.tags["chosen"] == "true"
+    original = by_number[ORIGINAL]
+    assert original.data.tags["chosen"] == "true"
+    # The head-to-head's re-measurement is told on the original's run, with its rounds.
+    assert original.data.metrics["revalidated.rounds"] == ROUNDS
+    assert "revalidated" not in repeat.data.tags

@@ -248,12 +248,17 @@ def test_revalidation_tags_runs_still_queued_when_it_is_called(uri: str, make_tr
     tracker = make_tracker(delay_s=0.2)
     tracker.log_trial(0, 0, CONFIG, METRICS, {})
     tracker.log_trial(1, 0, CONFIG, METRICS, {})
-    report = {"comparisons": [[{"trial": 1, "revalidated": {"latency_p95_ms": 3.0}}]]}
+    report = {
+        "rounds": 6,
+        "comparisons": [[{"trial": 1, "revalidated": {"latency_p95_ms": 3.0}}]],
+    }
     tracker.log_revalidation(report)
 
     finalist = child_runs(uri, tracker)[1]
     assert finalist.data.tags["revalidated"] == "true"
     assert finalist.data.metrics["revalidated.latency_p95_ms"] == 3.0
+    assert finalist.data.metrics["revalidated.rounds"] == 6  # the rounds it added
+    assert finalist.data.metrics["latency_p95_ms"] == METRICS["latency_p95_ms"]  # its search's
 
 
 def test_finish_leaves_no_writer_process(tracker: MlflowTracker) -> None:
