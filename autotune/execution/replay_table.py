@@ -22,6 +22,12 @@ The table is CSV, one row per configuration:
   `estimate` (an unlabelled energy figure is an `estimate` too); `peak_memory_mb` 0;
   `iterations` 1; `measure_seconds` 0 (what measuring the row cost, on any row).
 
+What a worker reads besides the full measurement comes from the same rows
+(`autotune.execution.replay_window`): a screening window's calls are drawn from a row's
+recorded spread (`latency_p50_ms` and `latency_p95_ms`; a row with only a p95 has none), and
+the baseline's batch scan reads the call time (`latency_p50_ms`) of the rows of its
+configuration at the scanned batch sizes, leaving out a batch the table has no row for.
+
 A configuration is in the table when a row's non-empty dimension cells are exactly the
 configuration (8 matches 8.0; a stepped range's 0.30000000000000004 matches 0.3). Any other
 configuration is answered `unsupported`, "not in the replay table".

@@ -315,8 +315,20 @@ def sidecar(recording: Recording, command: str, context: dict[str, str]) -> str:
             f"{recording.measured} rows measured, {recording.already} already in the file; sum of "
             f"`measure_seconds` over all rows: {cost:.0f} s.",
             "",
+            REPLAY_NOTE,
+            "",
         ]
     )
+
+
+# How a replay reads the table beyond its rows' figures (autotune.execution.replay_window).
+REPLAY_NOTE = (
+    "Replayed (`autotune tune --replay`, `experiments/search_benchmark.py`): a trial's "
+    "screening window is drawn from its row's spread, log-normal with the row's "
+    "`latency_p50_ms` as median and sigma = ln(p95 / p50) / 1.645, seeded by the study and "
+    "trial; the baseline's batch scan reads `latency_p50_ms` of the rows of its configuration "
+    "at the larger batch sizes (a batch without a row is left out of the scan)."
+)
 
 
 def _space_lines(recording: Recording) -> list[str]:
