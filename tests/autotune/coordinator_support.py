@@ -355,7 +355,10 @@ def make_request(
     return parse_request(raw, replay=True)
 
 
-def open_store(request: TuningRequest, strategy: Strategy, space: EffectiveSpace) -> OptunaStore:
+def open_store(
+    request: TuningRequest, strategy: Strategy, space: EffectiveSpace, storage: str | None = None
+) -> OptunaStore:
+    """The study in memory, or in `storage` (a SQLAlchemy URL)."""
     identity = StudyIdentity(
         model_sha256=INFO.sha256,
         objectives=list(request.objectives),
@@ -363,7 +366,7 @@ def open_store(request: TuningRequest, strategy: Strategy, space: EffectiveSpace
         hardware_fingerprint=PROFILE.fingerprint,
     )
     directions = [OBJECTIVES[o].direction.value for o in request.objectives]
-    return OptunaStore.open(STUDY, None, directions, strategy.sampler(), identity)
+    return OptunaStore.open(STUDY, storage, directions, strategy.sampler(), identity)
 
 
 def make_rig(

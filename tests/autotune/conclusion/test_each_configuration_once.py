@@ -5,12 +5,15 @@ original trial (the demo's trials 16 and 31)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
 
+from autotune.cli import app
 from autotune.conclusion.conclude import TuneOutcome
 from autotune.conclusion.front import front_of
 from autotune.core.contract import ArtifactInfo, TrialSpec
@@ -44,6 +47,7 @@ FAST = [0.5 + 0.01 * i for i in range(ROUNDS)]
 # Had the repeat been a finalist, its rounds would have been a hair faster than the
 # original's by noise, and it would have been chosen, as the demo's #31 was.
 FASTER_BY_NOISE = [p - 0.001 for p in FAST]
+runner = CliRunner()
 
 
 class MeasuresAndCompares(ScriptedExecutor):
@@ -65,17 +69,21 @@ class MeasuresAndCompares(ScriptedExecutor):
         return ArtifactInfo(path=str(path), format="json", sha256="0" * 64)
 
 
+def storage(directory: Path) -> str:
+    return f"sqlite:///{directory / 'study.db'}"
+
+
 def tuned_with_a_repeat(
-    uri: str, tmp_path: Path
+    uri: str, directory: Path
 ) -> tuple[TuneOutcome, Coordinator, MeasuresAndCompares]:
     """The baseline, then EIGHT proposed twice: measured once, answered once."""
     space = small_space()
     request = make_request(trials=3)
     strategy = make_strategy("autotune", space, request, 0)
-    store = open_store(request, strategy, space)
+    store = open_store(request, strategy, space, storage(directory))
     executor = MeasuresAndCompares({0: SLOW, ORIGINAL: FAST, REPEAT: FASTER_BY_NOISE})
     tracker = MlflowTracker(uri, "tests", STUDY)
-    tuning = Tuning(request, WORKLOAD, INFO, space, PROFILE, tmp_path / "artifacts")
+    tuning = Tuning(request, WORKLOAD, INFO, space, PROFILE, directory / "artifacts")
     coordinator = Coordinator(tuning, store, strategy, executor, tracker, Budget(3, None))
     store.enqueue(space, BASELINE, TrialMarks(baseline=True))
     store.enqueue(space, EIGHT, TrialMarks())
@@ -129,6 +137,17 @@ def test_the_chosen_trial_is_the_original(tuned: Any) -> None:
     assert outcome.tuned.study["trial_number"] == ORIGINAL
     assert outcome.tuned.revalidation["chosen"] == ORIGINAL
     assert outcome.tuned.config == EIGHT
+
+
+def test_autotune_report_lists_the_configuration_once(tuned: Any, directory: Path) -> None:
+    args = ["report", STUDY, "--storage", storage(directory)]
+    listed = runner.invoke(app, [*args, "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert [row["trial"] for row in json.loads(listed.output)] == [0, ORIGINAL]
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0, table.output
+    trials = [line.split()[0] for line in table.output.splitlines() if line.strip()[:1].isdigit()]
+    assert sorted(trials) == ["0b", f"{ORIGINAL}*"]  # the chosen one is the original
 
 
 def test_mlflow_lists_the_configuration_once_and_the_repeat_as_a_repeat(
