@@ -37,9 +37,11 @@ class Predictor:
         """The model's output for every input, in order: `inputs` is one array, or for a model
         with several inputs a dict of arrays by input name, each in the model's own layout (a
         state batched on its second axis, a scalar given once). A torch model's outputs come
-        back nested as its module returns them (a tuple of arrays, a dict of them, ...); an
-        ONNX model's several outputs as one structured array with a field per output that has
-        a batch axis, that axis first."""
+        back nested as its module returns them (a tuple of arrays, a dict of them, ...), None
+        in the place of an output left out of judging (one without a batch axis) and an output
+        judged whole (of a model of a batch of one) stacked per sample; an ONNX model's several
+        outputs as one structured array with a field per output that has a batch axis, that
+        axis first."""
         return self.structured(self.predict_packed(inputs))
 
     def predict_packed(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:

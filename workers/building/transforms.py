@@ -28,6 +28,7 @@ from workers.building.knobs import precision_of, pruning_of
 from workers.building.runtimes import check_runtime
 from workers.building.torch_io import (
     OUTPUT_STRUCTURE_KEY,
+    flat_tensors,
     output_names,
     output_structure,
     structure_text,
@@ -127,8 +128,6 @@ DynamicAxes = dict[str, dict[int, str]]
 
 def _dynamic_batch(names: list[str], outputs: object, rows: int) -> DynamicAxes:
     """The input's first axis, and each output's whose first axis has the example's `rows`."""
-    from workers.building.torch_io import flat_tensors
-
     batched = [
         name
         for name, tensor in zip(names, flat_tensors(outputs), strict=True)

@@ -156,11 +156,28 @@ def test_dynamo_export_matches_the_torch_model(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         example = (torch.from_numpy(digits[0][:2]),)
-        model_bytes = transforms._export_dynamo(digits_module, example, ["output"])
+        axes = {"input": {0: "batch"}, "output": {0: "batch"}}
+        model_bytes = transforms._export_dynamo(digits_module, example, ["output"], axes)
     outputs = OnnxRuntimeSession(model_bytes, threads=1).run(digits[0][:7])
     with torch.inference_mode():
         expected = digits_module(torch.from_numpy(digits[0][:7])).numpy()
     np.testing.assert_allclose(outputs, expected, atol=1e-4)
+
+
+def test_a_module_that_takes_one_batch_size_exports_a_graph_of_that_size_alone() -> None:
+    from tests.workers.fixed_batch_models import batch_of_one
+
+    inputs = np.random.default_rng(0).random((1, 1, 8, 8), dtype=np.float32)
+    module = batch_of_one()
+    with pytest.raises(RuntimeError):  # it takes no other batch size
+        module(torch.from_numpy(np.concatenate([inputs, inputs])))
+    session = OnnxRuntimeSession(
+        transforms.torch_to_onnx(module, inputs, dynamic_batch=False), threads=1
+    )
+    assert session.fixed_batch == 1
+    with torch.inference_mode():
+        expected = module(torch.from_numpy(inputs)).numpy()
+    np.testing.assert_allclose(session.run(inputs), expected, atol=1e-4)
 
 
 def test_registering_a_transform_twice_raises() -> None:
