@@ -28,15 +28,26 @@ SUMMARY_REASON_CHARS = 80
 
 
 def trial_text(result: TrialResult) -> str:
-    """A told trial in one line: its number, its status (and why, where not ok), its p95 and
-    where its time went."""
+    """A told trial in one line: its number, its status and its reason where it has one (why
+    it did not end ok, or the trial it repeats: `as_repeat`), its p95 and where its time
+    went."""
     text = f"trial {result.trial_number}: {result.status}"
     if result.metrics is not None:
         text += f", p95 {result.metrics.latency_p95_ms:.3f} ms"
-    if result.status != "ok" and result.reason:
+    if result.reason:
         times = _phase_times(result)
         return f"{text}: {one_line(result.reason)}" + (f";{times}" if times else "")
     return text + _phase_times(result) + _quiet_wait(result)
+
+
+def as_repeat(result: TrialResult, original: int | None) -> TrialResult:
+    """The result of a trial answered from trial `original`'s measurement as its line shows
+    it: a repeat of that trial, not a measurement of its own (None: `result` as it is)."""
+    if original is None:
+        return result
+    said = f"repeat of trial {original}, answered from its measurement (not measured again)"
+    reason = f"{said}: {result.reason}" if result.reason else said
+    return result.model_copy(update={"reason": reason})
 
 
 def _quiet_wait(result: TrialResult) -> str:

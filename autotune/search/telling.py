@@ -11,6 +11,7 @@ from autotune.core.contract import TrialResult, TrialSpec
 from autotune.core.metrics import OBJECTIVES, constraint_violations, derived
 from autotune.requests.request import TuningRequest
 from autotune.results.records import Outcome, TrialRecord
+from autotune.search.report import as_repeat
 from autotune.search.state import SearchState
 from autotune.tracking import trial_log
 
@@ -76,5 +77,5 @@ class Teller:
         self.tracker.log_trial(
             told.number, spec.attempt, spec.config, logged, tags, result.duration_s, texts
         )
-        self.on_told(state.counted, result)
+        self.on_told(state.counted, as_repeat(result, told.repeat_of(self.store.name)))
         return told

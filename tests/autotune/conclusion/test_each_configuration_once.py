@@ -19,7 +19,8 @@ from autotune.conclusion.front import front_of
 from autotune.core.contract import ArtifactInfo, TrialSpec
 from autotune.results import TrialMarks
 from autotune.search.budget import Budget
-from autotune.search.coordinator import Coordinator, Tuning
+from autotune.search.coordinator import Coordinator, Events, Tuning
+from autotune.search.report import trial_text
 from autotune.strategies import make_strategy
 from autotune.tracking import PARENT_TAG, TRIAL_TAG, MlflowTracker
 from autotune.tracking.mlflow import NOTE_TAG
@@ -58,6 +59,7 @@ class MeasuresAndCompares(ScriptedExecutor):
         super().__init__()
         self.comparing = Comparing(rounds)
         self.entrants: list[list[int]] = []
+        self.lines: list[str] = []  # the search's trial lines, as the CLI prints them
 
     def compare(self, spec: Any) -> Any:
         self.entrants.append([e.trial_number for e in spec.entrants])
@@ -84,7 +86,10 @@ def tuned_with_a_repeat(
     executor = MeasuresAndCompares({0: SLOW, ORIGINAL: FAST, REPEAT: FASTER_BY_NOISE})
     tracker = MlflowTracker(uri, "tests", STUDY)
     tuning = Tuning(request, WORKLOAD, INFO, space, PROFILE, directory / "artifacts")
-    coordinator = Coordinator(tuning, store, strategy, executor, tracker, Budget(3, None))
+    lines = executor.lines
+    shown = Events(on_progress=lambda done, total, result: lines.append(trial_text(result)))
+    budget = Budget(3, None)
+    coordinator = Coordinator(tuning, store, strategy, executor, tracker, budget, events=shown)
     store.enqueue(space, BASELINE, TrialMarks(baseline=True))
     store.enqueue(space, EIGHT, TrialMarks())
     store.enqueue(space, EIGHT, TrialMarks())
@@ -115,6 +120,12 @@ def test_the_repeat_is_answered_from_the_original_and_never_measured(tuned: Any)
     repeat = coordinator.store.records()[REPEAT]
     assert (repeat.config, repeat.measured) == (EIGHT, False)
     assert repeat.repeat_of(STUDY) == ORIGINAL
+    line = executor.lines[REPEAT]
+    assert line.startswith(f"trial {REPEAT}: ok, p95 ")
+    assert line.endswith(
+        f": repeat of trial {ORIGINAL}, answered from its measurement (not measured again)"
+    )
+    assert "repeat" not in executor.lines[ORIGINAL]
 
 
 def test_the_front_and_the_finalists_hold_the_configuration_once(tuned: Any) -> None:
