@@ -67,10 +67,11 @@ def download_registered(
 
 
 def materialize(ref: ModelRef, tracking_uri: str, store: ModelStore) -> ModelRef:
-    """`ref` itself, unless it names a registered model: then the ONNX file it downloads to."""
+    """`ref` itself, unless it names a registered model: then the ONNX file it downloads to
+    (with the batch size the request fixes, if it fixes one)."""
     if ref.registered is None:
         return ref
     stored = download_registered(
         resolve_registered(ref.registered, tracking_uri), tracking_uri, store
     )
-    return ModelRef(onnx=str(stored.path))
+    return ModelRef(onnx=str(stored.path), fixed_batch=ref.fixed_batch)

@@ -426,6 +426,7 @@ def test_registry_round_trip(
     assert resolve_registered("models:/tiny/1", uri).version == "1"
     materialized = materialize(ref, uri, store)
     assert materialized.onnx is not None
+    assert materialize(ref.model_copy(update={"fixed_batch": 2}), uri, store).fixed_batch == 2
     assert file_sha256(Path(materialized.onnx)) == file_sha256(second / "model.onnx")
 
     # Plain MLflow finds the same files behind the alias.
