@@ -7,7 +7,17 @@
   (`autotune.strategies.batch_sizes`): where a larger batch can only be dominated (the p95
   per call is the only time objective), the designed set, the local search and the sampler
   keep to the smallest batch size; otherwise the designed set runs at the end of the range
-  the request leans to, or in the middle without a leaning.
+  the request leans to, or in the middle without a leaning. Without a leaning, where the
+  selection ranks by the time per call (`lowest_latency`, the default), each engine is
+  measured at the smallest batch too, after the designed set:
+  the answer is picked there, and an engine that only wins at batch 1 would otherwise be
+  found late or never.
+- Past the level-off batch: where the selection ranks by a figure per sample (highest
+  throughput, lowest energy), the selection's best point of the feasible front is measured
+  at the next larger batch size ("climb"), before any other proposal, as long as its own
+  last step up gained more than `CLIMB_GAIN` and the call stays within
+  `measurement.max_call_ms` by the search's estimate; it stops where a step gains less,
+  the largest batch is reached, or the next call would be too long.
 - Then a Pareto local search: the unmeasured neighbours (one dimension changed) of the
   feasible front found so far, the point with the largest hypervolume contribution first;
   nearest first (one step along a numeric dimension before two), and at each step
@@ -51,17 +61,17 @@ from autotune.core.contract import (
 )
 from autotune.core.errors import engine_that_cannot_convert
 from autotune.core.knobs import ENGINE_KEY, ENGINES, variant_key
+from autotune.core.metrics import Metric, selection_objective
 from autotune.results.optuna_store import producible
 from autotune.strategies.base import Answer, Proposal, Strategy, register_strategy
 from autotune.strategies.batch_sizes import (
     BATCH,
     BatchSteps,
     as_number,
-    designed_batch,
-    request_lean,
     smaller_batches,
     smallest_batches,
 )
+from autotune.strategies.designed import changed, designed_configs
 from autotune.strategies.reasons import error_signature, refuses_batch_only
 
 if TYPE_CHECKING:
@@ -82,6 +92,9 @@ UNCONVERTIBLE_LIKE = (
     "differs only in batch size, threads or its engine's options from unsupported trial"
 )
 ERROR_LIKE = "differs only in batch size or threads from trial"
+# A per-sample selection's best climbs to the next batch size only while its last step up
+# gained more than this share (less is within a measurement's noise).
+CLIMB_GAIN = 0.02
 
 ConfigKey = tuple[tuple[str, Any], ...]
 
@@ -108,56 +121,6 @@ def make_strategy_sampler(seed: int | None, fixed: dict[str, ConfigValue] | None
             seed=seed,
         )
         return optuna.samplers.PartialFixedSampler(fixed, tpe) if fixed else tpe
-
-
-def designed_configs(
-    space: EffectiveSpace,
-    request: TuningRequest | None = None,
-    call_ms_by_batch: dict[int, float] | None = None,
-) -> list[dict[str, ConfigValue]]:
-    """Each precision on each engine at one batch size (see `designed_batch`), the rest as
-    the baseline runs (a dimension that only the change makes active at its own baseline);
-    only configurations the space can produce, without the baseline itself."""
-
-    baseline = space.baseline()
-    choices = space.choices()
-    batch: dict[str, ConfigValue] = {}
-    if BATCH in choices:
-        batches = sorted(choices[BATCH], key=as_number)
-        max_call_ms = None if request is None else request.measurement.max_call_ms
-        times = call_ms_by_batch or {}
-        batch[BATCH] = designed_batch(batches, request_lean(request), times, max_call_ms)
-    designed: list[dict[str, ConfigValue]] = []
-    for precision in _alternatives(choices, "precision.mode"):
-        for engine in _alternatives(choices, "runtime.engine"):
-            config = changed(space, baseline, {**batch, **precision, **engine})
-            if config != baseline and config not in designed and producible(space, config):
-                designed.append(config)
-    return designed
-
-
-def changed(
-    space: EffectiveSpace, config: dict[str, ConfigValue], changes: dict[str, ConfigValue]
-) -> dict[str, ConfigValue]:
-    """`config` with `changes`: a dimension they make active takes its baseline value (else
-    its first), one they make inactive is dropped."""
-    result: dict[str, ConfigValue] = {}
-    for dim in space.dimensions:
-        if not dim.active(result):
-            continue
-        if dim.name in changes:
-            result[dim.name] = changes[dim.name]
-        elif dim.name in config:
-            result[dim.name] = config[dim.name]
-        elif dim.baseline is not None:
-            result[dim.name] = dim.baseline
-        elif dim.values:
-            result[dim.name] = dim.values[0]
-    return result
-
-
-def _alternatives(choices: dict[str, list[ConfigValue]], name: str) -> list[dict[str, ConfigValue]]:
-    return [{name: value} for value in choices[name]] if name in choices else [{}]
 
 
 @dataclass(frozen=True)
@@ -252,6 +215,10 @@ class Ledger:
             if not self._known(config_key(config)):
                 self.proposed.add(config_key(config))
                 return config, "designed"
+        climb = self._climb(front(), excluded, blocked)
+        if climb is not None:
+            self.proposed.add(config_key(climb))
+            return climb, "climb"
         self._searched += 1
         if self._searched % SAMPLER_EVERY == 0:
             return None
@@ -267,6 +234,57 @@ class Ledger:
                     self.proposed.add(key)
                     return option, "neighbour"
         return None
+
+    def _climb(
+        self,
+        front: list[dict[str, ConfigValue]],
+        excluded: set[str],
+        blocked: Callable[[dict[str, ConfigValue]], bool],
+    ) -> dict[str, ConfigValue] | None:
+        """The selection's best point of the `front` at the next larger batch size, where the
+        selection ranks by a figure per sample and the best's own step up to its batch still
+        gained more than `CLIMB_GAIN` (see the module's docstring); None otherwise, or where
+        that configuration is known, excluded, blocked or cannot be built."""
+        metric = _climbed_metric(self.request)
+        best = None if metric is None else self._best(front, metric)
+        if metric is None or best is None:
+            return None
+        batches = sorted(self.space.choices().get(BATCH, []), key=as_number)
+        if best[BATCH] not in batches[:-1]:
+            return None
+        here = batches.index(best[BATCH])
+        if here > 0:
+            below = self._figure(changed(self.space, best, {BATCH: batches[here - 1]}), metric)
+            if below is not None and not _gains(metric, below, self._figure(best, metric)):
+                return None
+        option = changed(self.space, best, {BATCH: batches[here + 1]})
+        if self._known(config_key(option)) or variant_key(option) in excluded or blocked(option):
+            return None
+        if self.unsupported_like(option) is not None or not producible(self.space, option):
+            return None
+        return option
+
+    def _best(
+        self, front: list[dict[str, ConfigValue]], metric: Metric
+    ) -> dict[str, ConfigValue] | None:
+        """The front's point with the best measured `metric` that has a batch size."""
+        figures = [
+            (figure, config)
+            for config in front
+            if BATCH in config and (figure := self._figure(config, metric)) is not None
+        ]
+        if not figures:
+            return None
+        pick = max if metric.direction == "maximize" else min
+        return pick(figures, key=lambda pair: pair[0])[1]
+
+    def _figure(self, config: dict[str, ConfigValue], metric: Metric) -> float | None:
+        """`metric` as the configuration's measurement gave it (None: not measured)."""
+        outcome = self.finished.get(config_key(config))
+        if outcome is None or outcome.status != "ok" or outcome.metrics is None:
+            return None
+        value = getattr(outcome.metrics, metric.name, None)
+        return None if value is None else float(value)
 
     def unsupported_like(self, config: dict[str, ConfigValue]) -> Outcome | None:
         """A finished trial that could not be built (or failed with a deterministic error)
@@ -320,6 +338,23 @@ class Ledger:
 
     def _known(self, key: ConfigKey) -> bool:
         return key in self.finished or key in self.in_flight or key in self.proposed
+
+
+def _climbed_metric(request: TuningRequest | None) -> Metric | None:
+    """The selection's figure where it is one per sample (a larger batch improves it)."""
+    if request is None or request.selection.strategy == "weighted":
+        return None
+    metric = selection_objective(request.selection.strategy)
+    return metric if metric.lean == "per_sample" else None
+
+
+def _gains(metric: Metric, before: float, after: float | None) -> bool:
+    """Whether `after` improves on `before` by more than `CLIMB_GAIN`."""
+    if after is None:
+        return False
+    if metric.direction == "maximize":
+        return after > before * (1 + CLIMB_GAIN)
+    return after < before * (1 - CLIMB_GAIN)
 
 
 def _step_order(

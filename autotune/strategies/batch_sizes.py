@@ -28,7 +28,12 @@
   gets to pick it. A weighted selection leans as its heavier weights do. Objectives
   that name both views (the default: accuracy, latency and energy) have a front that spans
   both ends of the range, so there is no leaning: the designed set uses the middle batch
-  size, and only the order of two batch sizes the same step away follows the selection.
+  size, and only the order of two batch sizes the same step away follows the selection
+  (with a selection per call, each engine is also measured at the smallest batch:
+  `autotune.strategies.autotune`).
+- A per-sample selection (`highest_throughput`, `lowest_energy`) climbs past the level-off
+  batch: the level-off rule picks where the designed set starts, not where the search
+  stops (`autotune.strategies.autotune`).
 """
 
 from __future__ import annotations
@@ -93,6 +98,17 @@ def step_preference(
     return batch_lean(selection, objectives, bounds) or _selection_lean(selection)
 
 
+def request_lean(request: TuningRequest | None) -> Lean | None:
+    if request is None:
+        return None
+    return batch_lean(request.selection, request.objectives, bounded(request))
+
+
+def selection_lean(request: TuningRequest | None) -> Lean | None:
+    """The batch-size end the request's selection favours (None: neither, or no request)."""
+    return None if request is None else _selection_lean(request.selection)
+
+
 def _selection_lean(selection: Selection) -> Lean | None:
     if selection.strategy != "weighted":
         return selection_objective(selection.strategy).lean
@@ -104,12 +120,6 @@ def _selection_lean(selection: Selection) -> Lean | None:
     if totals["per_sample"] == totals["per_call"]:
         return None
     return "per_sample" if totals["per_sample"] > totals["per_call"] else "per_call"
-
-
-def request_lean(request: TuningRequest | None) -> Lean | None:
-    if request is None:
-        return None
-    return batch_lean(request.selection, request.objectives, bounded(request))
 
 
 @dataclass(frozen=True)

@@ -278,7 +278,8 @@ def test_designed_set_runs_large_batches_for_throughput_and_batch_one_per_call()
     for minded in THROUGHPUT_MINDED:
         assert batches(minded) == {64}
     assert batches(request(selection={"strategy": "highest_accuracy"})) == {8}
-    assert batches(BOTH_VIEWS) == {8}
+    # Objectives over both views, picked per call: the middle, and each engine at batch 1.
+    assert batches(BOTH_VIEWS) == {8, 1}
     assert batches(request(selection={"strategy": "highest_throughput"})) == {8}
     assert batches(None) == {8}
     # The same precisions and engines either way: only the batch size moves (at batch 1 the
@@ -287,6 +288,15 @@ def test_designed_set_runs_large_batches_for_throughput_and_batch_one_per_call()
     per_sample = designed_configs(small_space(), THROUGHPUT_MINDED[0])
     assert per_sample[0] == {**SMALL_BASELINE, "batch.size": 64}
     assert [{**c, "batch.size": 64} for c in per_call] == per_sample[1:]
+
+
+def test_a_per_call_selection_over_both_views_meets_each_engine_at_batch_one() -> None:
+    """After each precision on each engine at the middle batch, each other engine at batch 1
+    in the baseline's precision: the batch a lowest-latency choice is made at."""
+    designed = designed_configs(small_space(), BOTH_VIEWS)
+    middle = designed_configs(small_space(), request(selection={"strategy": "highest_accuracy"}))
+    assert designed[: len(middle)] == middle
+    assert designed[len(middle) :] == [{**ONNX, "batch.size": 1}]
 
 
 def test_a_design_never_runs_at_a_batch_whose_baseline_call_passed_the_bound() -> None:
@@ -312,7 +322,7 @@ def test_a_per_sample_design_runs_where_the_baseline_time_per_sample_levels_off(
     designed = designed_configs(small_space(), THROUGHPUT_MINDED[1], call_ms)
     assert {c["batch.size"] for c in designed} == {expected}
     assert {c["batch.size"] for c in designed_configs(small_space(), PER_CALL, call_ms)} == {1}
-    assert {c["batch.size"] for c in designed_configs(small_space(), BOTH_VIEWS, call_ms)} == {8}
+    assert {c["batch.size"] for c in designed_configs(small_space(), BOTH_VIEWS, call_ms)} == {8, 1}
 
 
 @pytest.mark.parametrize(

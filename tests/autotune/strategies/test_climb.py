@@ -1,0 +1,70 @@
+"""A per-sample selection's best climbs past the level-off batch while a step up still pays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.core.contract import ConfigValue, TrialResult, TrialSpec
+from autotune.strategies.autotune import CLIMB_GAIN, SAMPLER_EVERY, Ledger, config_key
+from tests.autotune.coordinator_support import WORKLOAD, small_space, table_metrics
+from tests.autotune.strategies.test_strategy import ONNX, request
+
+THROUGHPUT = request(selection={"strategy": "highest_throughput"})
+
+
+def settled(ledger: Ledger, config: dict[str, ConfigValue], throughput: float) -> None:
+    """`config` measured at `throughput` samples a second."""
+    spec = TrialSpec(study="s", trial_number=len(ledger.finished), config=config, workload=WORKLOAD)
+    metrics = table_metrics(config).model_copy(update={"throughput_per_s": throughput})
+    ledger.settle(spec.trial_number, spec, TrialResult.for_spec(spec, "ok", None, 0.0, metrics))
+
+
+def at(batch: int, **changes: Any) -> dict[str, ConfigValue]:
+    return {**ONNX, "batch.size": batch, **changes}
+
+
+def first_proposal(ledger: Ledger, front: list[dict[str, ConfigValue]], **kwargs: Any) -> Any:
+    return ledger.next_proposal(lambda: front, set(), **kwargs)
+
+
+def test_the_best_point_climbs_while_its_last_step_up_gained() -> None:
+    ledger = Ledger(small_space(), designed=[], request=THROUGHPUT)
+    settled(ledger, at(1), 100.0)
+    settled(ledger, at(8), 700.0)
+    assert first_proposal(ledger, [at(8), at(1)]) == (at(64), "climb")
+
+
+def test_the_climb_starts_from_the_selections_best_not_the_fronts_first_point() -> None:
+    ledger = Ledger(small_space(), designed=[], request=THROUGHPUT)
+    settled(ledger, at(1), 100.0)
+    settled(ledger, at(8), 700.0)
+    settled(ledger, at(1, **{"runtime.graph_opt": "basic"}), 300.0)
+    front = [at(1, **{"runtime.graph_opt": "basic"}), at(8)]
+    assert first_proposal(ledger, front) == (at(64), "climb")
+
+
+def test_a_step_up_that_gained_within_the_noise_ends_the_climb() -> None:
+    ledger = Ledger(small_space(), designed=[], request=THROUGHPUT)
+    settled(ledger, at(1), 700.0)
+    settled(ledger, at(8), 700.0 * (1 + CLIMB_GAIN / 2))
+    proposal = first_proposal(ledger, [at(8), at(1)])
+    assert proposal is not None and proposal[1] == "neighbour"
+
+
+def test_no_climb_to_a_blocked_batch_nor_past_the_largest_nor_for_a_per_call_selection() -> None:
+    ledger = Ledger(small_space(), designed=[], request=THROUGHPUT)
+    settled(ledger, at(1), 100.0)
+    settled(ledger, at(8), 700.0)
+
+    def too_long(config: dict[str, ConfigValue]) -> bool:
+        return config["batch.size"] == 64
+
+    assert first_proposal(ledger, [at(8)], blocked=too_long)[1] == "neighbour"
+    settled(ledger, at(64), 900.0)  # the climb's step: measured, and the largest batch
+    assert first_proposal(ledger, [at(64)])[1] == "neighbour"
+    per_call = Ledger(small_space(), designed=[], request=request())
+    settled(per_call, at(1), 100.0)
+    settled(per_call, at(8), 700.0)
+    per_call.proposed.add(config_key(at(8)))
+    proposals = [first_proposal(per_call, [at(8)]) for _ in range(SAMPLER_EVERY - 1)]
+    assert all(p is None or p[1] != "climb" for p in proposals)
