@@ -58,7 +58,11 @@ def run_trial(spec: TrialSpec, store: WorkloadCache | None = None) -> TrialResul
         status, reason = classify_failure(error)
         logger.info("trial %s of %s ended %s: %s", spec.trial_number, spec.study, status, reason)
         result = TrialResult.for_spec(spec, status, reason).model_copy(
-            update={"traceback": story(error), "device_fault": is_device_fault(error)}
+            update={
+                "traceback": story(error),
+                "device_fault": is_device_fault(error),
+                "slow_call_ms": error.call_ms if isinstance(error, CallTooSlow) else None,
+            }
         )
     duration = time.perf_counter() - started
     return result.model_copy(update={"duration_s": duration, "times": clock.times()})

@@ -73,7 +73,12 @@ class MeasurementContended(AutotuneError):
 
 
 class CallTooSlow(AutotuneError):
-    """One call of a trial took far longer than a call should (`measurement.max_call_ms`)."""
+    """One call of a trial took far longer than a call should (`measurement.max_call_ms`);
+    `call_ms` is how long it took."""
+
+    def __init__(self, message: str, call_ms: float | None = None) -> None:
+        super().__init__(message)
+        self.call_ms = call_ms
 
 
 class AccuracyBelowFloor(AutotuneError):

@@ -68,6 +68,7 @@ from autotune.strategies.batch_sizes import (
     BATCH,
     BatchSteps,
     as_number,
+    batch_within,
     smaller_batches,
     smallest_batches,
 )
@@ -160,6 +161,7 @@ class Ledger:
     proposed: set[ConfigKey] = field(default_factory=set)
     unsupported: dict[ConfigKey, Outcome] = field(default_factory=dict)
     unconvertible: dict[ConfigKey, Outcome] = field(default_factory=dict)
+    retries: list[dict[str, ConfigValue]] = field(default_factory=list)
     _searched: int = 0
 
     def load(self, records: list[TrialRecord]) -> None:
@@ -182,11 +184,22 @@ class Ledger:
         key = config_key(spec.config)
         if self.in_flight.get(key) == number:
             del self.in_flight[key]
+        if result.status == "too_slow" and result.slow_call_ms is not None:
+            self._retry_smaller(spec.config, result.slow_call_ms)
         if result.status not in ("lost", "skipped"):
             figures = result.metrics or result.screening
             outcome = Outcome(number, result.status, result.reason, figures, result.provenance)
             self.finished.setdefault(key, outcome)
             self._rule_out(spec.config, outcome)
+
+    def _retry_smaller(self, config: dict[str, ConfigValue], call_ms: float) -> None:
+        """A configuration too slow at its batch is tried next at the largest smaller batch
+        whose call, at its own call time per sample, stays within `max_call_ms`."""
+        max_call_ms = None if self.request is None else self.request.measurement.max_call_ms
+        batches = self.space.choices().get(BATCH, [])
+        smaller = batch_within(batches, config.get(BATCH), call_ms, max_call_ms)
+        if smaller is not None:
+            self.retries.append(changed(self.space, config, {BATCH: smaller}))
 
     def _rule_out(self, config: dict[str, ConfigValue], outcome: Outcome) -> None:
         """What an unsupported or deterministically failing trial says of its siblings (see
@@ -210,7 +223,13 @@ class Ledger:
     ) -> tuple[dict[str, ConfigValue], str] | None:
         """The next designed configuration not yet known, else an unknown neighbour of the
         `front` (in the order given) whose variant is not in `excluded` and whose batch size is
-        not `blocked`; None when the sampler proposes."""
+        not `blocked`; None when the sampler proposes. A configuration too slow at its batch
+        size comes first, at a smaller one (`retries`)."""
+        while self.retries:
+            retry = self.retries.pop(0)
+            if not self._known(config_key(retry)) and not blocked(retry):
+                self.proposed.add(config_key(retry))
+                return retry, "smaller batch"
         for config in self.designed:
             if not self._known(config_key(config)):
                 self.proposed.add(config_key(config))

@@ -209,3 +209,19 @@ def smaller_batches(space: EffectiveSpace, config: dict[str, ConfigValue]) -> li
 
 def as_number(value: Any) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
+
+
+def batch_within(
+    batches: Sequence[ConfigValue], batch: Any, call_ms: float, max_call_ms: float | None
+) -> ConfigValue | None:
+    """The largest of `batches` below `batch` whose call stays within `max_call_ms`, at
+    `call_ms` (a call at `batch`) per sample; None where there is none or no bound."""
+    if max_call_ms is None or as_number(batch) <= 0:
+        return None
+    per_sample = call_ms / as_number(batch)
+    within = [
+        b
+        for b in batches
+        if as_number(b) < as_number(batch) and as_number(b) * per_sample <= max_call_ms
+    ]
+    return max(within, key=as_number, default=None)

@@ -490,6 +490,7 @@ def test_a_trial_whose_calls_are_far_too_slow_ends_as_too_slow() -> None:
     result = run_trial(spec.model_copy(update={"measurement": bound}), STORE)
     assert (result.status, result.metrics) == ("too_slow", None)
     assert result.reason is not None and "measurement.max_call_ms" in result.reason
+    assert result.slow_call_ms is not None and result.slow_call_ms > 1e-6
 
 
 def test_the_baseline_reads_its_call_time_at_each_batch_size_of_its_scan() -> None:

@@ -80,7 +80,8 @@ def check_call(elapsed_ns: int, limit_ns: int | None) -> None:
     if limit_ns is not None and elapsed_ns > limit_ns:
         raise CallTooSlow(
             f"a call took {elapsed_ns / 1e6:,.0f} ms, past {SLOW_CALL_FACTOR:g} x "
-            f"measurement.max_call_ms = {limit_ns / 1e6:,.0f} ms: timing stopped"
+            f"measurement.max_call_ms = {limit_ns / 1e6:,.0f} ms: timing stopped",
+            elapsed_ns / 1e6,
         )
 
 

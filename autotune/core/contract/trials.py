@@ -266,6 +266,11 @@ class TrialResult(Strict):
     screening: TrialMetrics | None = Field(
         default=None, description="a screened trial's figures from its short window"
     )
+    slow_call_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="a too_slow trial's call that stopped it (ms), at the spec's batch size",
+    )
     times: TrialTimes | None = Field(
         default=None, description="where the worker's time went (None: it did not run)"
     )

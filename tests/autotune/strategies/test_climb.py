@@ -68,3 +68,26 @@ def test_no_climb_to_a_blocked_batch_nor_past_the_largest_nor_for_a_per_call_sel
     per_call.proposed.add(config_key(at(8)))
     proposals = [first_proposal(per_call, [at(8)]) for _ in range(SAMPLER_EVERY - 1)]
     assert all(p is None or p[1] != "climb" for p in proposals)
+
+
+def too_slow(ledger: Ledger, config: dict[str, ConfigValue], call_ms: float) -> None:
+    spec = TrialSpec(study="s", trial_number=len(ledger.finished), config=config, workload=WORKLOAD)
+    result = TrialResult.for_spec(spec, "too_slow", "a call took ...")
+    ledger.settle(spec.trial_number, spec, result.model_copy(update={"slow_call_ms": call_ms}))
+
+
+def test_a_configuration_too_slow_at_its_batch_is_tried_next_at_a_smaller_one() -> None:
+    bound = request(measurement={"max_call_ms": 100.0})
+    ledger = Ledger(small_space(), designed=[at(64)], request=bound)
+    ledger.proposed.add(config_key(at(64)))
+    too_slow(ledger, at(64), 2000.0)  # 31 ms a sample: 8 samples take 250 ms, 1 takes 31
+    assert first_proposal(ledger, [at(1)]) == (at(1), "smaller batch")
+    too_slow(ledger, at(8, **{"runtime.graph_opt": "basic"}), 500.0)  # 62.5 ms a sample
+    blocked = at(1, **{"runtime.graph_opt": "basic"})
+    assert first_proposal(ledger, [], blocked=lambda c: c == blocked) != (blocked, "smaller batch")
+
+
+def test_no_smaller_batch_is_tried_where_even_the_smallest_would_be_too_slow() -> None:
+    ledger = Ledger(small_space(), designed=[], request=request(measurement={"max_call_ms": 10.0}))
+    too_slow(ledger, at(8), 800.0)  # 100 ms a sample
+    assert ledger.retries == []

@@ -126,6 +126,7 @@ def test_a_call_far_past_the_bound_stops_timing_with_both_figures() -> None:
         time_calls(slow.work, settings(max_call_ms=5.0, min_iters=50), clock=slow)
     assert slow.calls == 6
     assert "a call took 30 ms" in str(info.value) and "= 20 ms" in str(info.value)
+    assert info.value.call_ms == pytest.approx(30.0)
     unbounded = FakeClock([30.0] * 10)
     stats = time_calls(unbounded.work, settings(max_call_ms=None, min_iters=10), clock=unbounded)
     assert stats.iterations == 10
