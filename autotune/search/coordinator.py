@@ -356,7 +356,7 @@ class Coordinator:
         if result.status == "oom":
             state.oom.record(spec.config)
         if result.status == "too_slow":
-            state.calls.too_slow(spec.config)
+            state.calls.too_slow(spec.config, result.slow_call_ms)
         if result.status == "infeasible":
             state.infeasible.add(result.variant_key)
         if result.metrics is not None:
@@ -369,7 +369,7 @@ class Coordinator:
             state.calls.measured(spec.config, figures.latency_p50_ms)
             state.learn_quality(result.variant_key, figures)
         if result.call_ms_by_batch:
-            state.calls.baseline_ms = dict(result.call_ms_by_batch)
+            state.calls.scanned(spec.config, result.call_ms_by_batch)
         if record.marks.baseline and state.baseline is None:
             self._tell_baseline(record, spec, result)
         elif state.baseline is None and result.metrics is not None:

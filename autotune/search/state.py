@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.core.contract import TrialMetrics, TrialResult, TrialSpec
-from autotune.core.knobs import variant_key
+from autotune.core.knobs import ENGINE_KEY, variant_key
 from autotune.core.metrics import variant_quality
 from autotune.results.records import Candidate, OncePerConfiguration, TrialRecord
 from autotune.strategies import Answer
@@ -66,18 +66,30 @@ class CallTimeLimit:
     and the smallest batch whose calls were too slow (`too_slow`). A batch at or past a too
     slow one is not run, nor one whose call would pass `max_call_ms` by an estimate: past the
     two largest batches measured of the configuration, their time per sample added; else
-    along the baseline's call times at each batch size (`baseline_ms`, its scan), scaled by
-    the configuration's nearest measured batch, or as they are when none is."""
+    along the baseline's call times at each batch size (`scanned`), scaled by the
+    configuration's nearest measured batch, or as they are when none is and the
+    configuration runs the baseline's engine and model variant. A configuration of another
+    engine or variant, measured at no batch, gets no estimate: another engine's figure says
+    nothing of its speed."""
 
     max_call_ms: float | None = None
     smallest_too_slow: dict[str, int] = field(default_factory=dict)
     # configuration without its batch size -> batch size -> median call time (ms)
     calls: dict[str, dict[int, float]] = field(default_factory=dict)
     baseline_ms: dict[int, float] = field(default_factory=dict)
+    baseline_runs: tuple[Any, str] | None = None  # the scan's engine and model variant
 
-    def too_slow(self, config: dict[str, Any]) -> None:
+    def scanned(self, config: dict[str, Any], call_ms_by_batch: dict[int, float]) -> None:
+        """The baseline's call times at each batch size of its scan."""
+        self.baseline_ms = dict(call_ms_by_batch)
+        self.baseline_runs = _runs(config)
+
+    def too_slow(self, config: dict[str, Any], call_ms: float | None = None) -> None:
+        """`config` was too slow at its batch size (`call_ms`: the call that stopped it)."""
         key, batch = _kernel_key(config), _batch(config)
         self.smallest_too_slow[key] = min(self.smallest_too_slow.get(key, batch), batch)
+        if call_ms is not None:
+            self.calls.setdefault(key, {})[batch] = call_ms
 
     def measured(self, config: dict[str, Any], call_ms: float) -> None:
         self.calls.setdefault(_kernel_key(config), {})[_batch(config)] = call_ms
@@ -88,7 +100,7 @@ class CallTimeLimit:
         slow = self.smallest_too_slow.get(key)
         if slow is not None and batch >= slow:
             return f"not run: at batch.size {slow} a call of this configuration was too slow"
-        found = self.estimate_ms(key, batch)
+        found = self.estimate_ms(key, batch, _runs(config) == self.baseline_runs)
         if self.max_call_ms is None or found is None or found[0] <= self.max_call_ms:
             return None
         estimate, source = found
@@ -97,9 +109,12 @@ class CallTimeLimit:
             f"({source}), past measurement.max_call_ms = {self.max_call_ms:g} ms"
         )
 
-    def estimate_ms(self, key: str, batch: int) -> tuple[float, str] | None:
+    def estimate_ms(
+        self, key: str, batch: int, runs_as_baseline: bool = True
+    ) -> tuple[float, str] | None:
         """The call time at `batch` and where the estimate comes from (None: no estimate, or
-        the batch was measured)."""
+        the batch was measured); the baseline's own figures only where the configuration
+        `runs_as_baseline` (its engine and model variant)."""
         by_batch = self.calls.get(key, {})
         if batch in by_batch:
             return None
@@ -112,6 +127,8 @@ class CallTimeLimit:
         if along is None:
             return None
         if not by_batch:
+            if not runs_as_baseline:
+                return None
             return along, "the baseline's call time at that batch size"
         nearest = min(by_batch, key=lambda b: abs(b - batch))
         at_nearest = _along(self.baseline_ms, nearest)
@@ -158,6 +175,12 @@ def _growth_per_sample(by_batch: dict[int, float]) -> tuple[int, float] | None:
 
 def _batch(config: dict[str, Any]) -> int:
     return int(config.get(BATCH, 1))
+
+
+def _runs(config: dict[str, Any]) -> tuple[Any, str]:
+    """What decides a configuration's speed beyond its kernel options: its engine and its
+    model variant."""
+    return config.get(ENGINE_KEY), variant_key(config)
 
 
 def _kernel_key(config: dict[str, Any]) -> str:
@@ -217,7 +240,7 @@ class SearchState:
             if record.status == "infeasible" and record.variant_key is not None:
                 self.infeasible.add(record.variant_key)
             if record.call_ms_by_batch:
-                self.calls.baseline_ms = dict(record.call_ms_by_batch)
+                self.calls.scanned(record.config, record.call_ms_by_batch)
             if record.has_metrics and record.measured and record.metrics is not None:
                 self.oom.measured(record.config, float(record.metrics["peak_memory_mb"]))
             if (record.has_metrics or record.screened) and record.measured and record.metrics:

@@ -68,7 +68,7 @@ from autotune.strategies.batch_sizes import (
     BATCH,
     BatchSteps,
     as_number,
-    batch_within,
+    batches_within,
     smaller_batches,
     smallest_batches,
 )
@@ -161,7 +161,7 @@ class Ledger:
     proposed: set[ConfigKey] = field(default_factory=set)
     unsupported: dict[ConfigKey, Outcome] = field(default_factory=dict)
     unconvertible: dict[ConfigKey, Outcome] = field(default_factory=dict)
-    retries: list[dict[str, ConfigValue]] = field(default_factory=list)
+    retries: list[list[dict[str, ConfigValue]]] = field(default_factory=list)
     _searched: int = 0
 
     def load(self, records: list[TrialRecord]) -> None:
@@ -194,12 +194,13 @@ class Ledger:
 
     def _retry_smaller(self, config: dict[str, ConfigValue], call_ms: float) -> None:
         """A configuration too slow at its batch is tried next at the largest smaller batch
-        whose call, at its own call time per sample, stays within `max_call_ms`."""
+        whose call, at its own call time per sample, stays within `max_call_ms` (and that
+        the search's estimate does not block, when it is proposed)."""
         max_call_ms = None if self.request is None else self.request.measurement.max_call_ms
         batches = self.space.choices().get(BATCH, [])
-        smaller = batch_within(batches, config.get(BATCH), call_ms, max_call_ms)
-        if smaller is not None:
-            self.retries.append(changed(self.space, config, {BATCH: smaller}))
+        smaller = batches_within(batches, config.get(BATCH), call_ms, max_call_ms)
+        if smaller:
+            self.retries.append([changed(self.space, config, {BATCH: b}) for b in smaller])
 
     def _rule_out(self, config: dict[str, ConfigValue], outcome: Outcome) -> None:
         """What an unsupported or deterministically failing trial says of its siblings (see
@@ -226,10 +227,10 @@ class Ledger:
         not `blocked`; None when the sampler proposes. A configuration too slow at its batch
         size comes first, at a smaller one (`retries`)."""
         while self.retries:
-            retry = self.retries.pop(0)
-            if not self._known(config_key(retry)) and not blocked(retry):
-                self.proposed.add(config_key(retry))
-                return retry, "smaller batch"
+            for retry in self.retries.pop(0):
+                if not self._known(config_key(retry)) and not blocked(retry):
+                    self.proposed.add(config_key(retry))
+                    return retry, "smaller batch"
         for config in self.designed:
             if not self._known(config_key(config)):
                 self.proposed.add(config_key(config))

@@ -211,17 +211,17 @@ def as_number(value: Any) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
-def batch_within(
+def batches_within(
     batches: Sequence[ConfigValue], batch: Any, call_ms: float, max_call_ms: float | None
-) -> ConfigValue | None:
-    """The largest of `batches` below `batch` whose call stays within `max_call_ms`, at
-    `call_ms` (a call at `batch`) per sample; None where there is none or no bound."""
+) -> list[ConfigValue]:
+    """The `batches` below `batch` whose call stays within `max_call_ms` at `call_ms` (a call
+    at `batch`) per sample, the largest first; none without a bound."""
     if max_call_ms is None or as_number(batch) <= 0:
-        return None
+        return []
     per_sample = call_ms / as_number(batch)
     within = [
         b
         for b in batches
         if as_number(b) < as_number(batch) and as_number(b) * per_sample <= max_call_ms
     ]
-    return max(within, key=as_number, default=None)
+    return sorted(within, key=as_number, reverse=True)

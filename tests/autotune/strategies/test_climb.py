@@ -91,3 +91,13 @@ def test_no_smaller_batch_is_tried_where_even_the_smallest_would_be_too_slow() -
     ledger = Ledger(small_space(), designed=[], request=request(measurement={"max_call_ms": 10.0}))
     too_slow(ledger, at(8), 800.0)  # 100 ms a sample
     assert ledger.retries == []
+
+
+def test_a_smaller_batch_the_search_would_skip_gives_way_to_the_next_smaller() -> None:
+    ledger = Ledger(small_space(), designed=[], request=request(measurement={"max_call_ms": 100.0}))
+    too_slow(ledger, at(64), 640.0)  # 10 ms a sample: 8 and 1 both within 100 ms
+
+    def estimated_too_long(config: dict[str, ConfigValue]) -> bool:
+        return config["batch.size"] == 8
+
+    assert first_proposal(ledger, [], blocked=estimated_too_long) == (at(1), "smaller batch")
