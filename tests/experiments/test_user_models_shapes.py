@@ -55,3 +55,10 @@ def test_face_crops_are_normalised_as_mtcnn_does() -> None:
     assert crops.min() >= -1.0 and crops.max() <= 1.0
     assert len({crop.tobytes() for crop in crops}) == 6
     assert np.array_equal(crops, face_crops(6))
+
+
+def test_ctc_decoding_merges_repeats_and_drops_the_blank() -> None:
+    from experiments.ddddocr_text_check import ctc_decoded
+
+    assert ctc_decoded([0, 5, 5, 0, 5, 7, 7, 0, 0]) == (5, 5, 7)
+    assert ctc_decoded([]) == ()
