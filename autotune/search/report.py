@@ -1,12 +1,13 @@
 """What the user reads of a search: a line for each told trial, with the reason of one that
-did not end ok, and a summary of the study's trials when the search ends (each status
-counted, with its most common reason). A study where more than half of the trials that ran
-failed (`FAILED_STATUSES`) ends in `MostTrialsFailed`.
+did not end ok (or the trial it repeats), and a summary of the study's trials when the
+search ends (each status counted, with its most common reason). A study where more than half
+of the trials that ran failed (`FAILED_STATUSES`) ends in `MostTrialsFailed`.
 
 Failed: `error`, `timeout`, `oom`, `unsupported` and `contended`, a trial that gave no
 measurement for a reason of its own. Not failed: `ok`, and the measured verdicts
-`infeasible`, `too_slow` and `screened`. Not counted either way: `skipped` (never run) and
-`lost` (its worker died; it is run again)."""
+`infeasible`, `too_slow` and `screened`. Not counted either way: `skipped` (never run),
+`lost` (its worker died; it is run again) and a trial answered from an earlier measurement
+(a repeat, or a warm start's: it did not run)."""
 
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def _phase_times(result: TrialResult) -> str:
 
 def study_summary(records: Iterable[TrialRecord]) -> str:
     """`16 trials: 10 ok, 4 unsupported (its most common reason), 2 error (...)`: the
-    study's ended, counted trials by status, the most common first."""
+    study's ended, counted trials by status, the most common first, and how many of them
+    were answered from an earlier measurement (a repeat has its original's status)."""
     ended = [r for r in records if r.counted and r.status is not None]
     statuses = Counter(str(r.status) for r in ended)
     parts = []
@@ -82,12 +84,22 @@ def study_summary(records: Iterable[TrialRecord]) -> str:
         if status != "ok" and reasons:
             part += f" ({one_line(reasons.most_common(1)[0][0], SUMMARY_REASON_CHARS)})"
         parts.append(part)
-    return f"{len(ended)} trials: {', '.join(parts)}" if parts else "0 trials"
+    if not parts:
+        return "0 trials"
+    answered = sum(r.reused_from is not None for r in ended)
+    if answered:
+        parts[-1] += f"; {answered} of them answered from an earlier measurement, not measured"
+    return f"{len(ended)} trials: {', '.join(parts)}"
 
 
 def check_failures(records: list[TrialRecord]) -> None:
-    """Raise `MostTrialsFailed` where more than half of the study's trials that ran failed."""
-    ran = [r for r in records if r.counted and r.status not in (None, *NOT_RUN_STATUSES)]
+    """Raise `MostTrialsFailed` where more than half of the study's trials that ran failed
+    (each measurement once: a trial answered from an earlier one did not run)."""
+    ran = [
+        r
+        for r in records
+        if r.counted and r.status not in (None, *NOT_RUN_STATUSES) and r.reused_from is None
+    ]
     failed = [r for r in ran if r.status in FAILED_STATUSES]
     if 2 * len(failed) > len(ran):
         raise MostTrialsFailed(
