@@ -39,9 +39,9 @@ class Predictor:
         state batched on its second axis, a scalar given once). A torch model's outputs come
         back nested as its module returns them (a tuple of arrays, a dict of them, ...), None
         in the place of an output left out of judging (one without a batch axis) and an output
-        judged whole (of a model of a batch of one) stacked per sample; an ONNX model's several
-        outputs as one structured array with a field per output that has a batch axis, that
-        axis first."""
+        judged whole (of a model of a batch of one) stacked per sample, alike on every engine
+        (its ONNX export says how each was judged); an ONNX model's several outputs as one
+        structured array with a field per output that has a batch axis, that axis first."""
         return self.structured(self.predict_packed(inputs))
 
     def predict_packed(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:

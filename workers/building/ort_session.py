@@ -9,16 +9,9 @@ import numpy as np
 
 from autotune.core.errors import Unsupported
 from autotune.core.knobs.engines import ORT_GRAPH_LEVELS, ORT_PROVIDERS
-from workers.building.observed_outputs import observed_outputs, sample_outputs
-from workers.building.torch_io import exported_output_structure
-from workers.loading.feeds import (
-    InputSpec,
-    batch_axes,
-    feed,
-    graph_ports,
-    model_fixed_batch,
-    packed_outputs,
-)
+from workers.building.observed_outputs import FirstCallOutputs
+from workers.building.torch_io import exported_output_judging, exported_output_structure
+from workers.loading.feeds import InputSpec, batch_axes, feed, graph_ports, model_fixed_batch
 
 # onnxruntime's input type names and the numpy dtype fed to each.
 _ORT_INPUT_TYPES = {
@@ -65,32 +58,34 @@ class OnnxRuntimeSession:
                 f"runtime.provider={provider}: onnxruntime could not start {providers[0]} and "
                 f"fell back to {', '.join(self.providers)}"
             )
-        self.inputs, self.outputs = batch_axes(
+        self.inputs, declared = batch_axes(
             [_input_spec(port) for port in self._session.get_inputs()],
             [_port_spec(port, np.float32) for port in self._session.get_outputs()],
         )
         self.fixed_batch: int | None = model_fixed_batch(self.inputs)
-        self._whole: frozenset[str] | None = None  # outputs judged whole, once observed
-        self.outputs_left_out: dict[str, str] = {}  # output -> why it is not judged
         self._model_bytes = model_bytes
-        self.output_structure = exported_output_structure(
-            self._session.get_modelmeta().custom_metadata_map
+        metadata = self._session.get_modelmeta().custom_metadata_map
+        self.output_structure = exported_output_structure(metadata)
+        self._outputs = FirstCallOutputs(
+            declared, self.fixed_batch, self._declared_in_file, exported_output_judging(metadata)
         )
+
+    @property
+    def outputs(self) -> list[InputSpec]:
+        return self._outputs.outputs
+
+    @property
+    def outputs_left_out(self) -> dict[str, str]:
+        """Output -> why it is not judged (known once the first call is read)."""
+        return self._outputs.left_out
 
     @property
     def output_names(self) -> list[str]:
         return [spec.name for spec in self.outputs]
 
     def run(self, batch: np.ndarray) -> np.ndarray:
-        outputs = self._session.run(None, feed(batch, self.inputs))
-        if self._whole is None:
-            observed = observed_outputs(
-                self.outputs, outputs, batch.shape[0], self.fixed_batch, self._declared_in_file
-            )
-            self.outputs, self._whole = observed.outputs, observed.whole
-            self.outputs_left_out = observed.left_out
-        arrays = sample_outputs(self.outputs, outputs, self._whole)
-        return packed_outputs(self.outputs, arrays, batch.shape[0])
+        arrays = self._session.run(None, feed(batch, self.inputs))
+        return self._outputs.packed(arrays, batch.shape[0])
 
     def _declared_in_file(self) -> list[InputSpec]:
         import onnx

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autotune.core.errors import Unsupported
-from workers.building.observed_outputs import UnjudgedOutputs
+from workers.building.observed_outputs import (
+    WHOLE,
+    Judged,
+    UnjudgedOutputs,
+    first_axis_not_the_batch,
+)
 from workers.loading.feeds import pack
 
 if TYPE_CHECKING:
@@ -88,6 +94,9 @@ def nesting(outputs: Any) -> Any:
 # The key of an ONNX model's metadata that holds how the torch module it was exported from
 # nested its outputs (`structure_text`), so a session of the ONNX model rebuilds them.
 OUTPUT_STRUCTURE_KEY = "autotune.output_structure"
+# The key that holds how the module had each output judged, in flattening order
+# (`TorchOutputs.judging`, as JSON), so a session of the ONNX model judges them alike.
+OUTPUT_JUDGING_KEY = "autotune.output_judging"
 
 
 def structure_text(structure: Any) -> str:
@@ -102,15 +111,6 @@ def structure_of_text(text: str) -> Any:
     return _pytree.treespec_loads(text)
 
 
-def onnx_output_structure(model_bytes: bytes) -> Any:
-    """`exported_output_structure` of an ONNX model's bytes (for a runtime that does not keep
-    the model's metadata)."""
-    import onnx
-
-    model = onnx.load_from_string(model_bytes)
-    return exported_output_structure({prop.key: prop.value for prop in model.metadata_props})
-
-
 def exported_output_structure(metadata: dict[str, str]) -> Any:
     """How the torch module an ONNX model was exported from nested its outputs, from the
     model's metadata; None for a model that was not exported by autotune."""
@@ -118,6 +118,13 @@ def exported_output_structure(metadata: dict[str, str]) -> Any:
     if text is None or importlib.util.find_spec("torch") is None:
         return None  # without torch, the outputs come back flat
     return structure_of_text(text)
+
+
+def exported_output_judging(metadata: dict[str, str]) -> list[Judged] | None:
+    """How the torch module an ONNX model was exported from had each output judged, in
+    order, from the model's metadata; None for a model that was not exported by autotune."""
+    text = metadata.get(OUTPUT_JUDGING_KEY)
+    return None if text is None else list(json.loads(text))
 
 
 def rebuilt(structure: Any, leaves: list[Any]) -> Any:
@@ -169,14 +176,18 @@ class TorchOutputs:
         if self.fixed_batch == 1:
             return frozenset(unbatched)
         self.left_out = {
-            name: f"is {array.dtype.name} {list(array.shape)} for a batch of {rows}: its first "
-            "axis is not the batch's"
-            for name, array in unbatched.items()
+            name: first_axis_not_the_batch(array, rows) for name, array in unbatched.items()
         }
         if len(self.left_out) == len(arrays):
             told = "; ".join(f"'{name}' {reason}" for name, reason in self.left_out.items())
             raise UnjudgedOutputs(f"no output of the model has a batch axis to judge ({told})")
         return frozenset()
+
+    def judging(self, names: list[str]) -> list[Judged]:
+        """How the first call's outputs `names` (in flattening order) were judged: WHOLE, None
+        where left out, else 0 (the batch on their first axis)."""
+        whole = self._whole or frozenset()
+        return [WHOLE if name in whole else None if name in self.left_out else 0 for name in names]
 
 
 def flat_tensors(outputs: Any) -> list[torch.Tensor]:

@@ -13,6 +13,7 @@ its kernels need the final dtype and device.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -27,7 +28,9 @@ from autotune.core.knobs.config import TrialConfig
 from workers.building.knobs import precision_of, pruning_of
 from workers.building.runtimes import check_runtime
 from workers.building.torch_io import (
+    OUTPUT_JUDGING_KEY,
     OUTPUT_STRUCTURE_KEY,
+    TorchOutputs,
     flat_tensors,
     output_names,
     output_structure,
@@ -90,7 +93,9 @@ def torch_to_onnx(
     """TorchScript-based export first (fast, still shipped), the torch.export-based one if the
     former is gone or cannot trace the model. The outputs are named as the torch sessions name
     them (`torch_io.output_names`), so a variant's outputs match the unmodified model's, and
-    the model's metadata says how the module nested them (`torch_io.OUTPUT_STRUCTURE_KEY`).
+    the model's metadata says how the module nested them (`torch_io.OUTPUT_STRUCTURE_KEY`) and
+    how a torch session judges each (`torch_io.OUTPUT_JUDGING_KEY`), so that the ONNX
+    sessions judge them alike and `predict` gives the same shapes on every engine.
     With `dynamic_batch`, the input's first axis is dynamic, and so is each output's that has
     the example's batch on it; else the graph takes the example's batch size alone."""
     import torch
@@ -112,14 +117,29 @@ def torch_to_onnx(
                     "the model does not export to ONNX "
                     f"(TorchScript exporter: {torchscript_error}; dynamo exporter: {dynamo_error})"
                 ) from dynamo_error
-    return _with_output_structure(exported, output_structure(outputs))
+    judged = TorchOutputs(None if dynamic_batch else sample_inputs.shape[0])
+    judged.numpy(outputs, sample_inputs.shape[0])
+    return _with_outputs_told(
+        exported,
+        names,
+        {
+            OUTPUT_STRUCTURE_KEY: structure_text(output_structure(outputs)),
+            OUTPUT_JUDGING_KEY: json.dumps(judged.judging(names)),
+        },
+    )
 
 
-def _with_output_structure(model_bytes: bytes, structure: object) -> bytes:
+def _with_outputs_told(model_bytes: bytes, names: list[str], metadata: dict[str, str]) -> bytes:
+    """The exported model with `metadata`, its outputs named `names` (an exporter names an
+    output that is a constant of the module as the constant: an Identity gives it its name)."""
     import onnx
 
     model = onnx.load_from_string(model_bytes)
-    onnx.helper.set_model_props(model, {OUTPUT_STRUCTURE_KEY: structure_text(structure)})
+    for output, name in zip(model.graph.output, names, strict=True):
+        if output.name != name:
+            model.graph.node.append(onnx.helper.make_node("Identity", [output.name], [name]))
+            output.name = name
+    onnx.helper.set_model_props(model, metadata)
     return model.SerializeToString()
 
 

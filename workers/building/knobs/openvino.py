@@ -21,8 +21,9 @@ from autotune.core.knobs.openvino import OV_PERFORMANCE_HINT, OV_PRECISIONS, OV_
 from workers.building.failures import is_out_of_memory
 from workers.building.knobs.base import implements
 from workers.building.knobs.engines import OnnxEngineImplementation, onnx_bytes_of
-from workers.building.torch_io import onnx_output_structure
-from workers.loading.feeds import InputSpec, batch_axes, feed, model_fixed_batch, packed_outputs
+from workers.building.observed_outputs import FirstCallOutputs
+from workers.building.torch_io import exported_output_judging, exported_output_structure
+from workers.loading.feeds import InputSpec, batch_axes, feed, graph_ports, model_fixed_batch
 
 if TYPE_CHECKING:
     from autotune.core.knobs.config import TrialConfig
@@ -136,22 +137,50 @@ class OpenVinoSession:
             "streams": str(self._compiled.get_property(props.num_streams())),
         }
         _refuse_unapplied(asked, self.applied)
-        self._outputs = list(self._compiled.outputs)
-        self.inputs, self.outputs = batch_axes(
+        self._ports = list(self._compiled.outputs)
+        metadata, in_file = _as_in_file(model_bytes)
+        self.inputs, declared = batch_axes(
             [_input_spec(port) for port in self._compiled.inputs],
-            [_port_spec(port, port.get_any_name(), np.float32) for port in self._outputs],
+            [_port_spec(port, _output_name(port, in_file), np.float32) for port in self._ports],
         )
         self.fixed_batch: int | None = model_fixed_batch(self.inputs)
-        self.output_structure = onnx_output_structure(model_bytes)
+        self.output_structure = exported_output_structure(metadata)
+        self._outputs = FirstCallOutputs(
+            declared, self.fixed_batch, lambda: in_file, exported_output_judging(metadata)
+        )
         self._per_thread = threading.local()
+
+    @property
+    def outputs(self) -> list[InputSpec]:
+        return self._outputs.outputs
+
+    @property
+    def outputs_left_out(self) -> dict[str, str]:
+        """Output -> why it is not judged (known once the first call is read)."""
+        return self._outputs.left_out
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         request = getattr(self._per_thread, "request", None)
         if request is None:
             request = self._per_thread.request = self._compiled.create_infer_request()
         results = request.infer(feed(batch, self.inputs))
-        arrays = [results[port] for port in self._outputs]
-        return packed_outputs(self.outputs, arrays, batch.shape[0])
+        return self._outputs.packed([results[port] for port in self._ports], batch.shape[0])
+
+
+def _as_in_file(model_bytes: bytes) -> tuple[dict[str, str], list[InputSpec]]:
+    """The ONNX model's metadata and declared outputs (OpenVINO keeps neither)."""
+    import onnx
+
+    model = onnx.load_from_string(model_bytes)
+    metadata = {prop.key: prop.value for prop in model.metadata_props}
+    return metadata, graph_ports(model)[1]
+
+
+def _output_name(port: Any, in_file: list[InputSpec]) -> str:
+    """The output's name in the ONNX model (OpenVINO gives a tensor every name it had, as
+    an Identity's input and output: `get_any_name` may answer the other)."""
+    names = port.get_names()
+    return next((spec.name for spec in in_file if spec.name in names), port.get_any_name())
 
 
 def read_onnx(core: Any, model_bytes: bytes) -> Any:
