@@ -46,7 +46,7 @@ def as_repeat(result: TrialResult, original: int | None) -> TrialResult:
     it: a repeat of that trial, not a measurement of its own (None: `result` as it is)."""
     if original is None:
         return result
-    said = f"repeat of trial {original}, answered from its measurement (not measured again)"
+    said = f"repeat of trial {original}, not measured again"
     reason = f"{said}: {result.reason}" if result.reason else said
     return result.model_copy(update={"reason": reason})
 
