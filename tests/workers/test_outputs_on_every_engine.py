@@ -11,8 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from autotune.core.contract import ConfigValue, ModelRef, Workload
+from autotune.tuning import TuneOptions, run_tune
+from tests.conftest import stored_trials
 from tests.workers.conftest import skip_unless_runnable_here, spec_for
 from tests.workers.several_outputs import sequence_of_one
 from tests.workers.test_several_outputs import (
@@ -110,3 +113,38 @@ def test_an_onnx_model_not_exported_by_autotune_names_its_output_left_out(
     assert result.status == "ok", result.reason
     told = result.metrics.accuracy_judged_by or ""  # type: ignore[union-attr]
     assert told.endswith("; left out: 'total' has no batch axis (declared 'total' (float32 []))")
+
+
+def one_trial_an_engine(path: Path) -> Path:
+    engines = ["torch_eager", *ONNX_ENGINES]
+    dimensions = [
+        {"name": "runtime.engine", "values": engines, "baseline": engines},
+        {"name": "runtime.threads", "values": [1], "baseline": 1},
+        {"name": "batch.size", "values": [4], "baseline": 4},
+        {"name": "precision.mode", "values": ["fp32"], "baseline": "fp32"},
+    ]
+    path.write_text(yaml.safe_dump({"name": "engines", "dimensions": dimensions}))
+    return path
+
+
+@pytest.mark.slow
+def test_tuned_on_every_engine_an_output_left_out_is_told_alike(
+    write_request, tmp_path: Path
+) -> None:
+    skip_unless_runnable_here({"runtime.engine": "openvino"})
+    request = write_request(
+        model={"entry_point": f"{SEVERAL}:with_class_prior"},
+        metric={"kind": "fidelity"},
+        search_space=str(one_trial_an_engine(tmp_path / "engines.yaml")),
+        budget={"trials": 3},
+    )
+    run_tune(request, TuneOptions(executor="inprocess", seed=0))
+    trials = stored_trials(f"sqlite:///{tmp_path / 'study.db'}", "digits-test")
+    told = {
+        t.config["runtime.engine"]: t.metrics.get("accuracy_judged_by")
+        for t in trials
+        if t.metrics is not None
+    }
+    assert sorted(told) == ["onnxruntime", "openvino", "torch_eager"], told
+    assert "left out: 'output_1'" in told["torch_eager"], told
+    assert len(set(told.values())) == 1, told

@@ -20,6 +20,7 @@ from workers.building.pruning import (
     prune_torch,
 )
 from workers.building.quantization import quantize_onnx_int8
+from workers.building.torch_io import output_names
 from workers.building.transforms import register_transform
 
 
@@ -178,6 +179,30 @@ def test_a_module_that_takes_one_batch_size_exports_a_graph_of_that_size_alone()
     with torch.inference_mode():
         expected = module(torch.from_numpy(inputs)).numpy()
     np.testing.assert_allclose(session.run(inputs), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("entry", "batch", "dynamic", "judging"),
+    [("with_class_prior", 2, True, [0, None]), ("sequence_of_one", 1, False, [0, "whole"])],
+)
+def test_the_export_says_how_a_torch_session_judges_each_output(
+    entry: str, batch: int, dynamic: bool, judging: list[object]
+) -> None:
+    """Per output, in order: its batch axis, 'whole' (of a batch of one) or None (left out);
+    each output named as the module's (the class prior is a constant the exporter names as
+    such)."""
+    from tests.workers import several_outputs
+    from workers.building.torch_io import OUTPUT_JUDGING_KEY, exported_output_judging
+
+    module = getattr(several_outputs, entry)()
+    inputs = np.zeros((batch, 1, 8, 8), np.float32)
+    model = onnx.load_from_string(transforms.torch_to_onnx(module, inputs, dynamic))
+    metadata = {prop.key: prop.value for prop in model.metadata_props}
+    assert OUTPUT_JUDGING_KEY in metadata
+    assert exported_output_judging(metadata) == judging
+    with torch.inference_mode():
+        names = output_names(module(torch.from_numpy(inputs)))
+    assert [output.name for output in model.graph.output] == names
 
 
 def test_registering_a_transform_twice_raises() -> None:
