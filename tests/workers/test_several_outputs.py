@@ -186,6 +186,43 @@ def test_a_stale_declared_output_shape_gives_way_to_the_returned_one(
     assert store.get(workload).reference_outputs().shape == (6, 3, 1, 8)
 
 
+def steps_model(path: Path) -> Path:
+    """Input `x` float [1, width] (a fixed batch of one); output `logits` declared
+    [1, seqlen] (stale) and returned [width, 1, 2]: a step per input column, as an OCR
+    returns [T, 1, classes]. A runtime that infers shapes itself reads it as [?, 1, 2]."""
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["columns"], perm=[1, 0]),
+        helper.make_node("Unsqueeze", ["columns", "one"], ["step"]),
+        helper.make_node("Concat", ["step", "step"], ["logits"], axis=2),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "steps",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "width"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "seqlen"])],
+        initializer=[helper.make_tensor("one", TensorProto.INT64, [1], [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path / "stale.onnx"))
+    np.savez(path / "data.npz", inputs=np.random.default_rng(0).normal(size=(6, 5)).astype("f4"))
+    return path
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+def test_a_dynamic_first_axis_that_is_not_the_batch_of_one_is_judged_whole(
+    tmp_path: Path, engine: str
+) -> None:
+    """Returned [5, 1, 2] for one sample: the first axis holds the steps, not the batch,
+    whether the runtime reports the declared [1, ?] or infers [?, 1, 2]; the output belongs
+    to the one sample."""
+    workload = stale_workload(steps_model(tmp_path))
+    result = run_trial(spec_for(workload, {"runtime.engine": engine}), WorkloadCache())
+    assert result.status == "ok", result.reason
+    assert result.metrics is not None and result.metrics.accuracy == pytest.approx(1.0)
+    assert "(10 values a sample): cosine" in (result.metrics.accuracy_judged_by or "")
+
+
 def summing_model(path: Path, doubled: bool) -> Path:
     """Input `x` float [batch, 4]; outputs `total` (a scalar: no batch axis) and, where
     `doubled`, `twice` [batch, 4]."""

@@ -170,10 +170,13 @@ def _as_in_file(spec: InputSpec, in_file: Callable[[], Sequence[InputSpec]] | No
 
 
 def _fits(spec: InputSpec, shape: tuple[int, ...], rows: int) -> bool:
+    """Whether `shape` fits the declared one, the batch's `rows` on its batch axis (a dynamic
+    batch axis that returns another size is not the batch's: `[?, 1, C]` returning
+    `[20, 1, C]` for one sample)."""
     if spec.shape is None:
         return True
     return len(shape) == len(spec.shape) and all(
-        d is None or d == g or (axis == spec.batch_axis and g == rows)
+        g == rows if axis == spec.batch_axis else d is None or d == g
         for axis, (d, g) in enumerate(zip(spec.shape, shape, strict=True))
     )
 
