@@ -189,6 +189,7 @@ class Conclusion:
             config=chosen.config,
             metrics=reported(chosen.metrics, request.cost),
             baseline=reported(revalidation.baseline.metrics, request.cost),
+            metrics_from=metrics_source(revalidation),
             constraints=constraints,
             model={"source": model.onnx or model.entry_point or "", "sha256": info.sha256},
             hardware={"fingerprint": self.profile.fingerprint, **self.profile.model_dump()},
@@ -209,6 +210,20 @@ class Conclusion:
             revalidation=revalidation.report,
             previous=revalidation.previous,
         )
+
+
+def metrics_source(revalidation: Revalidation) -> str:
+    """Where a tuned file's figures come from, in words."""
+    rounds = revalidation.report.get("rounds", 0)
+    chosen = revalidation.chosen.trial_number
+    if not rounds:
+        return f"the search's measurement of trial {chosen} (no head-to-head rounds)"
+    stored = " (stored by an earlier run of the study)" if revalidation.reused else ""
+    return (
+        f"the head-to-head{stored}: the chosen configuration (trial {chosen}) and the unmodified "
+        f"model timed in {rounds} paired rounds, each figure the median of its rounds; accuracy "
+        "as the search judged it. The search's own figures are the trial's in the study"
+    )
 
 
 def closest_to_bounds(

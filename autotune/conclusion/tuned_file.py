@@ -28,6 +28,12 @@ class TunedConfig(BaseModel):
     config: dict[str, ConfigValue]
     metrics: dict[str, Any]
     baseline: dict[str, Any]
+    metrics_from: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,  # files written before it said nothing
+        description="where `metrics` and `baseline` come from: the head-to-head's paired "
+        "rounds, not the search's measurement of the trial",
+    )
     constraints: dict[str, ConstraintOutcome]
     model: dict[str, str]
     hardware: dict[str, Any]

@@ -146,6 +146,13 @@ def test_the_chosen_trial_is_the_original(tuned: Any) -> None:
     assert outcome.tuned.study["trial_number"] == ORIGINAL
     assert outcome.tuned.revalidation["chosen"] == ORIGINAL
     assert outcome.tuned.config == EIGHT
+    rounds = outcome.tuned.revalidation["rounds"]
+    assert rounds > 0
+    assert outcome.tuned.metrics_from is not None
+    assert outcome.tuned.metrics_from.startswith("the head-to-head: the chosen configuration")
+    assert f"(trial {ORIGINAL}) and the unmodified model timed in {rounds} paired rounds" in (
+        outcome.tuned.metrics_from
+    )
 
 
 def test_autotune_report_lists_the_configuration_once(tuned: Any, directory: Path) -> None:
