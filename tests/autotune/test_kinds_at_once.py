@@ -204,6 +204,7 @@ def test_several_kinds_exit_zero_only_when_every_kind_is_tuned(
 RESULT = SimpleNamespace(
     trial_number=4,
     status="ok",
+    reason=None,
     metrics=SimpleNamespace(latency_p95_ms=0.0601),
     duration_s=1.25,
     times=SimpleNamespace(build_s=0.5, accuracy_s=0.25, timing_s=0.5),

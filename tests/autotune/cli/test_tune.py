@@ -15,6 +15,7 @@ from autotune.cli import tune
 RESULT = SimpleNamespace(
     trial_number=4,
     status="ok",
+    reason=None,
     metrics=SimpleNamespace(latency_p95_ms=0.0601),
     duration_s=1.25,
     times=SimpleNamespace(build_s=0.5, accuracy_s=0.25, timing_s=0.5),
