@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from autotune.cli import app
 from autotune.cli.shared import EXIT_INFEASIBLE
 from tests.autotune.execution.test_replay import recorded_rows, write_request, write_table
+from tests.conftest import stored_trials
 
 # The recorded table's best throughput is 1,981 samples/s; its baseline's 400.
 IMPOSSIBLE = {"min_throughput_per_s": 84000.0, "max_accuracy_drop": 0.02}
@@ -23,7 +24,8 @@ def test_an_impossible_bound_is_named_from_the_baseline_on(tmp_path: Path) -> No
     table = write_table(tmp_path / "table.csv", recorded_rows())
     request = write_request(tmp_path, constraints=IMPOSSIBLE)
     args = ["tune", str(request), "--replay", str(table), "--trials", "6", "--seed", "0"]
-    args += ["--storage", f"sqlite:///{tmp_path / 'study.db'}", "--sampler", "random"]
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    args += ["--storage", storage, "--study", "s", "--sampler", "random"]
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(tmp_path)
         result = CliRunner().invoke(app, args)
@@ -39,11 +41,13 @@ def test_an_impossible_bound_is_named_from_the_baseline_on(tmp_path: Path) -> No
     assert all(note.startswith("note: min_throughput_per_s 84,000 is met by no") for note in notes)
     (final,) = [line for line in lines if line.startswith("no tuned configuration:")]
     said = re.fullmatch(
-        r"no tuned configuration: none of 6 measured configurations meets the constraints: "
+        r"no tuned configuration: none of (\d+) measured configurations meets the constraints: "
         r"min_throughput_per_s 84,000 is met by none of them: the best reached is ([\d,]+) "
         r"samples/s \(trial \d+\), [\d.]+× below the bound; "
         r"constraints\.min_throughput_per_s: (\d+) would be met",
         final,
     )
     assert said is not None, final
-    assert int(said[2]) <= int(said[1].replace(",", "")) < 84000
+    measured = {str(sorted(t.config.items())) for t in stored_trials(storage, "s") if t.measured}
+    assert int(said[1]) == len(measured)  # each configuration once, repeats aside
+    assert int(said[3]) <= int(said[2].replace(",", "")) < 84000
