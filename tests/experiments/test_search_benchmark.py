@@ -3,8 +3,6 @@ and screens counted beside measurements, earlier runs kept in the results file."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +10,12 @@ import pytest
 
 from autotune.core.contract import TrialStatus
 from autotune.results import TrialRecord
-
-BENCHMARK = Path(__file__).resolve().parents[2] / "experiments" / "search_benchmark.py"
+from tests.autotune.strategies.test_strategy import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench() -> Any:
-    spec = importlib.util.spec_from_file_location("search_benchmark", BENCHMARK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["search_benchmark"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark()
 
 
 def record(number: int, status: TrialStatus, measured: bool) -> TrialRecord:

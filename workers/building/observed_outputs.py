@@ -125,6 +125,21 @@ def sample_outputs(
     ]
 
 
+class ReadsFirstCall:
+    """A session whose outputs a `FirstCallOutputs` reads (`_outputs`)."""
+
+    _outputs: FirstCallOutputs
+
+    @property
+    def outputs(self) -> list[InputSpec]:
+        return self._outputs.outputs
+
+    @property
+    def outputs_left_out(self) -> dict[str, str]:
+        """Output -> why it is not judged (known once the first call is read)."""
+        return self._outputs.left_out
+
+
 class FirstCallOutputs:
     """A session's outputs as its first call returned them (`observed_outputs`), and each
     call's arrays read by them (`packed`; the first call is read once, of whichever thread

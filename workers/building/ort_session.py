@@ -9,7 +9,7 @@ import numpy as np
 
 from autotune.core.errors import Unsupported
 from autotune.core.knobs.engines import ORT_GRAPH_LEVELS, ORT_PROVIDERS
-from workers.building.observed_outputs import FirstCallOutputs
+from workers.building.observed_outputs import FirstCallOutputs, ReadsFirstCall
 from workers.building.torch_io import exported_output_judging, exported_output_structure
 from workers.loading.feeds import InputSpec, batch_axes, feed, graph_ports, model_fixed_batch
 
@@ -26,7 +26,7 @@ _ORT_INPUT_TYPES = {
 }
 
 
-class OnnxRuntimeSession:
+class OnnxRuntimeSession(ReadsFirstCall):
     """An onnxruntime session with a provider list and a graph optimization level; returns the
     model's output (several as one structured array, `workers.loading.feeds`). Refuses
     (`Unsupported`) a provider that is not available or that the session silently replaced by a
@@ -69,15 +69,6 @@ class OnnxRuntimeSession:
         self._outputs = FirstCallOutputs(
             declared, self.fixed_batch, self._declared_in_file, exported_output_judging(metadata)
         )
-
-    @property
-    def outputs(self) -> list[InputSpec]:
-        return self._outputs.outputs
-
-    @property
-    def outputs_left_out(self) -> dict[str, str]:
-        """Output -> why it is not judged (known once the first call is read)."""
-        return self._outputs.left_out
 
     @property
     def output_names(self) -> list[str]:

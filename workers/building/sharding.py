@@ -42,6 +42,7 @@ from autotune.core.knobs import ENGINES
 from autotune.core.knobs.config import TrialConfig
 from workers.building.sharding_plan import plan_pairs, sample_inputs
 from workers.building.torch_io import (
+    ReadsTorchOutputs,
     TorchOutputs,
     module_device,
     module_on,
@@ -349,7 +350,7 @@ def _stop_workers(
 # Data parallel (CUDA)
 
 
-class DataParallelSession:
+class DataParallelSession(ReadsTorchOutputs):
     """`config.data_parallel` replicas of the variant, replica i on cuda:i, each made ready to
     call by the engine (`prepare`: as it is, or compiled); each call splits the batch across
     them."""
@@ -396,15 +397,6 @@ class DataParallelSession:
                     for output, chunk in zip(outputs, chunks, strict=True)
                 ]
             )
-
-    @property
-    def output_structure(self) -> Any:
-        """How the last call's outputs nest (None: a lone tensor)."""
-        return self._outputs.structure
-
-    @property
-    def outputs_left_out(self) -> dict[str, str]:
-        return self._outputs.left_out
 
     def close(self) -> None:
         self._forwards, self._modules = [], []

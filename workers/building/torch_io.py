@@ -134,6 +134,21 @@ def rebuilt(structure: Any, leaves: list[Any]) -> Any:
     return _pytree.tree_unflatten(leaves, structure)
 
 
+class ReadsTorchOutputs:
+    """A session whose module's outputs a `TorchOutputs` reads (`_outputs`)."""
+
+    _outputs: TorchOutputs
+
+    @property
+    def output_structure(self) -> Any:
+        """How the last call's outputs nest (None: a lone tensor)."""
+        return self._outputs.structure
+
+    @property
+    def outputs_left_out(self) -> dict[str, str]:
+        return self._outputs.left_out
+
+
 class TorchOutputs:
     """A module's outputs for a batch of `rows` as numpy: the only one as an array; several as
     one structured array with a field per judged output (`output_names`), each with its batch

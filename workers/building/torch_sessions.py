@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workers.building.torch_io import TorchOutputs, module_on, torch_inputs
+from workers.building.torch_io import ReadsTorchOutputs, TorchOutputs, module_on, torch_inputs
 from workers.building.torch_kernels import TorchKernels, check_attention_used, sdpa_unsupported
 from workers.building.variants import TorchVariant
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import torch
 
 
-class TorchEagerSession:
+class TorchEagerSession(ReadsTorchOutputs):
     """Runs a torch module in inference mode on the CPU or CUDA (optionally replaying a CUDA
     graph per input shape); floating outputs come back as float32 numpy arrays, several as one
     structured array (`torch_io.TorchOutputs`), nested as `output_structure` says. Takes
@@ -57,15 +57,6 @@ class TorchEagerSession:
                     raise refused from error
                 raise
             return self._outputs.numpy(outputs, batch.shape[0])
-
-    @property
-    def output_structure(self) -> Any:
-        """How the last call's outputs nest (None: a lone tensor)."""
-        return self._outputs.structure
-
-    @property
-    def outputs_left_out(self) -> dict[str, str]:
-        return self._outputs.left_out
 
 
 class CudaGraphForward:

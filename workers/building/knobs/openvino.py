@@ -21,7 +21,7 @@ from autotune.core.knobs.openvino import OV_PERFORMANCE_HINT, OV_PRECISIONS, OV_
 from workers.building.failures import is_out_of_memory
 from workers.building.knobs.base import implements
 from workers.building.knobs.engines import OnnxEngineImplementation, onnx_bytes_of
-from workers.building.observed_outputs import FirstCallOutputs
+from workers.building.observed_outputs import FirstCallOutputs, ReadsFirstCall
 from workers.building.torch_io import exported_output_judging, exported_output_structure
 from workers.loading.feeds import InputSpec, batch_axes, feed, graph_ports, model_fixed_batch
 
@@ -92,7 +92,7 @@ def _has_cpu_device() -> bool:
     return "CPU" in openvino.Core().available_devices
 
 
-class OpenVinoSession:
+class OpenVinoSession(ReadsFirstCall):
     """An ONNX model compiled by OpenVINO for the CPU with explicit threads, precision,
     performance hint and streams; returns the model's output (several as one structured
     array, `workers.loading.feeds`). `applied` holds the properties read back from the compiled
@@ -149,15 +149,6 @@ class OpenVinoSession:
             declared, self.fixed_batch, lambda: in_file, exported_output_judging(metadata)
         )
         self._per_thread = threading.local()
-
-    @property
-    def outputs(self) -> list[InputSpec]:
-        return self._outputs.outputs
-
-    @property
-    def outputs_left_out(self) -> dict[str, str]:
-        """Output -> why it is not judged (known once the first call is read)."""
-        return self._outputs.left_out
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         request = getattr(self._per_thread, "request", None)
