@@ -56,6 +56,7 @@ def test_tune_writes_study_mlflow_runs_and_tuned_file(write_request, tmp_path: P
         "config",
         "metrics",
         "baseline",
+        "metrics_from",
         "constraints",
         "model",
         "hardware",

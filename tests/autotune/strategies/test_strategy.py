@@ -132,7 +132,7 @@ def test_out_of_order_slots_tell_each_trial_once_and_measure_each_config_once(
 ) -> None:
     trials = tune(tmp_path, budget=30, workers=3)
     finished = ("complete", "pruned")
-    assert len(trials) == 30
+    assert len([t for t in trials if t.status != "skipped"]) == 30  # skips are not in the budget
     assert all(t.state in finished for t in trials)
     configs = measured_configs(trials)
     assert len(configs) == len(set(configs))
