@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -12,7 +14,10 @@ import numpy as np
 from autotune.core.contract import ConfigValue, Workload
 from autotune.core.errors import RequestError
 from autotune.core.knobs.config import TrialConfig, parse_config
+from workers.building.ort_session import OnnxRuntimeSession
+from workers.building.quantization import calibration_subset
 from workers.building.runtimes import Session, build_session, check_runtime
+from workers.building.sensitivity import SENSITIVITY_SAMPLES, Sensitivity, measure_sensitivity
 from workers.building.sharding import ModelSource
 from workers.building.transforms import build_variant
 from workers.building.variants import BuildContext, OnnxVariant, TorchVariant, Variant
@@ -23,6 +28,7 @@ from workers.measuring.evaluate import (
     QualityMetric,
     SubsetScore,
     VariantQuality,
+    fidelity,
     hoeffding_slack,
     resolve_metric,
     run_all,
@@ -43,6 +49,8 @@ class LoadedWorkload:
     metric: QualityMetric
     quality_by_variant: dict[str, VariantQuality] = field(default_factory=dict)
     onnx_by_variant: dict[str, bytes] = field(default_factory=dict)
+    # (sha256 of an fp32 ONNX model, int8 mode) -> its nodes' sensitivity on this data.
+    sensitivity_by_model: dict[tuple[str, str], Sensitivity] = field(default_factory=dict)
     _reference_outputs: np.ndarray | None = None
 
     @property
@@ -75,7 +83,19 @@ class LoadedWorkload:
             sample_inputs=self.one_batch(),
             calibration_inputs=self.data.inputs,
             fixed_batch=self.workload.model.fixed_batch,
+            ranked_nodes=self.ranked_nodes,
         )
+
+    def ranked_nodes(self, model_bytes: bytes, mode: str) -> tuple[str, ...]:
+        """The fp32 ONNX model's quantizable nodes, most sensitive to `mode` first: measured
+        on this workload's data once per model content, mode and process."""
+        key = (hashlib.sha256(model_bytes).hexdigest(), mode)
+        if key not in self.sensitivity_by_model:
+            samples = calibration_subset(self.data.inputs, SENSITIVITY_SAMPLES)
+            self.sensitivity_by_model[key] = measure_sensitivity(
+                model_bytes, mode, samples, infidelity_to(model_bytes, samples)
+            )
+        return self.sensitivity_by_model[key].ranked
 
     def one_batch(self) -> np.ndarray:
         """The first inputs, as many as one call of the model takes where it fixes its batch
@@ -160,6 +180,16 @@ class LoadedWorkload:
         if config.variant_id not in self.quality_by_variant:
             self.quality_by_variant[config.variant_id] = self.judge(session)
         return self.quality_by_variant[config.variant_id]
+
+
+def infidelity_to(model_bytes: bytes, samples: np.ndarray) -> Callable[[bytes], float]:
+    """1 - `fidelity` of another ONNX model's outputs on `samples` to this model's."""
+
+    def outputs(model: bytes) -> np.ndarray:
+        return run_all(OnnxRuntimeSession(model, threads=len(os.sched_getaffinity(0))), samples)
+
+    reference = outputs(model_bytes)
+    return lambda candidate: 1.0 - fidelity(outputs(candidate), reference)
 
 
 def load_workload(workload: Workload) -> LoadedWorkload:

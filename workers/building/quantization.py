@@ -9,10 +9,11 @@ runs where; the functions here build what they are asked for.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,60 +93,85 @@ def fp8_linear(child: torch.nn.Module) -> bool:
 INT8_OP_TYPE_CHOICES: tuple[tuple[str, ...] | None, ...] = (None, ("MatMul", "Gemm"))
 
 
-def quantize_onnx_int8(model_bytes: bytes) -> bytes:
-    """Dynamic quantization: int8 weights, activations quantized per batch at run time."""
+def quantize_onnx_int8(model_bytes: bytes, float_nodes: Sequence[str] = ()) -> bytes:
+    """Dynamic quantization: int8 weights, activations quantized per batch at run time; the
+    nodes named in `float_nodes` stay in float (and the model's metadata names them)."""
     failures = []
     for op_types in INT8_OP_TYPE_CHOICES:
         try:
-            quantized = _quantize_dynamic(model_bytes, op_types)
+            quantized = quantize_dynamic_nodes(model_bytes, op_types, exclude=float_nodes)
         except Exception as error:  # e.g. a weight the quantizer cannot read as a constant
             failures.append(f"op types {op_types or 'all'}: {type(error).__name__}: {error}")
             continue
         problem = cpu_load_problem(quantized)
         if problem is None:
-            return refuse_unquantized(quantized, "int8_dynamic")
+            return with_float_nodes(refuse_unquantized(quantized, "int8_dynamic"), float_nodes)
         failures.append(f"op types {op_types or 'all'}: {problem}")
     raise Unsupported(
         "precision.mode=int8_dynamic: no quantized model loads on CPU; " + "; ".join(failures)
     )
 
 
-def _quantize_dynamic(model_bytes: bytes, op_types: tuple[str, ...] | None) -> bytes:
-    import onnx
+def quantize_dynamic_nodes(
+    model_bytes: bytes,
+    op_types: tuple[str, ...] | None,
+    exclude: Sequence[str] = (),
+    only: Sequence[str] | None = None,
+) -> bytes:
+    """ONNX Runtime's dynamic quantizer over `op_types` (None: all it knows), leaving out the
+    nodes named in `exclude`; with `only`, quantizing those nodes alone."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with tempfile.TemporaryDirectory() as directory:
         output = Path(directory) / "quantized.onnx"
         quantize_dynamic(
-            onnx.load_model_from_string(model_bytes),
+            with_node_names(model_bytes),
             output,
             weight_type=QuantType.QInt8,
             op_types_to_quantize=list(op_types) if op_types else None,
+            nodes_to_quantize=list(only) if only is not None else None,
+            nodes_to_exclude=list(exclude),
         )
         return output.read_bytes()
 
 
-def quantize_onnx_int8_static(model_bytes: bytes, inputs: np.ndarray) -> bytes:
+def quantize_onnx_int8_static(
+    model_bytes: bytes, inputs: np.ndarray, float_nodes: Sequence[str] = ()
+) -> bytes:
     """Static quantization in QDQ format: int8 weights (per output channel) and int8
-    activations whose ranges (min/max) were observed on `calibration_subset(inputs)`."""
-    import onnx
+    activations whose ranges (min/max) were observed on `calibration_subset(inputs)`; the
+    nodes named in `float_nodes` stay in float (and the model's metadata names them)."""
+    quantized = quantize_static_nodes(model_bytes, calibration_subset(inputs), float_nodes)
+    problem = cpu_load_problem(quantized)
+    if problem is not None:
+        raise Unsupported(
+            f"precision.mode=int8_static: the quantized model does not load: {problem}"
+        )
+    return with_float_nodes(refuse_unquantized(quantized, "int8_static"), float_nodes)
+
+
+def quantize_static_nodes(
+    model_bytes: bytes,
+    samples: np.ndarray,
+    exclude: Sequence[str] = (),
+    only: Sequence[str] | None = None,
+) -> bytes:
+    """ONNX Runtime's static QDQ quantizer calibrated on `samples`, leaving out the nodes
+    named in `exclude`; with `only`, quantizing those nodes alone."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    model, per_channel = _with_per_channel_qdq(onnx.load_model_from_string(model_bytes))
-    reader = calibration_reader(model, calibration_subset(inputs))
+    model, per_channel = _with_per_channel_qdq(with_node_names(model_bytes))
+    reader = calibration_reader(model, samples)
     with tempfile.TemporaryDirectory() as directory:
         output = Path(directory) / "quantized.onnx"
         try:
             quantize_static(
-                model,
-                output,
-                reader,
-                quant_format=QuantFormat.QDQ,
-                per_channel=per_channel,
-                activation_type=QuantType.QInt8,
-                weight_type=QuantType.QInt8,
+                model, output, reader, quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                 calibrate_method=CalibrationMethod.MinMax,
-            )
+                nodes_to_quantize=list(only) if only is not None else None,
+                nodes_to_exclude=list(exclude),
+            )  # fmt: skip
         except Exception as error:  # the quantizer's own failure on this model
             if is_out_of_memory(error):
                 raise
@@ -154,13 +180,44 @@ def quantize_onnx_int8_static(model_bytes: bytes, inputs: np.ndarray) -> bytes:
                 "precision.mode=int8_static: ONNX Runtime's static quantizer fails on this "
                 f"model ({type(error).__name__}: {first_line})"
             ) from error
-        quantized = output.read_bytes()
-    problem = cpu_load_problem(quantized)
-    if problem is not None:
-        raise Unsupported(
-            f"precision.mode=int8_static: the quantized model does not load: {problem}"
-        )
-    return refuse_unquantized(quantized, "int8_static")
+        return output.read_bytes()
+
+
+# The model metadata key that lists, as JSON, the nodes an int8 model keeps in float.
+FLOAT_NODES_KEY = "autotune.float_nodes"
+
+
+def with_float_nodes(model_bytes: bytes, float_nodes: Sequence[str]) -> bytes:
+    """The model with `float_nodes` named in its metadata (FLOAT_NODES_KEY), where any."""
+    import onnx
+
+    if not float_nodes:
+        return model_bytes
+    model = onnx.load_model_from_string(model_bytes)
+    props = {p.key: p.value for p in model.metadata_props}
+    onnx.helper.set_model_props(model, {**props, FLOAT_NODES_KEY: json.dumps(list(float_nodes))})
+    return bytes(model.SerializeToString())
+
+
+def float_nodes_of(model_bytes: bytes) -> list[str]:
+    """The nodes an int8 model says it keeps in float (FLOAT_NODES_KEY)."""
+    import onnx
+
+    model = onnx.load_model_from_string(model_bytes)
+    recorded = next((p.value for p in model.metadata_props if p.key == FLOAT_NODES_KEY), "[]")
+    return [str(name) for name in json.loads(recorded)]
+
+
+def with_node_names(model_bytes: bytes) -> onnx.ModelProto:
+    """The model with every unnamed top-level node named `<op type>_<index>` (the quantizer
+    leaves nodes out by name; the same model always gets the same names)."""
+    import onnx
+
+    model = onnx.load_model_from_string(model_bytes)
+    for index, node in enumerate(model.graph.node):
+        if not node.name:
+            node.name = f"{node.op_type}_{index}"
+    return model
 
 
 # What a quantizer puts where it quantized something, in either format.

@@ -13,6 +13,7 @@ from autotune.core.knobs.base import (
     DEVICE_KEY,
     ENGINE_KEY,
     ENGINES,
+    FALLBACK_KEY,
     PRECISION_KEY,
     PRECISIONS,
     PRUNE_KEY,
@@ -39,6 +40,7 @@ __all__ = [
     "DEVICE_KEY",
     "ENGINES",
     "ENGINE_KEY",
+    "FALLBACK_KEY",
     "PRECISIONS",
     "PRECISION_KEY",
     "PRUNE_KEY",
@@ -64,14 +66,15 @@ __all__ = [
 
 def defines_variant(key: str) -> bool:
     """Whether a configuration key changes the model variant (see `variant_key`)."""
-    if key in (ENGINE_KEY, *DEFAULTS, "prune.ratio"):
+    if key in (ENGINE_KEY, *DEFAULTS, "prune.ratio", FALLBACK_KEY):
         return True
     return any(o.key == key and o.defines_variant for e in ENGINES.values() for o in e.options)
 
 
 def variant_key(config: Mapping[str, ConfigValue]) -> str:
-    """Names the model variant a configuration runs: its engine, device, precision, pruning
-    (with the ratio where the method takes one) and any engine option that changes numerics.
+    """Names the model variant a configuration runs: its engine, device, precision (with the
+    nodes an int8 model keeps in float, where it keeps any), pruning (with the ratio where the
+    method takes one) and any engine option that changes numerics.
     Accuracy depends on these alone, never on batch size, threads or other kernel choices, so
     it is measured once per variant. A missing key and its default name the same variant."""
     parts: dict[str, ConfigValue] = {k: config.get(k, v) for k, v in DEFAULTS.items()}
@@ -84,6 +87,8 @@ def variant_key(config: Mapping[str, ConfigValue]) -> str:
             parts["prune.ratio"] = ratio
         else:
             parts[PRUNE_KEY] = "none"
+    if config.get(FALLBACK_KEY, 0):
+        parts[FALLBACK_KEY] = config[FALLBACK_KEY]
     engine = ENGINES.get(str(config.get(ENGINE_KEY)))
     for option in engine.options if engine is not None else ():
         if option.defines_variant:

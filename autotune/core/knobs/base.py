@@ -31,6 +31,8 @@ ModelKind = Literal["torch", "onnx"]
 ENGINE_KEY = "runtime.engine"
 PRECISION_KEY = "precision.mode"
 PRUNE_KEY = "prune.method"
+# Of an int8 model, how many of its nodes most sensitive to quantization stay in float.
+FALLBACK_KEY = "precision.fallback"
 DEVICE_KEY = "runtime.device"
 # What a configuration that leaves these keys out runs.
 DEFAULTS: dict[str, str] = {DEVICE_KEY: "cpu", PRECISION_KEY: "fp32", PRUNE_KEY: "none"}

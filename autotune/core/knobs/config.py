@@ -16,6 +16,7 @@ from autotune.core.knobs import (
     DEVICE_KEY,
     ENGINE_KEY,
     ENGINES,
+    FALLBACK_KEY,
     PRECISION_KEY,
     PRECISIONS,
     PRUNE_KEY,
@@ -36,6 +37,7 @@ SHARED_KEYS = frozenset(
     {
         "batch.size",
         "precision.mode",
+        "precision.fallback",
         "prune.method",
         "prune.ratio",
         "runtime.engine",
@@ -73,6 +75,7 @@ class TrialConfig:
     tensor_parallel: int = 1
     data_parallel: int = 1
     concurrency: int = 1  # threads calling the session at once while it is measured
+    fallback: int = 0  # of an int8 model, how many of its most sensitive nodes stay in float
     options: dict[str, ConfigValue] = field(default_factory=dict, compare=False)
 
     def option(self, key: str) -> ConfigValue:
@@ -97,6 +100,7 @@ class TrialConfig:
             PRECISION_KEY: self.precision,
             PRUNE_KEY: self.prune_method,
             "prune.ratio": self.prune_ratio,
+            FALLBACK_KEY: self.fallback,
             **self.options,
         }
 
@@ -130,6 +134,7 @@ def parse_config(config: dict[str, ConfigValue], kind: ModelKind) -> TrialConfig
         tensor_parallel=_positive_int(config, "shard.tensor_parallel", 1),
         data_parallel=_positive_int(config, "shard.data_parallel", 1),
         concurrency=_positive_int(config, "load.concurrency", 1),
+        fallback=_fallback(config),
         options={option.key: option.parse(config) for option in engine_options()},
     )
 
@@ -162,6 +167,13 @@ def _flag(config: dict[str, ConfigValue], key: str) -> bool:
     value = config.get(key, False)
     if not isinstance(value, bool):
         raise Unsupported(f"{key}={value!r} must be true or false")
+    return value
+
+
+def _fallback(config: dict[str, ConfigValue]) -> int:
+    value = config.get(FALLBACK_KEY, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Unsupported(f"{FALLBACK_KEY}={value!r} must be an integer >= 0")
     return value
 
 

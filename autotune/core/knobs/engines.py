@@ -9,7 +9,9 @@ apply).
   max-autotune-no-cudagraphs; the CUDA-graph modes need CUDA), attention.sdpa_backend,
   cuda.cudnn_benchmark, shard.data_parallel. CUDA graphs come from mode reduce-overhead.
 - onnxruntime: runtime.provider (cpu, cuda, tensorrt; must be available and really used),
-  runtime.graph_opt. It runs where its provider does (runtime.device=cuda needs a GPU provider).
+  runtime.graph_opt, precision.fallback (int8 modes only: how many of the nodes most sensitive
+  to quantization stay in float). It runs where its provider does (runtime.device=cuda needs
+  a GPU provider).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ SHARED_OPTIONS: dict[str, tuple[str, object]] = {
     "cuda_graphs": ("cuda.graphs", False),
     "tensor_parallel": ("shard.tensor_parallel", 1),
     "data_parallel": ("shard.data_parallel", 1),
+    "fallback": ("precision.fallback", 0),
 }
 # compile modes whose point is CUDA graphs; on the CPU inductor silently skips that part.
 _CUDA_GRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
@@ -64,6 +67,8 @@ ORT_GRAPH_LEVELS = {
     "extended": "ORT_ENABLE_EXTENDED",
     "all": "ORT_ENABLE_ALL",
 }
+# The modes whose quantizer can leave named nodes in float (`precision.fallback`).
+INT8_MODES = ("int8_dynamic", "int8_static")
 ORT_GRAPH_OPT = Option("runtime.graph_opt", ("disable", "basic", "extended", "all"), "all")
 
 
@@ -130,7 +135,7 @@ def _torch_device_reason(config: TrialConfig, target: Target) -> str | None:
 @register
 class TorchEager(TorchEngine):
     name = "torch_eager"
-    applies = frozenset(SHARED_OPTIONS)
+    applies = frozenset(SHARED_OPTIONS) - {"fallback"}
     concurrent_calls = True
 
 
@@ -160,6 +165,7 @@ class OnnxRuntime(Engine):
     name = "onnxruntime"
     model_format = "onnx"
     options = (ORT_PROVIDER, ORT_GRAPH_OPT)
+    applies = frozenset({"fallback"})
     needs = ("ort.cpu|ort.cuda|ort.tensorrt",)
     software = ("onnxruntime", "onnx")
     concurrent_calls = True
@@ -177,6 +183,11 @@ class OnnxRuntime(Engine):
             return (
                 "runtime.device=cuda with runtime.provider=cpu: onnxruntime runs where its "
                 "provider does; ask for runtime.provider=cuda or tensorrt"
+            )
+        if config.fallback and config.precision not in INT8_MODES:
+            return (
+                f"precision.fallback={config.fallback} keeps nodes of an int8 model in float; "
+                f"{PRECISION_KEY}={config.precision} is not one of {list(INT8_MODES)}"
             )
         if config.precision == "fp16" and provider == "cpu":
             return (

@@ -35,6 +35,8 @@ class DevicePrecisionImplementation(PrecisionImplementation):
         if isinstance(variant, TorchVariant):
             return self.build_torch(variant, config)
         assert isinstance(variant, OnnxVariant)
+        if config.fallback:
+            return OnnxVariant(self.build_onnx_with_fallback(variant.model_bytes, config, context))
         return OnnxVariant(self.build_onnx(variant.model_bytes, context))
 
     def build_torch(self, variant: TorchVariant, config: TrialConfig) -> TorchVariant:
@@ -52,6 +54,11 @@ class DevicePrecisionImplementation(PrecisionImplementation):
 
     def build_onnx(self, model_bytes: bytes, context: BuildContext) -> bytes:
         raise Unsupported(f"{self.key}={self.name} has no ONNX rewrite")
+
+    def build_onnx_with_fallback(
+        self, model_bytes: bytes, config: TrialConfig, context: BuildContext
+    ) -> bytes:
+        raise Unsupported(f"precision.fallback: {self.key}={self.name} keeps no node in float")
 
 
 @implements
@@ -87,6 +94,13 @@ class Int8DynamicImplementation(DevicePrecisionImplementation, Int8Dynamic):
 
         return quantize_onnx_int8(model_bytes)
 
+    def build_onnx_with_fallback(
+        self, model_bytes: bytes, config: TrialConfig, context: BuildContext
+    ) -> bytes:
+        from workers.building.quantization import quantize_onnx_int8
+
+        return quantize_onnx_int8(model_bytes, most_sensitive(model_bytes, config, context))
+
 
 @implements
 class Int8StaticImplementation(DevicePrecisionImplementation, Int8Static):
@@ -96,6 +110,30 @@ class Int8StaticImplementation(DevicePrecisionImplementation, Int8Static):
         if context.calibration_inputs is None:
             raise Unsupported("precision.mode=int8_static needs calibration inputs")
         return quantize_onnx_int8_static(model_bytes, context.calibration_inputs)
+
+    def build_onnx_with_fallback(
+        self, model_bytes: bytes, config: TrialConfig, context: BuildContext
+    ) -> bytes:
+        from workers.building.quantization import quantize_onnx_int8_static
+
+        float_nodes = most_sensitive(model_bytes, config, context)
+        assert context.calibration_inputs is not None  # most_sensitive needed the data too
+        return quantize_onnx_int8_static(model_bytes, context.calibration_inputs, float_nodes)
+
+
+def most_sensitive(model_bytes: bytes, config: TrialConfig, context: BuildContext) -> list[str]:
+    """The `config.fallback` quantizable nodes of the model most sensitive to its int8 mode."""
+    if context.ranked_nodes is None or context.calibration_inputs is None:
+        raise Unsupported(
+            f"precision.fallback={config.fallback} needs the workload's data to rank nodes by"
+        )
+    ranked = list(context.ranked_nodes(model_bytes, config.precision))
+    if config.fallback > len(ranked):
+        raise Unsupported(
+            f"precision.fallback={config.fallback}: the model has {len(ranked)} quantizable "
+            "nodes, and an int8 model keeps some of them quantized"
+        )
+    return ranked[: config.fallback]
 
 
 @implements

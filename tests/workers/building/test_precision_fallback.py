@@ -1,0 +1,147 @@
+"""precision.fallback: the int8 model's most quantization-sensitive nodes stay in float. A
+three-layer ONNX model whose first MatMul takes inputs with one huge channel (that the layer's
+weights ignore) loses its fidelity when that layer's input is int8, and keeps it when that
+layer alone stays in float."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from autotune.core.artifacts import VARIANT_FILE
+from autotune.core.contract import DataRef, MetricRef, ModelRef, Workload
+from autotune.core.errors import Unsupported
+from autotune.core.knobs.config import parse_config
+from tests.workers.conftest import spec_for
+from workers import export_artifact
+from workers.building.quantization import float_nodes_of
+from workers.building.sensitivity import Sensitivity, measure_sensitivity
+from workers.building.transforms import build_variant
+from workers.building.variants import BuildContext, OnnxVariant
+from workers.cache import WorkloadCache, infidelity_to
+
+WIDTH = 16
+SAMPLES = 48
+BOUND = 0.01
+NODES = ("hostile", "benign_mid", "benign_out")
+MODES = ("int8_dynamic", "int8_static")
+
+
+def hostile_model() -> bytes:
+    """input @ W1 @ W2 @ W3, where W1 ignores the inputs' channel 0 (huge, `inputs`): in float
+    that channel vanishes; an int8 input to `hostile` has a scale so coarse that every other
+    channel rounds to zero."""
+    rng = np.random.default_rng(0)
+    weights = {name: rng.normal(size=(WIDTH, WIDTH)).astype(np.float32) for name in NODES}
+    weights["hostile"][0, :] = 0.0
+    layers = [
+        ("input", "hostile", "h1"),
+        ("h1", "benign_mid", "h2"),
+        ("h2", "benign_out", "output"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", [x, f"{name}_w"], [y], name=name) for x, name, y in layers],
+        "hostile",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", WIDTH])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", WIDTH])],
+        [numpy_helper.from_array(value, f"{name}_w") for name, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model.SerializeToString()
+
+
+def inputs() -> np.ndarray:
+    samples = np.random.default_rng(1).normal(size=(SAMPLES, WIDTH)).astype(np.float32)
+    samples[:, 0] = 1e4
+    return samples
+
+
+def infidelity(model_bytes: bytes, reference_bytes: bytes) -> float:
+    return infidelity_to(reference_bytes, inputs())(model_bytes)
+
+
+def sensitivity(model_bytes: bytes, mode: str) -> Sensitivity:
+    return measure_sensitivity(model_bytes, mode, inputs(), infidelity_to(model_bytes, inputs()))
+
+
+def build(mode: str, fallback: int) -> bytes:
+    config = parse_config(
+        {"runtime.engine": "onnxruntime", "precision.mode": mode, "precision.fallback": fallback},
+        "onnx",
+    )
+    context = BuildContext(
+        sample_inputs=inputs()[:2],
+        calibration_inputs=inputs(),
+        ranked_nodes=lambda model, m: sensitivity(model, m).ranked,
+    )
+    variant = build_variant(OnnxVariant(hostile_model()), config, context)
+    assert isinstance(variant, OnnxVariant)
+    return variant.model_bytes
+
+
+def quantized_nodes(model_bytes: bytes) -> set[str]:
+    """The model's MatMul nodes that are quantized: replaced (by an integer or QLinear node)
+    or given a dequantized int8 weight (QDQ)."""
+    graph = onnx.load_model_from_string(model_bytes).graph
+    float_weights = {init.name for init in graph.initializer if init.data_type == TensorProto.FLOAT}
+    float_matmuls = {
+        n.name for n in graph.node if n.op_type == "MatMul" and n.input[1] in float_weights
+    }
+    return set(NODES) - float_matmuls
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_hostile_layer_ranks_first(mode: str) -> None:
+    measured = sensitivity(hostile_model(), mode)
+    assert measured.ranked[0] == "hostile"
+    assert set(measured.ranked) == set(NODES)
+    benign = max(measured.measured[name] for name in ("benign_mid", "benign_out"))
+    assert measured.measured["hostile"] > BOUND > benign
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fallback_one_meets_the_bound_that_whole_model_int8_breaks(mode: str) -> None:
+    assert infidelity(build(mode, 0), hostile_model()) > BOUND
+    assert infidelity(build(mode, 1), hostile_model()) <= BOUND
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fallback", [0, 1, 2])
+def test_exactly_the_named_nodes_stay_in_float(mode: str, fallback: int) -> None:
+    built = build(mode, fallback)
+    kept = float_nodes_of(built)
+    assert len(kept) == fallback
+    assert quantized_nodes(built) == set(NODES) - set(kept)
+
+
+def test_more_fallback_than_quantizable_nodes_is_refused() -> None:
+    with pytest.raises(Unsupported, match="precision.fallback=4: the model has 3"):
+        build("int8_dynamic", 4)
+
+
+def test_the_exported_artifact_is_the_model_with_its_float_nodes(tmp_path: Path) -> None:
+    model_path, data_path = tmp_path / "hostile.onnx", tmp_path / "data.npz"
+    model_path.write_bytes(hostile_model())
+    np.savez(data_path, inputs=inputs())
+    workload = Workload(
+        model=ModelRef(onnx=str(model_path)),
+        data=DataRef(npz=str(data_path)),
+        metric=MetricRef(kind="fidelity"),
+    )
+    config = {"runtime.engine": "onnxruntime", "precision.mode": "int8_dynamic",
+              "precision.fallback": 1}  # fmt: skip
+    store = WorkloadCache()
+    artifact = export_artifact(spec_for(workload, config), str(tmp_path / "out"), store)
+    exported = Path(artifact.path).read_bytes()
+    assert float_nodes_of(exported) == ["hostile"]
+    assert quantized_nodes(exported) == {"benign_mid", "benign_out"}
+    assert json.loads((tmp_path / "out" / VARIANT_FILE).read_text())["config"] == config
+    loaded = store.get(workload)
+    assert len(loaded.sensitivity_by_model) == 1  # measured once for this model and mode
+    loaded.variant_for(loaded.parse({**config, "precision.fallback": 2}))
+    assert len(loaded.sensitivity_by_model) == 1

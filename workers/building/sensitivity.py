@@ -1,0 +1,100 @@
+"""How much each quantizable node of an ONNX model costs in fidelity when it alone is int8:
+the ranking `precision.fallback` keeps the most sensitive nodes of an int8 model in float by.
+
+A node's sensitivity is how far the model with that node alone quantized (in the precision
+mode asked for) strays from the float model: the caller's `infidelity` of it (the workload
+cache judges 1 - `workers.measuring.evaluate.fidelity` on SENSITIVITY_SAMPLES evaluation
+inputs, which static quantization also calibrates on here). Only the MAX_MEASURED_NODES
+largest nodes (by weight size) are measured; the rest count as insensitive and follow them,
+largest first.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from workers.building.quantization import (
+    quantize_dynamic_nodes,
+    quantize_static_nodes,
+    with_node_names,
+)
+
+if TYPE_CHECKING:
+    import onnx
+
+logger = logging.getLogger(__name__)
+
+SENSITIVITY_SAMPLES = 32
+MAX_MEASURED_NODES = 16
+# The node types with a constant weight that ONNX Runtime's int8 quantizers quantize.
+QUANTIZABLE_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"})
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """A model's quantizable nodes, most sensitive first (`ranked`), and the measured ones'
+    sensitivity (1 - fidelity, `measured`); unmeasured nodes follow the measured ones."""
+
+    ranked: tuple[str, ...]
+    measured: dict[str, float]
+
+
+# 1 - fidelity of a quantized model to the float one it was quantized from.
+Infidelity = Callable[[bytes], float]
+
+
+def measure_sensitivity(
+    model_bytes: bytes, mode: str, samples: np.ndarray, infidelity: Infidelity
+) -> Sensitivity:
+    """Each of the model's largest quantizable nodes quantized alone in `mode` (int8_dynamic
+    or int8_static; static calibrates on `samples`), judged by `infidelity`."""
+    nodes = quantizable_nodes(with_node_names(model_bytes))
+    measured_nodes = nodes[:MAX_MEASURED_NODES]
+    if len(nodes) > len(measured_nodes):
+        logger.info(
+            "%s sensitivity: %d quantizable nodes; the %d largest measured, the other %d "
+            "treated as insensitive",
+            mode, len(nodes), len(measured_nodes), len(nodes) - len(measured_nodes),
+        )  # fmt: skip
+    measured: dict[str, float] = {}
+    for name in measured_nodes:
+        score = _node_sensitivity(model_bytes, mode, name, samples, infidelity)
+        if score is not None:
+            measured[name] = score
+    ranked = sorted(measured, key=lambda name: -measured[name])
+    ranked += [name for name in nodes if name not in measured]
+    return Sensitivity(tuple(ranked), measured)
+
+
+def quantizable_nodes(model: onnx.ModelProto) -> list[str]:
+    """The top-level nodes of QUANTIZABLE_OPS whose weight (second input) is a constant,
+    largest weight first (ties in graph order)."""
+    sizes = {init.name: math.prod(init.dims) for init in model.graph.initializer}
+    weighted = [
+        (node.name, sizes[node.input[1]])
+        for node in model.graph.node
+        if node.op_type in QUANTIZABLE_OPS and len(node.input) > 1 and node.input[1] in sizes
+    ]
+    return [name for name, _ in sorted(weighted, key=lambda pair: -pair[1])]
+
+
+def _node_sensitivity(
+    model_bytes: bytes, mode: str, name: str, samples: np.ndarray, infidelity: Infidelity
+) -> float | None:
+    """The infidelity of the model with node `name` alone quantized; None (and a log line)
+    where the quantizer or ONNX Runtime cannot build or run that model."""
+    try:
+        if mode == "int8_static":
+            quantized = quantize_static_nodes(model_bytes, samples, only=[name])
+        else:
+            quantized = quantize_dynamic_nodes(model_bytes, None, only=[name])
+        return infidelity(quantized)
+    except Exception as error:  # one node the quantizer or a kernel refuses; the rest still rank
+        logger.info("%s sensitivity of node %s not measured: %s", mode, name, error)
+        return None
