@@ -4,7 +4,8 @@ An ONNX engine writes `model.onnx`, the exact ONNX model its trial ran, with an 
 (the first evaluation inputs, fed by input name) and the outputs ONNX Runtime gives for it. A
 torch engine writes `model.safetensors` with the variant's pruned fp32 weights; loading
 re-applies the precision deterministically. Beside either, `variant.json`: the configuration
-(and for torch the model's entry point), so the artifact runs as its trial did.
+(and for torch the model's entry point; for an int8 ONNX model that keeps nodes in float,
+their names), so the artifact runs as its trial did.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from autotune.core.artifacts import (
 from autotune.core.contract import ArtifactInfo, TrialSpec
 from autotune.core.knobs.config import TrialConfig
 from autotune.core.model_files import file_sha256
+from workers.building.quantization import float_nodes_of
 from workers.building.variants import OnnxVariant, TorchVariant
 
 if TYPE_CHECKING:
@@ -40,7 +42,10 @@ def export_onnx(
     path = directory / ONNX_ARTIFACT
     path.write_bytes(variant.model_bytes)
     write_examples(variant.model_bytes, loaded.data.inputs, directory)
-    describe(directory, {"config": spec.config, "model_sha256": loaded.model.sha256})
+    description: dict[str, Any] = {"config": spec.config, "model_sha256": loaded.model.sha256}
+    if config.fallback:
+        description[FLOAT_NODES_FIELD] = float_nodes_of(variant.model_bytes)
+    describe(directory, description)
     return ArtifactInfo(path=str(path), format="onnx", sha256=file_sha256(path))
 
 
@@ -62,6 +67,8 @@ def write_examples(model_bytes: bytes, inputs: np.ndarray, directory: Path) -> N
     np.savez(directory / OUTPUT_EXAMPLE_FILE, **by_name)  # type: ignore[arg-type]
 
 
+# The key of an int8 ONNX artifact's description that lists the nodes it keeps in float.
+FLOAT_NODES_FIELD = "float_nodes"
 # The key of a torch artifact's description that holds the only batch size its module takes.
 FIXED_BATCH_KEY = "model_fixed_batch"
 

@@ -32,8 +32,12 @@ logger = logging.getLogger(__name__)
 
 SENSITIVITY_SAMPLES = 32
 MAX_MEASURED_NODES = 16
-# The node types with a constant weight that ONNX Runtime's int8 quantizers quantize.
-QUANTIZABLE_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"})
+# By mode, the node types with a constant weight (second input) that ONNX Runtime's quantizer
+# quantizes: its dynamic (integer) quantizer has no Gemm or ConvTranspose.
+QUANTIZABLE_OPS = {
+    "int8_dynamic": frozenset({"MatMul", "Conv"}),
+    "int8_static": frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"}),
+}
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ def measure_sensitivity(
 ) -> Sensitivity:
     """Each of the model's largest quantizable nodes quantized alone in `mode` (int8_dynamic
     or int8_static; static calibrates on `samples`), judged by `infidelity`."""
-    nodes = quantizable_nodes(with_node_names(model_bytes))
+    nodes = quantizable_nodes(with_node_names(model_bytes), QUANTIZABLE_OPS[mode])
     measured_nodes = nodes[:MAX_MEASURED_NODES]
     if len(nodes) > len(measured_nodes):
         logger.info(
@@ -72,14 +76,14 @@ def measure_sensitivity(
     return Sensitivity(tuple(ranked), measured)
 
 
-def quantizable_nodes(model: onnx.ModelProto) -> list[str]:
-    """The top-level nodes of QUANTIZABLE_OPS whose weight (second input) is a constant,
-    largest weight first (ties in graph order)."""
+def quantizable_nodes(model: onnx.ModelProto, op_types: frozenset[str]) -> list[str]:
+    """The top-level nodes of `op_types` whose weight (second input) is a constant, largest
+    weight first (ties in graph order)."""
     sizes = {init.name: math.prod(init.dims) for init in model.graph.initializer}
     weighted = [
         (node.name, sizes[node.input[1]])
         for node in model.graph.node
-        if node.op_type in QUANTIZABLE_OPS and len(node.input) > 1 and node.input[1] in sizes
+        if node.op_type in op_types and len(node.input) > 1 and node.input[1] in sizes
     ]
     return [name for name, _ in sorted(weighted, key=lambda pair: -pair[1])]
 

@@ -17,8 +17,8 @@ from autotune.core.artifacts import VARIANT_FILE
 from autotune.core.contract import DataRef, MetricRef, ModelRef, Workload
 from autotune.core.errors import Unsupported
 from autotune.core.knobs.config import parse_config
-from tests.workers.conftest import spec_for
-from workers import export_artifact
+from tests.workers.conftest import digits_workload, spec_for
+from workers import evaluate_artifact, export_artifact
 from workers.building.quantization import float_nodes_of
 from workers.building.sensitivity import Sensitivity, measure_sensitivity
 from workers.building.transforms import build_variant
@@ -84,15 +84,21 @@ def build(mode: str, fallback: int) -> bytes:
     return variant.model_bytes
 
 
-def quantized_nodes(model_bytes: bytes) -> set[str]:
-    """The model's MatMul nodes that are quantized: replaced (by an integer or QLinear node)
-    or given a dequantized int8 weight (QDQ)."""
+def float_weighted_nodes(model_bytes: bytes) -> set[str]:
+    """The nodes that still take a float weight initializer (second input) of their own: not
+    replaced by an integer or QLinear node, no dequantized int8 weight (QDQ)."""
     graph = onnx.load_model_from_string(model_bytes).graph
     float_weights = {init.name for init in graph.initializer if init.data_type == TensorProto.FLOAT}
-    float_matmuls = {
-        n.name for n in graph.node if n.op_type == "MatMul" and n.input[1] in float_weights
+    return {
+        n.name
+        for n in graph.node
+        if n.op_type in ("MatMul", "Gemm", "Conv") and n.input[1] in float_weights
     }
-    return set(NODES) - float_matmuls
+
+
+def quantized_nodes(model_bytes: bytes) -> set[str]:
+    """The hostile model's MatMul nodes that are quantized."""
+    return set(NODES) - float_weighted_nodes(model_bytes)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -140,8 +146,23 @@ def test_the_exported_artifact_is_the_model_with_its_float_nodes(tmp_path: Path)
     exported = Path(artifact.path).read_bytes()
     assert float_nodes_of(exported) == ["hostile"]
     assert quantized_nodes(exported) == {"benign_mid", "benign_out"}
-    assert json.loads((tmp_path / "out" / VARIANT_FILE).read_text())["config"] == config
+    description = json.loads((tmp_path / "out" / VARIANT_FILE).read_text())
+    assert description["config"] == config and description["float_nodes"] == ["hostile"]
+    assert evaluate_artifact(artifact.path, workload, store) >= 1.0 - BOUND
     loaded = store.get(workload)
     assert len(loaded.sensitivity_by_model) == 1  # measured once for this model and mode
     loaded.variant_for(loaded.parse({**config, "precision.fallback": 2}))
     assert len(loaded.sensitivity_by_model) == 1
+
+
+def test_a_torch_models_export_keeps_its_most_sensitive_node_in_float() -> None:
+    store = WorkloadCache()
+    loaded = store.get(digits_workload())
+    config = loaded.parse(
+        {"runtime.engine": "onnxruntime", "precision.mode": "int8_static", "precision.fallback": 1}
+    )
+    variant = loaded.variant_for(config)
+    assert isinstance(variant, OnnxVariant)
+    ((_, ranking),) = loaded.sensitivity_by_model.items()
+    assert float_nodes_of(variant.model_bytes) == [ranking.ranked[0]]
+    assert float_weighted_nodes(variant.model_bytes) == {ranking.ranked[0]}
