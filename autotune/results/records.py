@@ -80,6 +80,10 @@ class TrialRecord(Strict):
     interrupted: str | None = Field(
         default=None, description="why an earlier run of it stopped (its node left); run again"
     )
+    rescanned: str | None = Field(
+        default=None,
+        description="why its batch scan was read again and how the call times changed",
+    )
 
     @property
     def ended(self) -> bool:
@@ -128,6 +132,7 @@ class TrialRecord(Strict):
                 "measured": outcome.measured,
                 "call_ms_by_batch": outcome.call_ms_by_batch,
                 "interrupted": outcome.interrupted,
+                "rescanned": outcome.rescanned,
             }
         )
 
@@ -171,6 +176,7 @@ class Outcome(Strict):
     measured: bool
     call_ms_by_batch: dict[int, float] = Field(default_factory=dict)
     interrupted: str | None = None
+    rescanned: str | None = None
 
     @property
     def failed(self) -> bool:

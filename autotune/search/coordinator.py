@@ -3,8 +3,10 @@
 A `ResultStore` holds the study, a `Strategy` proposes and answers what needs no
 measurement, an `Executor` measures, a `Tracker` shows it; `Budget` says when to stop.
 The baseline (the unmodified model) runs first; results that arrive before its accuracy is
-known wait for it. Trials lost to a dead worker are retried; trials of dead coordinators
-are reaped and enqueued again. After the search, `autotune.conclusion.conclude` concludes the study.
+known wait for it; a baseline whose batch scan ran under load scans again once the machine is
+quiet (`autotune.search.rescan`). Trials lost to a dead worker are retried; trials of dead
+coordinators are reaped and enqueued again. After the search, `autotune.conclusion.conclude`
+concludes the study.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from autotune.search.interrupts import stop_on_signals
 from autotune.search.quiet import QuietWaits
 from autotune.search.reaping import MAX_ATTEMPTS, Reaper
 from autotune.search.report import check_failures, study_summary
+from autotune.search.rescan import Rescans
 from autotune.search.state import BATCH, SearchState
 from autotune.search.telling import Teller
 from autotune.strategies.reasons import staged
@@ -72,6 +75,7 @@ class Coordinator:
             self.state.oom.budget_mb = self.executor.trial_memory_mb
         self.state.calls.max_call_ms = self.tuning.request.measurement.max_call_ms
         self.quiet = QuietWaits(self.tuning.request.measurement)
+        self.rescans = Rescans()
         self._running_front = RunningFront([OBJECTIVES[o] for o in self.tuning.request.objectives])
         self.teller = Teller(
             self.tuning.request,
@@ -347,6 +351,14 @@ class Coordinator:
         gave_up_waiting = self.quiet.told(result)
         if gave_up_waiting is not None:
             self.events.on_note(gave_up_waiting)
+        if self.rescans.scanning(record.number):
+            spec, result = self.rescans.merged(result)
+            self.events.on_note(str(result.rescanned))
+        elif record.marks.baseline and self.rescans.wanted(spec, result):
+            again = self.rescans.spec(spec, result)  # before anything else is proposed
+            state.running[record.number] = (record, again)
+            self.executor.submit(again)
+            return
         left_twice = result.interrupted is not None  # its node left twice: not run a third time
         if result.status == "lost" and not left_twice and spec.attempt + 1 < MAX_ATTEMPTS:
             retry = spec.model_copy(update={"attempt": spec.attempt + 1})
@@ -377,6 +389,12 @@ class Coordinator:
         else:
             self.teller.tell(record, spec, result)
         self.strategy.after_trial(spec, result)
+        self._answer_repeats(record, result)
+
+    def _answer_repeats(self, record: TrialRecord, result: TrialResult) -> None:
+        """The repeats that waited for this trial's measurement are answered from it (or lost
+        with it)."""
+        state = self.state
         for repeat, repeat_spec in state.waiting.pop(record.number, []):
             if result.status == "lost":
                 lost = TrialResult.for_spec(repeat_spec, "lost", result.reason)

@@ -67,6 +67,7 @@ class Teller:
             measured=reused_from is None and result.status != "skipped",
             call_ms_by_batch=result.call_ms_by_batch,
             interrupted=result.interrupted,
+            rescanned=result.rescanned,
         )
         self.store.tell(record.number, outcome, values)
         told = record.told(outcome)

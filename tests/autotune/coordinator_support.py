@@ -17,6 +17,7 @@ from typing import Any
 from autotune.core.contract import (
     ArtifactInfo,
     ConfigValue,
+    Contention,
     DataRef,
     HardwareProfile,
     HeadToHeadResult,
@@ -172,7 +173,8 @@ class ScriptedExecutor(FixedSlots):
     hardware each spec's result says it was measured on (the study's kind by default); with
     `scans`, a spec's batch scan is answered with the call times `reply` gives; a spec's
     screen is judged on the figures `reply` gives, as they are; a measured result says its
-    worker spent `times`."""
+    worker spent `times`, and the machine's other load `contention` gives (asked before
+    `reply`)."""
 
     runs_in_process = False
     trial_memory_mb: int | None = None
@@ -186,8 +188,10 @@ class ScriptedExecutor(FixedSlots):
         measured_on: Callable[[TrialSpec], str] = lambda spec: PROFILE.fingerprint,
         scans: bool = False,
         times: TrialTimes | None = None,
+        contention: Callable[[TrialSpec], Contention | None] = lambda spec: None,
     ) -> None:
         self.reply = reply
+        self.contention = contention
         self.scans = scans
         self.times = times
         self.measured_on = measured_on
@@ -212,9 +216,11 @@ class ScriptedExecutor(FixedSlots):
             self.on_submit(spec)
 
     def _result(self, spec: TrialSpec) -> TrialResult:
+        load = self.contention(spec)
         reply = self.reply(spec)
         if isinstance(reply, TrialMetrics):
             provenance = scripted_provenance(spec, self.measured_on(spec))
+            provenance = provenance.model_copy(update={"contention": load})
             if spec.screen is not None and spec.screen.dominating(reply, 0.0) is not None:
                 screened = "scripted: out of the front's reach"
                 return TrialResult.for_spec(

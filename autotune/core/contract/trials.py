@@ -290,6 +290,11 @@ class TrialResult(Strict):
         description="why an earlier run of this trial stopped before it ended (its node "
         "left); the trial was run again from the start, and this result is that run's",
     )
+    rescanned: str | None = Field(
+        default=None,
+        description="why the coordinator read this result's batch scan again (it ran under "
+        "load) and how its call times changed; call_ms_by_batch holds those kept",
+    )
 
     @classmethod
     def for_spec(
