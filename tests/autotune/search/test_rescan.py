@@ -4,13 +4,18 @@ is quiet, before its call times steer the study (autotune.search.rescan)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from autotune.core.contract import Contention, TrialMetrics, TrialSpec
+from autotune.strategies import make_strategy
 from tests.autotune.coordinator_support import (
     BASELINE_ACCURACY,
     Rig,
     ScriptedExecutor,
+    make_request,
     make_rig,
+    open_store,
+    small_space,
     table_metrics,
 )
 
@@ -55,11 +60,13 @@ class BusyMachine:
         )
 
 
-def searched(machine: BusyMachine, trials: int = 4) -> Rig:
+def searched(machine: BusyMachine, trials: int = 4, storage: str | None = None) -> Rig:
+    """A search of autotune's strategy leaning per sample, its study in memory or `storage`."""
     executor = ScriptedExecutor(machine.reply, scans=True, contention=machine.contention)
-    rig = make_rig(
-        "autotune", executor=executor, trials=trials, objectives=["accuracy", "throughput"]
-    )
+    request = make_request(trials, objectives=PER_SAMPLE)
+    space = small_space()
+    store = open_store(request, make_strategy("autotune", space, request, 0), space, storage)
+    rig = make_rig("autotune", executor=executor, trials=trials, objectives=PER_SAMPLE, store=store)
     rig.search()
     return rig
 
@@ -126,3 +133,20 @@ def test_a_quiet_baseline_is_not_scanned_again() -> None:
     assert baseline.rescanned is None
     assert [s.trial_number for s in rig.executor.submitted] == [0, 1]
     assert not [n for n in rig.notes if SCANNED_AGAIN in n]
+
+
+def test_the_baseline_record_holds_the_scan_read_again_in_a_database(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    searched(
+        BusyMachine((0.78, LOADED_MS), (0.0, QUIET_MS)), trials=2, storage=storage
+    ).store.close()
+    request = make_request(2, objectives=PER_SAMPLE)
+    space = small_space()
+    store = open_store(request, make_strategy("autotune", space, request, 0), space, storage)
+    try:
+        baselines = [r for r in store.records() if r.marks.baseline]
+    finally:
+        store.close()
+    assert len(baselines) == 1
+    assert baselines[0].call_ms_by_batch == QUIET_MS
+    assert baselines[0].rescanned is not None and "once quiet" in baselines[0].rescanned
