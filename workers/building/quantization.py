@@ -1,6 +1,8 @@
 """The longer precision routines the precision implementations call
 (`workers.building.knobs.precisions`): torch int8 (dynamic) and fp8 (torchao), and ONNX int8
-(dynamic, or static calibrated on the workload's inputs) and float16.
+(dynamic, or static calibrated on the workload's inputs) and float16. The ONNX int8 routines
+leave the nodes they are given in float (`precision.fallback`, ranked by
+`workers.building.sensitivity`) and name them in the model's metadata (FLOAT_NODES_KEY).
 
 The precision declarations (`autotune.core.knobs.precisions`) decide beforehand which precision
 runs where; the functions here build what they are asked for.
