@@ -91,7 +91,7 @@ def trial_log(
 ) -> tuple[dict[str, Any] | None, dict[str, str]]:
     """What a tracker records of a told trial of `study`: its metrics (with the machine's
     other load during the measurement, as contention.*) and its tags (status, feasibility,
-    reuse, and where and with what software it was measured). A repeat of one of the study's
+    reuse, a batch scan run again once quiet, and where and with what software it was measured). A repeat of one of the study's
     trials (answered from its measurement) is tagged with that trial's number and records no
     figures: each measurement is one point, in the runs table as everywhere."""
     tags: dict[str, str] = {"status": result.status}
@@ -101,6 +101,8 @@ def trial_log(
         tags.update(reused="true", reused_from=told.reused_from)
     if result.interrupted is not None:
         tags["interrupted"] = result.interrupted[:5000]
+    if result.rescanned is not None:
+        tags["rescanned"] = result.rescanned[:5000]
     repeat_of = told.repeat_of(study)
     if repeat_of is not None:
         tags[REPEAT_TAG] = str(repeat_of)

@@ -93,6 +93,8 @@ def test_a_contended_baseline_scan_is_read_again_and_the_quiet_one_places_the_de
     assert [r.marks.baseline for r in records].count(True) == 1
     assert [s.trial_number for s in rig.executor.submitted] == [0, 0, 1, 2, 3]
     assert rig.coordinator.state.calls.baseline_ms == QUIET_MS
+    logged = next(t for t in rig.tracker.trials if t.number == 0)
+    assert logged.tags["rescanned"] == note  # the baseline's MLflow run says so too
 
 
 def test_the_scan_again_waits_for_quiet_and_evaluates_nothing() -> None:
