@@ -18,6 +18,9 @@
   last step up gained more than `CLIMB_GAIN` and the call stays within
   `measurement.max_call_ms` by the search's estimate; it stops where a step gains less,
   the largest batch is reached, or the next call would be too long.
+- An int8 configuration whose variant breaks `max_accuracy_drop` is measured next with
+  the next `precision.fallback` (more of its most sensitive nodes kept in float), step by
+  step until the bound holds or the values run out ("fallback"; `steps.more_in_float`).
 - Then a Pareto local search: the unmeasured neighbours (one dimension changed) of the
   feasible front found so far, the point with the largest hypervolume contribution first;
   nearest first (one step along a numeric dimension before two), and at each step
@@ -61,19 +64,18 @@ from autotune.core.contract import (
 )
 from autotune.core.errors import engine_that_cannot_convert
 from autotune.core.knobs import ENGINE_KEY, ENGINES, variant_key
-from autotune.core.metrics import Metric, selection_objective
 from autotune.results.optuna_store import producible
 from autotune.strategies.base import Answer, Proposal, Strategy, register_strategy
 from autotune.strategies.batch_sizes import (
     BATCH,
     BatchSteps,
-    as_number,
     batches_within,
     smaller_batches,
     smallest_batches,
 )
-from autotune.strategies.designed import changed, designed_configs
+from autotune.strategies.designed import ConfigKey, changed, config_key, designed_configs
 from autotune.strategies.reasons import error_signature, refuses_batch_only
+from autotune.strategies.steps import climb, more_in_float
 
 if TYPE_CHECKING:
     from autotune.requests.request import TuningRequest
@@ -93,15 +95,6 @@ UNCONVERTIBLE_LIKE = (
     "differs only in batch size, threads or its engine's options from unsupported trial"
 )
 ERROR_LIKE = "differs only in batch size or threads from trial"
-# A per-sample selection's best climbs to the next batch size only while its last step up
-# gained more than this share (less is within a measurement's noise).
-CLIMB_GAIN = 0.02
-
-ConfigKey = tuple[tuple[str, Any], ...]
-
-
-def config_key(config: dict[str, Any]) -> ConfigKey:
-    return tuple(sorted(config.items()))
 
 
 def make_strategy_sampler(seed: int | None, fixed: dict[str, ConfigValue] | None = None) -> Any:
@@ -228,17 +221,21 @@ class Ledger:
         size comes first, at a smaller one (`retries`)."""
         while self.retries:
             for retry in self.retries.pop(0):
-                if not self._known(config_key(retry)) and not blocked(retry):
+                if not self.known(config_key(retry)) and not blocked(retry):
                     self.proposed.add(config_key(retry))
                     return retry, "smaller batch"
         for config in self.designed:
-            if not self._known(config_key(config)):
+            if not self.known(config_key(config)):
                 self.proposed.add(config_key(config))
                 return config, "designed"
-        climb = self._climb(front(), excluded, blocked)
-        if climb is not None:
-            self.proposed.add(config_key(climb))
-            return climb, "climb"
+        in_float = more_in_float(self, excluded, blocked)
+        if in_float is not None:
+            self.proposed.add(config_key(in_float))
+            return in_float, "fallback"
+        larger = climb(self, front(), excluded, blocked)
+        if larger is not None:
+            self.proposed.add(config_key(larger))
+            return larger, "climb"
         self._searched += 1
         if self._searched % SAMPLER_EVERY == 0:
             return None
@@ -246,7 +243,7 @@ class Ledger:
         for point in front():
             for option in self._neighbours(point, steps):
                 key = config_key(option)
-                if self._known(key) or variant_key(option) in excluded or blocked(option):
+                if self.known(key) or variant_key(option) in excluded or blocked(option):
                     continue
                 if steps.larger_dominated and self._smaller_batch_known(option):
                     continue
@@ -254,57 +251,6 @@ class Ledger:
                     self.proposed.add(key)
                     return option, "neighbour"
         return None
-
-    def _climb(
-        self,
-        front: list[dict[str, ConfigValue]],
-        excluded: set[str],
-        blocked: Callable[[dict[str, ConfigValue]], bool],
-    ) -> dict[str, ConfigValue] | None:
-        """The selection's best point of the `front` at the next larger batch size, where the
-        selection ranks by a figure per sample and the best's own step up to its batch still
-        gained more than `CLIMB_GAIN` (see the module's docstring); None otherwise, or where
-        that configuration is known, excluded, blocked or cannot be built."""
-        metric = _climbed_metric(self.request)
-        best = None if metric is None else self._best(front, metric)
-        if metric is None or best is None:
-            return None
-        batches = sorted(self.space.choices().get(BATCH, []), key=as_number)
-        if best[BATCH] not in batches[:-1]:
-            return None
-        here = batches.index(best[BATCH])
-        if here > 0:
-            below = self._figure(changed(self.space, best, {BATCH: batches[here - 1]}), metric)
-            if below is not None and not _gains(metric, below, self._figure(best, metric)):
-                return None
-        option = changed(self.space, best, {BATCH: batches[here + 1]})
-        if self._known(config_key(option)) or variant_key(option) in excluded or blocked(option):
-            return None
-        if self.unsupported_like(option) is not None or not producible(self.space, option):
-            return None
-        return option
-
-    def _best(
-        self, front: list[dict[str, ConfigValue]], metric: Metric
-    ) -> dict[str, ConfigValue] | None:
-        """The front's point with the best measured `metric` that has a batch size."""
-        figures = [
-            (figure, config)
-            for config in front
-            if BATCH in config and (figure := self._figure(config, metric)) is not None
-        ]
-        if not figures:
-            return None
-        pick = max if metric.direction == "maximize" else min
-        return pick(figures, key=lambda pair: pair[0])[1]
-
-    def _figure(self, config: dict[str, ConfigValue], metric: Metric) -> float | None:
-        """`metric` as the configuration's measurement gave it (None: not measured)."""
-        outcome = self.finished.get(config_key(config))
-        if outcome is None or outcome.status != "ok" or outcome.metrics is None:
-            return None
-        value = getattr(outcome.metrics, metric.name, None)
-        return None if value is None else float(value)
 
     def unsupported_like(self, config: dict[str, ConfigValue]) -> Outcome | None:
         """A finished trial that could not be built (or failed with a deterministic error)
@@ -352,29 +298,12 @@ class Ledger:
         """Whether the same configuration at a smaller batch size was measured, or is being
         measured or proposed."""
         return any(
-            self._known(config_key(changed(self.space, config, {BATCH: batch})))
+            self.known(config_key(changed(self.space, config, {BATCH: batch})))
             for batch in smaller_batches(self.space, config)
         )
 
-    def _known(self, key: ConfigKey) -> bool:
+    def known(self, key: ConfigKey) -> bool:
         return key in self.finished or key in self.in_flight or key in self.proposed
-
-
-def _climbed_metric(request: TuningRequest | None) -> Metric | None:
-    """The selection's figure where it is one per sample (a larger batch improves it)."""
-    if request is None or request.selection.strategy == "weighted":
-        return None
-    metric = selection_objective(request.selection.strategy)
-    return metric if metric.lean == "per_sample" else None
-
-
-def _gains(metric: Metric, before: float, after: float | None) -> bool:
-    """Whether `after` improves on `before` by more than `CLIMB_GAIN`."""
-    if after is None:
-        return False
-    if metric.direction == "maximize":
-        return after > before * (1 + CLIMB_GAIN)
-    return after < before * (1 - CLIMB_GAIN)
 
 
 def _step_order(

@@ -3,7 +3,7 @@ request leans to (`autotune.strategies.batch_sizes`), everything else as the bas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autotune.core.contract import ConfigValue
 from autotune.results.optuna_store import producible
@@ -18,6 +18,12 @@ from autotune.strategies.batch_sizes import (
 if TYPE_CHECKING:
     from autotune.requests.request import TuningRequest
     from autotune.space.search_space import EffectiveSpace
+
+ConfigKey = tuple[tuple[str, Any], ...]
+
+
+def config_key(config: dict[str, Any]) -> ConfigKey:
+    return tuple(sorted(config.items()))
 
 
 def designed_configs(

@@ -1,12 +1,16 @@
-"""A per-sample selection's best climbs past the level-off batch while a step up still pays."""
+"""The strategy's targeted steps: a per-sample selection's best climbs past the level-off batch
+while a step up still pays; a configuration too slow at its batch is tried at a smaller one; an
+int8 variant that breaks the accuracy bound is tried with more nodes in float."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from autotune.core.contract import ConfigValue, TrialResult, TrialSpec
-from autotune.strategies.autotune import CLIMB_GAIN, SAMPLER_EVERY, Ledger, config_key
-from tests.autotune.coordinator_support import WORKLOAD, small_space, table_metrics
+from autotune.core.knobs import variant_key
+from autotune.strategies.autotune import SAMPLER_EVERY, Ledger, config_key
+from autotune.strategies.steps import CLIMB_GAIN
+from tests.autotune.coordinator_support import WORKLOAD, small_space, space_of, table_metrics
 from tests.autotune.strategies.test_strategy import ONNX, request
 
 THROUGHPUT = request(selection={"strategy": "highest_throughput"})
@@ -101,3 +105,40 @@ def test_a_smaller_batch_the_search_would_skip_gives_way_to_the_next_smaller() -
         return config["batch.size"] == 8
 
     assert first_proposal(ledger, [], blocked=estimated_too_long) == (at(1), "smaller batch")
+
+
+def int8_space() -> Any:
+    return space_of(
+        "int8",
+        [
+            ("runtime.engine", ["onnxruntime"], {}),
+            ("batch.size", [1, 8], {}),
+            ("precision.mode", ["fp32", "int8_static"], {}),
+            ("precision.fallback", [0, 1, 2, 4], {"precision.mode": ["int8_static"]}),
+        ],
+    )
+
+
+def int8(fallback: int) -> dict[str, ConfigValue]:
+    return {
+        "runtime.engine": "onnxruntime",
+        "batch.size": 1,
+        "precision.mode": "int8_static",
+        "precision.fallback": fallback,
+    }
+
+
+def test_an_int8_variant_that_breaks_the_bound_is_tried_next_with_more_nodes_in_float() -> None:
+    within_bound = Ledger(int8_space(), designed=[], request=request())
+    settled(within_bound, int8(0), 100.0)
+    assert within_bound.next_proposal(lambda: [], set()) is None  # nothing to step from
+    ledger = Ledger(int8_space(), designed=[], request=request())
+    settled(ledger, int8(0), 100.0)
+    excluded = {variant_key(int8(0))}
+    assert ledger.next_proposal(lambda: [], excluded) == (int8(1), "fallback")
+    settled(ledger, int8(1), 100.0)  # still breaks the bound: one more step
+    excluded.add(variant_key(int8(1)))
+    assert ledger.next_proposal(lambda: [], excluded) == (int8(2), "fallback")
+    settled(ledger, int8(2), 100.0)  # meets it: no further step
+    proposal = ledger.next_proposal(lambda: [], excluded)
+    assert proposal is None or proposal[1] != "fallback"

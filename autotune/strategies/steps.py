@@ -1,0 +1,118 @@
+"""Two targeted steps of autotune's strategy, proposed before its local search: an int8
+variant that breaks the accuracy bound tried with more of its most sensitive nodes in float
+(`more_in_float`), and a per-sample selection's best point tried at the next larger batch
+while the last step up still paid (`climb`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from autotune.core.contract import ConfigValue
+from autotune.core.knobs import FALLBACK_KEY, variant_key
+from autotune.core.metrics import Metric, selection_objective
+from autotune.results.optuna_store import producible
+from autotune.strategies.batch_sizes import BATCH, as_number
+from autotune.strategies.designed import changed, config_key
+
+if TYPE_CHECKING:
+    from autotune.requests.request import TuningRequest
+    from autotune.strategies.autotune import Ledger
+
+
+# A per-sample selection's best climbs to the next batch size only while its last step up
+# gained more than this share (less is within a measurement's noise).
+CLIMB_GAIN = 0.02
+
+
+def more_in_float(
+    ledger: Ledger, excluded: set[str], blocked: Callable[[dict[str, ConfigValue]], bool]
+) -> dict[str, ConfigValue] | None:
+    """A measured int8 configuration whose variant breaks the accuracy bound, with the next
+    `precision.fallback` (more of its most sensitive nodes in float): the step up a
+    quantizer's fallback takes until the bound holds, before the search moves on."""
+    fallbacks = sorted(ledger.space.choices().get(FALLBACK_KEY, []), key=as_number)
+    for key, outcome in ledger.finished.items():
+        config = dict(key)
+        if outcome.status not in ("ok", "infeasible") or variant_key(config) not in excluded:
+            continue
+        more = [f for f in fallbacks if as_number(f) > as_number(config.get(FALLBACK_KEY))]
+        option = changed(ledger.space, config, {FALLBACK_KEY: more[0]}) if more else None
+        if option is None or option.get(FALLBACK_KEY) != more[0]:
+            continue  # the dimension is not active for this configuration
+        if ledger.known(config_key(option)) or blocked(option):
+            continue
+        if variant_key(option) not in excluded and producible(ledger.space, option):
+            return option
+    return None
+
+
+def climb(
+    ledger: Ledger,
+    front: list[dict[str, ConfigValue]],
+    excluded: set[str],
+    blocked: Callable[[dict[str, ConfigValue]], bool],
+) -> dict[str, ConfigValue] | None:
+    """The selection's best point of the `front` at the next larger batch size, where the
+    selection ranks by a figure per sample and the best's own step up to its batch still
+    gained more than `CLIMB_GAIN` (see the module's docstring); None otherwise, or where
+    that configuration is known, excluded, blocked or cannot be built."""
+    metric = climbed_metric(ledger.request)
+    best = None if metric is None else _best(ledger, front, metric)
+    if metric is None or best is None:
+        return None
+    batches = sorted(ledger.space.choices().get(BATCH, []), key=as_number)
+    if best[BATCH] not in batches[:-1]:
+        return None
+    here = batches.index(best[BATCH])
+    if here > 0:
+        below = figure(ledger, changed(ledger.space, best, {BATCH: batches[here - 1]}), metric)
+        if below is not None and not _gains(metric, below, figure(ledger, best, metric)):
+            return None
+    option = changed(ledger.space, best, {BATCH: batches[here + 1]})
+    if ledger.known(config_key(option)) or variant_key(option) in excluded or blocked(option):
+        return None
+    if ledger.unsupported_like(option) is not None or not producible(ledger.space, option):
+        return None
+    return option
+
+
+def _best(
+    ledger: Ledger, front: list[dict[str, ConfigValue]], metric: Metric
+) -> dict[str, ConfigValue] | None:
+    """The front's point with the best measured `metric` that has a batch size."""
+    figures = [
+        (value, config)
+        for config in front
+        if BATCH in config and (value := figure(ledger, config, metric)) is not None
+    ]
+    if not figures:
+        return None
+    pick = max if metric.direction == "maximize" else min
+    return pick(figures, key=lambda pair: pair[0])[1]
+
+
+def figure(ledger: Ledger, config: dict[str, ConfigValue], metric: Metric) -> float | None:
+    """`metric` as the configuration's measurement gave it (None: not measured)."""
+    outcome = ledger.finished.get(config_key(config))
+    if outcome is None or outcome.status != "ok" or outcome.metrics is None:
+        return None
+    value = getattr(outcome.metrics, metric.name, None)
+    return None if value is None else float(value)
+
+
+def climbed_metric(request: TuningRequest | None) -> Metric | None:
+    """The selection's figure where it is one per sample (a larger batch improves it)."""
+    if request is None or request.selection.strategy == "weighted":
+        return None
+    metric = selection_objective(request.selection.strategy)
+    return metric if metric.lean == "per_sample" else None
+
+
+def _gains(metric: Metric, before: float, after: float | None) -> bool:
+    """Whether `after` improves on `before` by more than `CLIMB_GAIN`."""
+    if after is None:
+        return False
+    if metric.direction == "maximize":
+        return after > before * (1 + CLIMB_GAIN)
+    return after < before * (1 - CLIMB_GAIN)
