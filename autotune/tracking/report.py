@@ -91,9 +91,10 @@ def trial_log(
 ) -> tuple[dict[str, Any] | None, dict[str, str]]:
     """What a tracker records of a told trial of `study`: its metrics (with the machine's
     other load during the measurement, as contention.*) and its tags (status, feasibility,
-    reuse, a batch scan run again once quiet, and where and with what software it was measured). A repeat of one of the study's
-    trials (answered from its measurement) is tagged with that trial's number and records no
-    figures: each measurement is one point, in the runs table as everywhere."""
+    reuse, a batch scan run again once quiet, and where and with what software it was
+    measured). A repeat of one of the study's trials (answered from its measurement) is
+    tagged with that trial's number and records no figures: each measurement is one point,
+    in the runs table as everywhere."""
     tags: dict[str, str] = {"status": result.status}
     if result.reason:
         tags["failure_reason"] = result.reason[:5000]
