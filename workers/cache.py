@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,10 +13,11 @@ from functools import cache
 import numpy as np
 
 from autotune.core.contract import ConfigValue, Workload
+from autotune.core.contract.trials import NodeSensitivity, SensitivityTable
 from autotune.core.errors import RequestError
 from autotune.core.knobs.config import TrialConfig, parse_config
 from workers.building.ort_session import OnnxRuntimeSession
-from workers.building.quantization import calibration_subset
+from workers.building.quantization import calibration_subset, with_node_names
 from workers.building.runtimes import Session, build_session, check_runtime
 from workers.building.sensitivity import SENSITIVITY_SAMPLES, Sensitivity, measure_sensitivity
 from workers.building.sharding import ModelSource
@@ -51,6 +53,12 @@ class LoadedWorkload:
     onnx_by_variant: dict[str, bytes] = field(default_factory=dict)
     # (sha256 of an fp32 ONNX model, int8 mode) -> its nodes' sensitivity on this data.
     sensitivity_by_model: dict[tuple[str, str], Sensitivity] = field(default_factory=dict)
+    sensitivity_tables: dict[tuple[str, str], SensitivityTable] = field(default_factory=dict)
+    # The rankings each cached variant was built by, and those used since `take_sensitivity`
+    # (True: measured meanwhile).
+    ranked_by_variant: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    _sensitivity_used: dict[tuple[str, str], bool] = field(default_factory=dict)
+    _rankings: list[tuple[str, str]] = field(default_factory=list)  # asked during a build
     _reference_outputs: np.ndarray | None = None
 
     @property
@@ -72,10 +80,18 @@ class LoadedWorkload:
         the slow part, and an exported artifact must be the very file that was measured)."""
         cached = self.onnx_by_variant.get(config.variant_id)
         if cached is not None:
+            for key in self.ranked_by_variant.get(config.variant_id, ()):
+                self._sensitivity_used.setdefault(key, False)
             return OnnxVariant(cached)
-        variant = build_variant(self.original_variant(), config, self.build_context())
+        start = len(self._rankings)
+        try:
+            variant = build_variant(self.original_variant(), config, self.build_context())
+        finally:
+            ranked_by = tuple(dict.fromkeys(self._rankings[start:]))
+            del self._rankings[start:]
         if isinstance(variant, OnnxVariant):
             self.onnx_by_variant[config.variant_id] = variant.model_bytes
+            self.ranked_by_variant[config.variant_id] = ranked_by
         return variant
 
     def build_context(self) -> BuildContext:
@@ -91,11 +107,28 @@ class LoadedWorkload:
         on this workload's data once per model content, mode and process."""
         key = (hashlib.sha256(model_bytes).hexdigest(), mode)
         if key not in self.sensitivity_by_model:
+            started = time.perf_counter()
             samples = calibration_subset(self.data.inputs, SENSITIVITY_SAMPLES)
-            self.sensitivity_by_model[key] = measure_sensitivity(
+            sensitivity = measure_sensitivity(
                 model_bytes, mode, samples, infidelity_to(model_bytes, samples)
             )
+            seconds = time.perf_counter() - started
+            self.sensitivity_by_model[key] = sensitivity
+            self.sensitivity_tables[key] = sensitivity_table(sensitivity, model_bytes, key, seconds)
+            self._sensitivity_used[key] = True
+        self._sensitivity_used.setdefault(key, False)
+        self._rankings.append(key)
         return self.sensitivity_by_model[key].ranked
+
+    def take_sensitivity(self) -> list[SensitivityTable]:
+        """The rankings variants were built by since the last call (`computed` where one was
+        measured meanwhile), and none until the next use."""
+        used, self._sensitivity_used = self._sensitivity_used, {}
+        return [
+            self.sensitivity_tables[key].model_copy(update={"computed": computed})
+            for key, computed in used.items()
+            if key in self.sensitivity_tables
+        ]
 
     def one_batch(self) -> np.ndarray:
         """The first inputs, as many as one call of the model takes where it fixes its batch
@@ -182,6 +215,20 @@ class LoadedWorkload:
         return self.quality_by_variant[config.variant_id]
 
 
+def sensitivity_table(
+    sensitivity: Sensitivity, model_bytes: bytes, key: tuple[str, str], seconds: float
+) -> SensitivityTable:
+    """The ranking as the trial contract carries it, with each node's operation type."""
+    op_types = {node.name: node.op_type for node in with_node_names(model_bytes).graph.node}
+    nodes = [
+        NodeSensitivity(
+            node=name, rank=rank, op_type=op_types.get(name), drop=sensitivity.measured.get(name)
+        )
+        for rank, name in enumerate(sensitivity.ranked, start=1)
+    ]
+    return SensitivityTable(model_sha256=key[0], mode=key[1], seconds=seconds, nodes=nodes)
+
+
 def infidelity_to(model_bytes: bytes, samples: np.ndarray) -> Callable[[bytes], float]:
     """1 - `fidelity` of another ONNX model's outputs on `samples` to this model's."""
 
@@ -222,6 +269,10 @@ class WorkloadCache:
         self._capacity = capacity
         self._loaded: OrderedDict[str, LoadedWorkload] = OrderedDict()
         self.loads = 0
+
+    def loaded(self, workload: Workload) -> LoadedWorkload | None:
+        """The workload where this cache holds it, without loading it."""
+        return self._loaded.get(_fingerprint(workload))
 
     def get(self, workload: Workload) -> LoadedWorkload:
         key = _fingerprint(workload)

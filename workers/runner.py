@@ -27,6 +27,7 @@ from autotune.core.contract import (
     TrialStatus,
     TrialTimes,
 )
+from autotune.core.contract.trials import SensitivityTable
 from autotune.core.errors import (
     AccuracyBelowFloor,
     CallTooSlow,
@@ -52,8 +53,10 @@ def run_trial(spec: TrialSpec, store: WorkloadCache | None = None) -> TrialResul
     failing candidate: the failure becomes the result's status and reason."""
     started = time.perf_counter()
     clock = PhaseClock()
+    store = store or default_cache()
+    sensitivity_used(spec, store)  # what exports or comparisons used before is not this trial's
     try:
-        result = _measure(spec, store or default_cache(), clock)
+        result = _measure(spec, store, clock)
     except Exception as error:
         status, reason = classify_failure(error)
         logger.info("trial %s of %s ended %s: %s", spec.trial_number, spec.study, status, reason)
@@ -65,7 +68,19 @@ def run_trial(spec: TrialSpec, store: WorkloadCache | None = None) -> TrialResul
             }
         )
     duration = time.perf_counter() - started
-    return result.model_copy(update={"duration_s": duration, "times": clock.times()})
+    return result.model_copy(
+        update={
+            "duration_s": duration,
+            "times": clock.times(),
+            "sensitivity": sensitivity_used(spec, store),
+        }
+    )
+
+
+def sensitivity_used(spec: TrialSpec, store: WorkloadCache) -> list[SensitivityTable]:
+    """The int8 sensitivity rankings the spec's workload was asked for since the last call."""
+    loaded = store.loaded(spec.workload)
+    return [] if loaded is None else loaded.take_sensitivity()
 
 
 class PhaseClock:

@@ -245,6 +245,67 @@ class TrialTimes(Strict):
     )
 
 
+# The share of a model's int8 drop whose nodes a sensitivity table names as carrying it.
+CARRIED_SHARE = 0.8
+
+
+class NodeSensitivity(Strict):
+    """One quantizable node of a sensitivity ranking."""
+
+    node: str
+    rank: int = Field(ge=1, description="1: the node most sensitive to the mode")
+    op_type: str | None = None
+    drop: float | None = Field(
+        default=None,
+        description="1 - fidelity of the model with this node alone in int8 (the sensitivity); "
+        "None: not measured (beyond the largest nodes measured, or refused by the quantizer)",
+    )
+
+
+class SensitivityTable(Strict):
+    """An fp32 ONNX model's quantizable nodes, most sensitive to an int8 mode first: the
+    ranking `precision.fallback` keeps its first nodes in float by."""
+
+    model_sha256: str = Field(description="of the fp32 ONNX model ranked (an export's, for torch)")
+    mode: str = Field(description="the int8 precision mode the nodes were quantized in")
+    seconds: float = Field(ge=0, description="what measuring the ranking took its worker")
+    computed: bool = Field(
+        default=False,
+        description="measured during the trial that carries it (else reused from its worker)",
+    )
+    nodes: list[NodeSensitivity]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.model_sha256, self.mode
+
+    def carrying(self, share: float = CARRIED_SHARE) -> list[NodeSensitivity]:
+        """The fewest most sensitive nodes whose drops add up to `share` of all the measured
+        nodes' drops (none where no node dropped anything)."""
+        measured = [n for n in self.nodes if n.drop is not None and n.drop > 0]
+        total = sum(n.drop for n in measured if n.drop is not None)
+        carried: list[NodeSensitivity] = []
+        summed = 0.0
+        for node in sorted(measured, key=lambda n: n.rank):
+            if total <= 0 or summed >= share * total:
+                break
+            carried.append(node)
+            summed += node.drop or 0.0
+        return carried
+
+    def summary(self) -> str:
+        """`int8 sensitivity (int8_static): 3 of 47 operations carry 80% of the drop: a, b, c`"""
+        head = f"int8 sensitivity ({self.mode})"
+        carried = self.carrying()
+        if not carried:
+            return f"{head}: none of {len(self.nodes)} operations drops the accuracy when int8"
+        names = ", ".join(n.node for n in carried)
+        return (
+            f"{head}: {len(carried)} of {len(self.nodes)} operations carry "
+            f"{CARRIED_SHARE:.0%} of the drop: {names}"
+        )
+
+
 # The tail of a traceback a result carries: its last frames, where the error was raised.
 MAX_TRACEBACK_CHARS = 20_000
 
@@ -294,6 +355,11 @@ class TrialResult(Strict):
         default=None,
         description="why the coordinator read this result's batch scan again (it ran under "
         "load) and how its call times changed; call_ms_by_batch holds those kept",
+    )
+    sensitivity: list[SensitivityTable] = Field(
+        default_factory=list,
+        description="the int8 sensitivity rankings the trial's variant was built by "
+        "(precision.fallback), computed for it or reused from its worker",
     )
 
     @classmethod
@@ -370,6 +436,11 @@ class Inspection(Strict):
 
     model: ModelInfo
     kinds: list[NodeKind] = Field(min_length=1)
+
+
+# The key of an int8 ONNX artifact's description (variant.json) that lists the nodes it keeps
+# in float.
+FLOAT_NODES_FIELD = "float_nodes"
 
 
 class ArtifactInfo(Strict):
