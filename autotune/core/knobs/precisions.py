@@ -59,10 +59,11 @@ class Int8Dynamic(DevicePrecision):
 
 @register
 class Int8Static(DevicePrecision):
-    """Calibrated on the evaluation inputs (a bounded, deterministic subset)."""
+    """Calibrated on the evaluation inputs (a bounded, deterministic subset): ONNX Runtime's
+    static quantizer for onnxruntime, NNCF's post-training quantization for openvino."""
 
     name = "int8_static"
-    engines = frozenset({"onnxruntime"})
+    engines = frozenset({"onnxruntime", "openvino"})
     needs_on = {"cpu": ("cpu.avx2",)}
 
 

@@ -167,7 +167,7 @@ def test_the_engine_builds_a_session_from_the_configuration(
 @pytest.mark.parametrize(
     ("settings", "key"),
     [
-        ({"precision.mode": "int8_static"}, "precision.mode"),
+        ({"precision.mode": "int8_dynamic"}, "precision.mode"),
         ({"runtime.device": "cuda"}, "runtime.device"),
         ({"runtime.provider": "cuda"}, "runtime.provider"),
         ({"runtime.compile_mode": "max-autotune"}, "runtime.compile_mode"),

@@ -1,5 +1,5 @@
-"""How the OpenVINO engine (`autotune.core.knobs.openvino`) probes the machine and compiles
-its session on the CPU plugin.
+"""How the OpenVINO engine (`autotune.core.knobs.openvino`) probes the machine, builds its int8
+variant (NNCF, `workers.building.nncf_quantization`) and compiles its session on the CPU plugin.
 
 The plugin adjusts what it cannot honour without saying so (on a CPU with bf16 kernels its
 default precision is bf16, streams are capped by threads and threads by cores), so every
@@ -17,9 +17,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autotune.core.errors import CannotConvert, Unsupported
-from autotune.core.knobs.openvino import OV_PERFORMANCE_HINT, OV_PRECISIONS, OV_STREAMS, OpenVino
+from autotune.core.knobs.openvino import (
+    OV_INT8,
+    OV_PERFORMANCE_HINT,
+    OV_PRECISIONS,
+    OV_STREAMS,
+    OpenVino,
+)
 from workers.building.failures import is_out_of_memory
-from workers.building.knobs.base import implements
+from workers.building.knobs.base import implements, precision_of
 from workers.building.knobs.engines import OnnxEngineImplementation, onnx_bytes_of
 from workers.building.observed_outputs import FirstCallOutputs, ReadsFirstCall
 from workers.building.torch_io import exported_output_judging, exported_output_structure
@@ -28,7 +34,7 @@ from workers.loading.feeds import InputSpec, batch_axes, feed, graph_ports, mode
 if TYPE_CHECKING:
     from autotune.core.knobs.config import TrialConfig
     from workers.building.runtimes import Session
-    from workers.building.variants import Variant
+    from workers.building.variants import BuildContext, Variant
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +70,29 @@ class OpenVinoImplementation(OnnxEngineImplementation, OpenVino):
             ) from error
         if not has_cpu:
             raise Unsupported(f"{self.key}={self.name}: OpenVINO reports no CPU device")
+        if config.precision == OV_INT8:
+            from workers.building.nncf_quantization import require_nncf
+
+            require_nncf()
+
+    def build_precision(
+        self, variant: Variant, config: TrialConfig, context: BuildContext
+    ) -> Variant:
+        """int8_static quantized by NNCF, its `precision.fallback` most sensitive nodes (the
+        ranking ONNX Runtime's int8_static uses) left in float; any other mode as the mode
+        builds it."""
+        if config.precision != OV_INT8:
+            return precision_of(config.precision).build(variant, config, context)
+        from workers.building.knobs.precisions import most_sensitive
+        from workers.building.nncf_quantization import quantize_with_nncf
+        from workers.building.variants import OnnxVariant
+
+        model_bytes = onnx_bytes_of(variant, self.name)
+        if context.calibration_inputs is None:
+            raise Unsupported(f"precision.mode={OV_INT8} needs calibration inputs")
+        float_nodes = most_sensitive(model_bytes, config, context) if config.fallback else []
+        quantized = quantize_with_nncf(model_bytes, context.calibration_inputs, float_nodes)
+        return OnnxVariant(quantized)
 
     def conversion_problem(self, onnx_model: bytes) -> str | None:
         try:
