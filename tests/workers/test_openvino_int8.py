@@ -12,8 +12,9 @@ import onnx
 import pytest
 
 from autotune.core.contract import ConfigValue
-from autotune.core.knobs.config import TrialConfig
+from autotune.core.knobs.config import TrialConfig, parse_config
 from tests.workers.conftest import digits_workload, skip_unless_runnable_here, spec_for
+from tests.workers.fixed_batch_models import CLASSES, FEATURES, fixed_batch_classifier
 from workers import export_artifact, run_trial
 from workers.building.knobs import engine_of
 from workers.building.knobs.base import EngineImplementation
@@ -180,3 +181,19 @@ def test_the_trial_variant_is_nncfs(loaded: LoadedWorkload, fp32_onnx: bytes) ->
     trial_variant = loaded.variant_for(parsed)
     assert isinstance(trial_variant, OnnxVariant)
     assert trial_variant.model_bytes == nncf_int8(loaded, fp32_onnx, 1)
+
+
+def test_a_fixed_batch_model_with_unnamed_nodes(tmp_path: Path) -> None:
+    """Calibration feeds whole batches of the model's size; an unnamed node is named as the
+    sensitivity ranking names it (`<op type>_<index>`) and stays in float by that name."""
+    model = fixed_batch_classifier(tmp_path / "classifier.onnx", batch=4).read_bytes()
+    inputs = np.random.default_rng(1).standard_normal((66, FEATURES)).astype(np.float32)
+    quantized = quantize_with_nncf(model, inputs, ["MatMul_0"])
+    assert float_nodes_of(quantized) == ["MatMul_0"]
+    assert weight_kinds(quantized) == {"MatMul_0": "float", "MatMul_2": "int8"}
+    config = parse_config({**INT8, "batch.size": 4}, "onnx")
+    fp32_config = parse_config({**INT8, "precision.mode": "fp32", "batch.size": 4}, "onnx")
+    int8 = run_all(ENGINE.session(OnnxVariant(quantized), config), inputs[:64], 4)
+    fp32 = run_all(ENGINE.session(OnnxVariant(model), fp32_config), inputs[:64], 4)
+    assert int8.shape == (64, CLASSES) and not np.array_equal(int8, fp32)
+    assert np.mean(int8.argmax(axis=1) == fp32.argmax(axis=1)) >= 0.9
