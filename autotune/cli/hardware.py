@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from autotune.cli.sensitivity import sensitivity_lines
 from autotune.cli.shared import _exit_codes, out
 from autotune.cli.tables import _shown
 from autotune.core.contract import HardwareProfile, NodeKind
@@ -125,9 +126,9 @@ def space(
             kinds = [NodeKind.one_node(load_profile(hardware_file), "saved")]
         else:
             kinds = survey_kinds(ray_address, parse_workers(workers))
-        model = None
+        model, storage = None, None
         if request_file is not None:
-            space_file, model = _request_model(request_file, space_file)
+            space_file, model, storage = _request_model(request_file, space_file)
         path = resolve_space_path(space_file)
         spaces = [
             effective_space(
@@ -149,6 +150,9 @@ def space(
         if ray_address is not None:
             _print_nodes(kind)
         _print_space(effective)
+        if model is not None and storage is not None:
+            for line in sensitivity_lines(effective, model.sha256, storage):
+                _print_wrapped(line)
 
 
 def _print_space(effective: EffectiveSpace) -> None:
@@ -280,11 +284,13 @@ def _reasons(exclusion: Exclusion) -> list[str]:
     return [re.sub(rf"^{subject}:?\s*", "", part) for part in parts]
 
 
-def _request_model(request_file: Path, space_file: str | None) -> tuple[str | None, Any]:
-    """The request's space (unless one is named) and its model as a trial would see it."""
+def _request_model(request_file: Path, space_file: str | None) -> tuple[str | None, Any, str]:
+    """The request's space (unless one is named), its model as a trial would see it, and the
+    storage of its studies."""
     from autotune.execution.in_process import InProcessExecutor
     from autotune.requests.request import load_request
 
     request = load_request(request_file)
     workload = request.workload(request_file.resolve().parent)
-    return space_file or request.search_space, InProcessExecutor().inspect(workload).model
+    model = InProcessExecutor().inspect(workload).model
+    return space_file or request.search_space, model, request.storage

@@ -12,7 +12,12 @@ from autotune.conclusion.decision import headline_metrics
 from autotune.conclusion.front import pareto_front
 from autotune.conclusion.head_to_head import Revalidation, Revalidator
 from autotune.conclusion.previous import PreviousChoice, previous_choice
-from autotune.conclusion.tuned_file import ConstraintOutcome, TunedConfig, reported
+from autotune.conclusion.tuned_file import (
+    ConstraintOutcome,
+    TunedConfig,
+    precision_choice,
+    reported,
+)
 from autotune.conclusion.unmet import infeasible_message
 from autotune.core.artifacts import previous_export
 from autotune.core.contract import ArtifactInfo, HardwareProfile, ModelInfo, TrialSpec, Workload
@@ -206,6 +211,7 @@ class Conclusion:
                 "run_id": self.tracker.parent_run_id,
             },
             artifact=artifact_path,
+            precision=precision_choice(chosen.config, Path(artifact_path)),
             headline=revalidation.headline,
             revalidation=revalidation.report,
             previous=revalidation.previous,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -10,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from autotune.conclusion.decision import Headline
 from autotune.conclusion.previous import PreviousComparison
+from autotune.core.artifacts import VARIANT_FILE
 from autotune.core.contract import ConfigValue, Strict
+from autotune.core.contract.trials import FLOAT_NODES_FIELD
 from autotune.core.errors import AutotuneError, Interrupted, NoFeasibleConfiguration, RequestError
 from autotune.core.metrics import ENERGY, reported_metrics, with_derived
 from autotune.requests.request import Cost
@@ -20,6 +23,35 @@ class ConstraintOutcome(Strict):
     bound: float
     value: float
     met: bool
+
+
+class PrecisionChoice(Strict):
+    """What an int8 choice keeps in float, and how it was quantized."""
+
+    settings: dict[str, ConfigValue] = Field(
+        description="the chosen configuration's precision.* settings (mode, fallback, ...)"
+    )
+    float_nodes: list[str] | None = Field(
+        description="the nodes the exported model keeps in float (precision.fallback's most "
+        "sensitive ones); empty: every quantizable node is int8; None: no exported model "
+        "says (a replayed study's)",
+    )
+
+
+def precision_choice(config: dict[str, ConfigValue], artifact: Path) -> PrecisionChoice | None:
+    """An int8 configuration's precision settings and the float nodes its exported model's
+    description names (None for any other precision)."""
+    if not str(config.get("precision.mode", "")).startswith("int8"):
+        return None
+    settings = {k: v for k, v in config.items() if k.startswith("precision.")}
+    try:
+        description = json.loads((artifact.parent / VARIANT_FILE).read_text())
+    except (OSError, ValueError):
+        description = {}
+    unknown: list[str] | None = None if config.get("precision.fallback") else []
+    return PrecisionChoice(
+        settings=settings, float_nodes=description.get(FLOAT_NODES_FIELD, unknown)
+    )
 
 
 class TunedConfig(BaseModel):
@@ -41,6 +73,11 @@ class TunedConfig(BaseModel):
     study: dict[str, Any]
     mlflow: dict[str, str]
     artifact: str
+    precision: PrecisionChoice | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,  # only an int8 choice has one
+        description="an int8 choice's precision settings and the nodes its model keeps in float",
+    )
     headline: Headline
     revalidation: dict[str, Any]
     previous: PreviousComparison | None = Field(

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune import optuna_api
 from autotune.core.contract import ConfigValue
+from autotune.core.contract.trials import SensitivityTable
 from autotune.core.errors import RequestError
 from autotune.core.metrics import OBJECTIVES
-from autotune.results.databases import require_existing
+from autotune.results.databases import fast_sqlite, require_existing
 from autotune.results.leases import Owner, lock_engine, owner_is_dead, schema_lock, study_lock
 from autotune.results.records import (
     RECORD_KEY,
@@ -34,6 +35,7 @@ from autotune.results.records import (
     TrialState,
     each_configuration_once,
 )
+from autotune.results.sensitivities import sensitivities_in, sensitivity_key
 from autotune.space.knob_rules import parameter_key
 
 if TYPE_CHECKING:
@@ -49,7 +51,7 @@ TRIAL_OWNER_KEY = "autotune:owner"
 REVALIDATION_KEY = "revalidation"
 REVALIDATION_STATE_KEY = "revalidation_state"
 # What an Optuna storage holds, and without which reading it would write to it first.
-_OPTUNA_TABLES = frozenset({"studies", "version_info", "alembic_version"})
+OPTUNA_TABLES = frozenset({"studies", "version_info", "alembic_version"})
 
 T = TypeVar("T")
 
@@ -90,21 +92,6 @@ def rdb_storage(url: str, create: bool = True) -> Any:
     if url.startswith("sqlite"):
         fast_sqlite(storage.engine)
     return storage
-
-
-def fast_sqlite(engine: Any) -> None:
-    """WAL journal, and commits that do not wait for the disk (`synchronous=NORMAL`): a
-    process that dies loses nothing committed; a power cut may lose the last commits."""
-    from sqlalchemy import event
-
-    def on_connect(connection: Any, record: Any) -> None:
-        cursor = connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
-    event.listen(engine, "connect", on_connect)
-    engine.dispose()  # connections made before the listener
 
 
 class OptunaStore:
@@ -248,6 +235,9 @@ class OptunaStore:
         )
         return report
 
+    def sensitivities(self) -> list[SensitivityTable]:
+        return sensitivities_in(retrying(lambda: self.study.user_attrs))
+
     # -- writing ---------------------------------------------------------------------------
 
     def enqueue(
@@ -343,6 +333,12 @@ class OptunaStore:
         state = stored.model_dump(mode="json", exclude={"report"})
         retrying(self.study.set_user_attr, REVALIDATION_STATE_KEY, state)
 
+    def save_sensitivity(self, table: SensitivityTable) -> None:
+        """Kept once per model and mode: a table already stored is not written again."""
+        key = sensitivity_key(table)
+        if key not in retrying(lambda: self.study.user_attrs):
+            retrying(self.study.set_user_attr, key, table.model_dump(mode="json"))
+
     # -- leases ----------------------------------------------------------------------------
 
     def beat(self, owner: Owner) -> None:
@@ -379,7 +375,7 @@ def opened_store(
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    require_existing(storage, storage_field, _OPTUNA_TABLES, "autotune's studies")
+    require_existing(storage, storage_field, OPTUNA_TABLES, "autotune's studies")
     rdb = rdb_storage(storage, create=False)
     try:
         study = optuna.load_study(study_name=study_name, storage=rdb)

@@ -18,6 +18,7 @@ from autotune.results.records import (
 )
 
 if TYPE_CHECKING:
+    from autotune.core.contract.trials import SensitivityTable
     from autotune.results.leases import Owner
     from autotune.space.search_space import EffectiveSpace
 
@@ -71,6 +72,13 @@ class ResultStore(Protocol):
     def revalidation(self) -> StoredRevalidation | None: ...
 
     def save_revalidation(self, stored: StoredRevalidation) -> None: ...
+
+    def sensitivities(self) -> list[SensitivityTable]:
+        """The int8 sensitivity rankings the study's trials were built by, one per ranked
+        model and mode."""
+        ...
+
+    def save_sensitivity(self, table: SensitivityTable) -> None: ...
 
     def beat(self, owner: Owner) -> None: ...
 

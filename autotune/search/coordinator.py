@@ -32,7 +32,7 @@ from autotune.search.inputs import Events, Tuning
 from autotune.search.interrupts import stop_on_signals
 from autotune.search.quiet import QuietWaits
 from autotune.search.reaping import MAX_ATTEMPTS, Reaper
-from autotune.search.report import check_failures, study_summary
+from autotune.search.report import check_failures, sensitivity_note, study_summary
 from autotune.search.rescan import Rescans
 from autotune.search.state import BATCH, SearchState
 from autotune.search.telling import Teller
@@ -119,6 +119,7 @@ class Coordinator:
 
     def run(self) -> TuneOutcome:
         request = self.tuning.request
+        started = time.monotonic()
         try:
             with (
                 Heartbeat(lambda: self.store.beat(self.owner)),
@@ -127,6 +128,7 @@ class Coordinator:
                 baseline = self.search()
             records = self.store.records()
             self.events.on_note(f"study {self.store.name}: {study_summary(records)}")
+            self._note_sensitivity(time.monotonic() - started)
             if self.stop.is_set():
                 by = received[0] if received else "the user"
                 raise Interrupted(
@@ -153,6 +155,12 @@ class Coordinator:
         except BaseException:
             self.tracker.finish("FAILED")
             raise
+
+    def _note_sensitivity(self, search_s: float) -> None:
+        spent = self.teller.sensitivity_seconds
+        note = sensitivity_note(self.store.sensitivities(), spent, search_s)
+        if note is not None:
+            self.events.on_note(note)
 
     def search(self) -> TrialRecord:
         """Keep every slot busy until the budget is spent; return the baseline's record."""

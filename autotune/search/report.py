@@ -20,6 +20,7 @@ from autotune.strategies.reasons import one_line
 
 if TYPE_CHECKING:
     from autotune.core.contract import TrialResult
+    from autotune.core.contract.trials import SensitivityTable
     from autotune.results.records import TrialRecord
 
 FAILED_STATUSES = frozenset({"error", "timeout", "oom", "unsupported", "contended"})
@@ -69,6 +70,24 @@ def _phase_times(result: TrialResult) -> str:
         f" in {result.duration_s:.1f} s (build {times.build_s:.1f}, accuracy "
         f"{times.accuracy_s:.1f}, timing {times.timing_s:.1f})"
     )
+
+
+def sensitivity_note(
+    tables: Iterable[SensitivityTable], seconds_by_mode: dict[str, float], search_s: float
+) -> str | None:
+    """Where the search's int8 sensitivity time went (measured in its workers' builds,
+    against the search's wall time), and each ranking the study keeps in a line; None where
+    no trial was built by one."""
+    lines = [table.summary() for table in tables]
+    if not lines:
+        return None
+    spent = sum(seconds_by_mode.values())
+    if spent:
+        share = f", {spent / search_s:.0%} of the search's {search_s:.1f} s" if search_s else ""
+        head = f"int8 sensitivity measured in {spent:.1f} s of the trials' build time{share}"
+    else:
+        head = "int8 sensitivity: no ranking measured in this run (the study kept them)"
+    return "\n".join([head, *lines])
 
 
 def study_summary(records: Iterable[TrialRecord]) -> str:

@@ -4,7 +4,7 @@ and objectives, one outcome into the result store, one record to the tracker."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autotune.core.contract import TrialResult, TrialSpec
@@ -31,6 +31,9 @@ class Teller:
     tracker: Tracker
     state: SearchState
     on_told: Callable[[int, TrialResult], None]  # the study's counted trials, and the result
+    # Seconds this run's trials spent measuring int8 sensitivity rankings, by mode.
+    sensitivity_seconds: dict[str, float] = field(default_factory=dict)
+    _kept_sensitivity: set[tuple[str, str]] | None = None
 
     def tell(
         self,
@@ -70,6 +73,7 @@ class Teller:
             rescanned=result.rescanned,
         )
         self.store.tell(record.number, outcome, values)
+        self.keep_sensitivity(result, measured=reused_from is None)
         told = record.told(outcome)
         state.counted += told.counted
         state.told(told)
@@ -80,3 +84,18 @@ class Teller:
         )
         self.on_told(state.counted, as_repeat(result, told.repeat_of(self.store.name)))
         return told
+
+    def keep_sensitivity(self, result: TrialResult, measured: bool) -> None:
+        """The result's int8 sensitivity rankings into the study and the tracker, once per
+        ranked model and mode; the seconds of those its worker measured for it counted."""
+        if self._kept_sensitivity is None:
+            self._kept_sensitivity = {table.key for table in self.store.sensitivities()}
+        for table in result.sensitivity:
+            if table.computed and measured:
+                seconds = self.sensitivity_seconds.get(table.mode, 0.0)
+                self.sensitivity_seconds[table.mode] = seconds + table.seconds
+            if table.key in self._kept_sensitivity:
+                continue
+            self._kept_sensitivity.add(table.key)
+            self.store.save_sensitivity(table.model_copy(update={"computed": True}))
+            self.tracker.log_sensitivity(table)

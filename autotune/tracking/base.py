@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from autotune.core.contract.trials import SensitivityTable
 from autotune.core.errors import AutotuneError
 from autotune.core.metrics import Metric
 from autotune.results.records import Candidate
@@ -45,6 +46,11 @@ class Tracker(Protocol):
         """Record a told trial (metrics None: it failed) that ran for `duration_s` until now,
         with `texts` (file name -> text, e.g. a failure's traceback) as files of its record;
         a trial number already recorded is not recorded again."""
+        ...
+
+    def log_sensitivity(self, table: SensitivityTable) -> None:
+        """An int8 sensitivity ranking the study's trials were built by, as files of the
+        study's record (once per model and mode)."""
         ...
 
     def log_revalidation(self, report: dict[str, Any]) -> None: ...
@@ -102,6 +108,9 @@ class NullTracker:
         duration_s: float = 0.0,
         texts: dict[str, str] | None = None,
     ) -> None:
+        self._check_open()
+
+    def log_sensitivity(self, table: SensitivityTable) -> None:
         self._check_open()
 
     def log_revalidation(self, report: dict[str, Any]) -> None:

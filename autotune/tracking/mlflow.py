@@ -25,6 +25,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.core.contract.trials import SensitivityTable
 from autotune.core.metrics import Metric, selection_objective
 from autotune.results.records import Candidate
 from autotune.tracking.base import TrackerClosed
@@ -53,6 +54,7 @@ from autotune.tracking.runs import (
     StudyRuns,
     TrialRun,
 )
+from autotune.tracking.sensitivity import sensitivity_files
 from autotune.tracking.view import PRIMARY_METRIC_TAG, runs_view, study_links
 from autotune.tracking.writer import ClientFactory, TrialWriter, start_writer
 
@@ -83,6 +85,8 @@ NOTE_TAG = "mlflow.note.content"
 # A run's name and its colour in MLflow's table and charts (the UI's own tag for a colour).
 RUN_NAME_TAG, RUN_COLOUR_TAG = "mlflow.runName", "mlflow.runColor"
 ROUND_TAG = "autotune.round"
+# The chosen trial's run: the nodes its int8 model keeps in float.
+FLOAT_NODES_TAG = "float_nodes"
 # A trial's run is FINISHED when it was measured, in full or in a short window; any other
 # status's run is FAILED, though it may carry where its time went (time.*).
 MEASURED = ("ok", "screened")
@@ -279,6 +283,13 @@ class MlflowTracker:
         self._check_open()
         self.flush()
 
+    def log_sensitivity(self, table: SensitivityTable) -> None:
+        self._wait_for_trials()
+        for name, text in sensitivity_files(table).items():
+            self.client.log_text(self.parent_run_id, text, f"sensitivity/{name}")
+        seconds = {f"int8_sensitivity_{table.mode}_s": table.seconds}
+        self.client.log_batch(self.parent_run_id, metrics=self._metrics(seconds))
+
     def log_revalidation(self, report: dict[str, Any]) -> None:
         """Re-measured figures go next to the search figures on each finalist's run and on
         the baseline's (it was re-measured beside them, and may be the one chosen), with the
@@ -366,6 +377,18 @@ class MlflowTracker:
         if artifact_dir is not None:
             self.client.log_artifacts(self.parent_run_id, artifact_dir, "optimized_model")
         self.mark_trials(cloud, {n for n in earlier if n is not None})
+        self._log_precision(chosen, tuned)
+
+    def _log_precision(self, chosen: int | None, tuned: dict[str, Any] | None) -> None:
+        """The chosen trial's run names what an int8 choice keeps in float."""
+        precision = (tuned or {}).get("precision")
+        run_id = None if chosen is None else self._trial_runs.get(chosen)
+        if precision is None or run_id is None:
+            return
+        nodes = precision["float_nodes"]
+        shown = "unknown" if nodes is None else ", ".join(nodes) or "none"
+        self.client.set_tag(run_id, FLOAT_NODES_TAG, shown[:5000])
+        self.client.log_text(run_id, _as_text("precision.json", precision), "precision.json")
 
     def _log_experiment_review(
         self, objectives: Sequence[Metric], links: list[tuple[str, str]]

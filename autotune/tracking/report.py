@@ -131,7 +131,11 @@ def trial_log(
 
 
 def time_figures(result: TrialResult) -> dict[str, float]:
-    """Where a trial's time went on its worker, as time.* figures (seconds)."""
+    """Where a trial's time went on its worker, as time.* figures (seconds); the int8
+    sensitivity rankings its worker measured for it are part of its build."""
     assert result.times is not None
     phases = {f"time.{phase}": seconds for phase, seconds in result.times.model_dump().items()}
+    ranking_s = sum(table.seconds for table in result.sensitivity if table.computed)
+    if ranking_s:
+        phases["time.int8_sensitivity_s"] = ranking_s
     return {**phases, "time.total_s": result.duration_s}

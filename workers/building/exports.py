@@ -25,6 +25,7 @@ from autotune.core.artifacts import (
     WEIGHTS_ARTIFACT,
 )
 from autotune.core.contract import ArtifactInfo, TrialSpec
+from autotune.core.contract.trials import FLOAT_NODES_FIELD
 from autotune.core.knobs.config import TrialConfig
 from autotune.core.model_files import file_sha256
 from workers.building.quantization import float_nodes_of
@@ -67,8 +68,6 @@ def write_examples(model_bytes: bytes, inputs: np.ndarray, directory: Path) -> N
     np.savez(directory / OUTPUT_EXAMPLE_FILE, **by_name)  # type: ignore[arg-type]
 
 
-# The key of an int8 ONNX artifact's description that lists the nodes it keeps in float.
-FLOAT_NODES_FIELD = "float_nodes"
 # The key of a torch artifact's description that holds the only batch size its module takes.
 FIXED_BATCH_KEY = "model_fixed_batch"
 

@@ -16,6 +16,7 @@ import pytest
 
 from autotune.conclusion.front import front_of
 from autotune.core.contract import ConfigValue, TrialSpec, TrialStatus
+from autotune.core.contract.trials import NodeSensitivity, SensitivityTable
 from autotune.core.errors import RequestError
 from autotune.core.knobs import variant_key
 from autotune.results import (
@@ -379,6 +380,16 @@ def test_a_stored_revalidation_reads_back(store: OptunaStore) -> None:
     store.save_revalidation(stored)
     assert store.revalidation() == stored
     assert store.revalidation_report() == stored.report
+
+
+def test_a_sensitivity_table_is_kept_once_per_model_and_mode(store: OptunaStore) -> None:
+    node = NodeSensitivity(node="/head/Conv_2", rank=1, op_type="Conv", drop=0.2)
+    table = SensitivityTable(model_sha256="b" * 64, mode="int8_static", seconds=2.5, nodes=[node])
+    store.save_sensitivity(table)
+    store.save_sensitivity(table.model_copy(update={"seconds": 9.0}))
+    other_mode = table.model_copy(update={"mode": "int8_dynamic"})
+    store.save_sensitivity(other_mode)
+    assert store.sensitivities() == [other_mode, table]  # by model, then mode
 
 
 # -- leases ------------------------------------------------------------------------------

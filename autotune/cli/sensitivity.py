@@ -1,0 +1,49 @@
+"""`autotune space --request`: the int8 sensitivity of the request's model, where its space
+can quantize it on ONNX Runtime (and so keep its most sensitive nodes in float,
+`precision.fallback`). The ranking is the one the model's most recent study in the request's
+storage measured and kept: measuring it here would quantize and evaluate the model once per
+node on a trial worker."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotune.space.search_space import EffectiveSpace
+
+INT8_MODES = ("int8_dynamic", "int8_static")
+
+
+def int8_modes(space: EffectiveSpace) -> list[str]:
+    """The int8 modes the space holds, where it holds ONNX Runtime (whose int8 models can
+    keep nodes in float); none elsewhere."""
+    values = {dim.name: dim.values or [] for dim in space.dimensions}
+    if "onnxruntime" not in values.get("runtime.engine", []):
+        return []
+    return [mode for mode in INT8_MODES if mode in values.get("precision.mode", [])]
+
+
+def sensitivity_lines(space: EffectiveSpace, model_sha256: str, storage: str) -> list[str]:
+    """A line per kept ranking of the space's int8 modes (`int8 sensitivity (int8_static): 3
+    of 47 operations carry 80% of the drop: ...`) and where it comes from; a line saying
+    none was measured yet; nothing where the space has no int8 mode on ONNX Runtime."""
+    from autotune.results.model_history import latest_sensitivity
+
+    modes = int8_modes(space)
+    if not modes:
+        return []
+    found = latest_sensitivity(storage, model_sha256)
+    tables = [] if found is None else [t for t in found.tables if t.mode in modes]
+    if found is None or not tables:
+        return [
+            f"int8 sensitivity ({', '.join(modes)}): not measured for this model yet; a study "
+            "whose trials try precision.fallback measures it and keeps it for this command"
+        ]
+    several = len({t.model_sha256 for t in tables}) > 1
+    lines = [
+        t.summary() + (f" (ranked ONNX model {t.model_sha256[:12]})" if several else "")
+        for t in tables
+    ]
+    started = f" started {found.started:%Y-%m-%d %H:%M}" if found.started else ""
+    seconds = sum(t.seconds for t in tables)
+    return [*lines, f"  measured in {seconds:.1f} s by study {found.study}{started} ({storage})"]
