@@ -1,8 +1,9 @@
 """The longer precision routines the precision implementations call
 (`workers.building.knobs.precisions`): torch int8 (dynamic) and fp8 (torchao), and ONNX int8
-(dynamic, or static calibrated on the workload's inputs) and float16. The ONNX int8 routines
-leave the nodes they are given in float (`precision.fallback`, ranked by
-`workers.building.sensitivity`) and name them in the model's metadata (FLOAT_NODES_KEY).
+(dynamic, or static calibrated on the workload's calibration samples as `StaticSettings` say)
+and float16. The ONNX int8 routines leave the nodes they are given in float
+(`precision.fallback`, ranked by `workers.building.sensitivity`) and name them in the model's
+metadata (FLOAT_NODES_KEY).
 
 The precision declarations (`autotune.core.knobs.precisions`) decide beforehand which precision
 runs where; the functions here build what they are asked for.
@@ -16,6 +17,7 @@ import logging
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +35,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Static quantization calibrates on at most this many evaluation inputs, evenly spaced over
-# the data, fed in batches of CALIBRATION_BATCH (or the model's fixed batch size).
+# Static quantization calibrates on at most this many of the calibration samples (held out of
+# the evaluation, `workers.loading.workloads.EvalData`), evenly spaced over them, fed in
+# batches of CALIBRATION_BATCH (or the model's fixed batch size).
 CALIBRATION_SAMPLES = 256
 CALIBRATION_BATCH = 32
 # torch._scaled_mm, behind torchao's float8 linear, needs both weight dimensions divisible by 16.
@@ -137,13 +140,40 @@ def quantize_dynamic_nodes(
         return output.read_bytes()
 
 
+@dataclass(frozen=True)
+class StaticSettings:
+    """How the static quantizer works (`precision.calibration`, `precision.per_channel`,
+    `precision.symmetric_activations`, `precision.op_types`): how activation ranges are
+    calibrated (minmax: the observed min and max; entropy: the range that keeps the
+    distribution's information, KL divergence; percentile: the observed 99.999th percentile),
+    whether weights take a scale per output channel or one per tensor, whether activations
+    are quantized symmetrically (zero point 0), and which ops are quantized (all it knows, or
+    MatMul and Gemm alone, convolutions left in float). The defaults are what it always did."""
+
+    calibration: str = "minmax"
+    per_channel: bool = True
+    symmetric_activations: bool = False
+    op_types: str = "all"
+
+
+# precision.op_types -> the op types the static quantizer quantizes (None: all it knows).
+STATIC_OP_TYPES: dict[str, tuple[str, ...] | None] = {
+    "all": None,
+    "matmul_only": ("MatMul", "Gemm"),
+}
+
+
 def quantize_onnx_int8_static(
-    model_bytes: bytes, inputs: np.ndarray, float_nodes: Sequence[str] = ()
+    model_bytes: bytes,
+    inputs: np.ndarray,
+    float_nodes: Sequence[str] = (),
+    settings: StaticSettings = StaticSettings(),
 ) -> bytes:
-    """Static quantization in QDQ format: int8 weights (per output channel) and int8
-    activations whose ranges (min/max) were observed on `calibration_subset(inputs)`; the
-    nodes named in `float_nodes` stay in float (and the model's metadata names them)."""
-    quantized = quantize_static_nodes(model_bytes, calibration_subset(inputs), float_nodes)
+    """Static quantization in QDQ format: int8 weights and int8 activations whose ranges were
+    calibrated on `calibration_subset(inputs)` as `settings` say; the nodes named in
+    `float_nodes` stay in float (and the model's metadata names them)."""
+    samples = calibration_subset(inputs)
+    quantized = quantize_static_nodes(model_bytes, samples, float_nodes, settings=settings)
     problem = cpu_load_problem(quantized)
     if problem is not None:
         raise Unsupported(
@@ -157,22 +187,28 @@ def quantize_static_nodes(
     samples: np.ndarray,
     exclude: Sequence[str] = (),
     only: Sequence[str] | None = None,
+    settings: StaticSettings = StaticSettings(),
 ) -> bytes:
-    """ONNX Runtime's static QDQ quantizer calibrated on `samples`, leaving out the nodes
-    named in `exclude`; with `only`, quantizing those nodes alone."""
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    """ONNX Runtime's static QDQ quantizer calibrated on `samples` as `settings` say, leaving
+    out the nodes named in `exclude`; with `only`, quantizing those nodes alone."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     model, per_channel = _with_per_channel_qdq(with_node_names(model_bytes))
     reader = calibration_reader(model, samples)
+    op_types = STATIC_OP_TYPES[settings.op_types]
     with tempfile.TemporaryDirectory() as directory:
         output = Path(directory) / "quantized.onnx"
         try:
+            calibration = _calibration(model, reader, settings.calibration, op_types, directory)
             quantize_static(
-                model, output, reader, quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                model, output, quant_format=QuantFormat.QDQ,
+                per_channel=per_channel and settings.per_channel,
                 activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                calibrate_method=CalibrationMethod.MinMax,
+                op_types_to_quantize=list(op_types) if op_types else None,
                 nodes_to_quantize=list(only) if only is not None else None,
                 nodes_to_exclude=list(exclude),
+                extra_options={"ActivationSymmetric": settings.symmetric_activations},
+                **calibration,
             )  # fmt: skip
         except Exception as error:  # the quantizer's own failure on this model
             if is_out_of_memory(error):
@@ -185,8 +221,58 @@ def quantize_static_nodes(
         return output.read_bytes()
 
 
+# quantize_static gives ONNX Runtime's entropy calibrator as many quantized bins as histogram
+# bins (128 each), which leaves its KL-divergence search a single candidate, the full range
+# (MinMax's). Calibrated apart, it histograms ENTROPY_BINS and searches ranges of
+# ENTROPY_QUANTIZED_BINS to ENTROPY_BINS bins, as the method (TensorRT's) intends.
+ENTROPY_BINS = 2048
+ENTROPY_QUANTIZED_BINS = 128
+
+
+def _calibration(
+    model: onnx.ModelProto,
+    reader: Any,
+    method: str,
+    op_types: tuple[str, ...] | None,
+    directory: str,
+) -> dict[str, Any]:
+    """quantize_static's calibration arguments for `method`: the reader and the method, or,
+    for entropy, the ranges calibrated apart (ENTROPY_BINS), in the cache file it reads."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod
+    from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    if method != "entropy":
+        chosen = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile}
+        return {"calibration_data_reader": reader, "calibrate_method": chosen[method]}
+    calibrated = Path(directory) / "calibrated.onnx"
+    # saving as external data rewrites the model it saves; the quantizer reads it after
+    onnx.save_model(copy.deepcopy(model), str(calibrated), save_as_external_data=True)
+    calibrator = create_calibrator(
+        calibrated,
+        list(op_types or sorted({*QLinearOpsRegistry, *QDQRegistry})),
+        augmented_model_path=str(Path(directory) / "augmented.onnx"),
+        calibrate_method=CalibrationMethod.Entropy,
+        extra_options={"num_bins": ENTROPY_BINS, "num_quantized_bins": ENTROPY_QUANTIZED_BINS},
+    )
+    calibrator.collect_data(reader)
+    ranges = Path(directory) / "ranges.json"
+    save_tensors_data(calibrator.compute_data(), ranges)
+    return {
+        "calibration_data_reader": None,
+        "calibrate_method": CalibrationMethod.Entropy,
+        "calibration_cache_path": ranges,
+    }
+
+
 # The model metadata key that lists, as JSON, the nodes an int8 model keeps in float.
 FLOAT_NODES_KEY = "autotune.float_nodes"
+
+
+def node_op_types(model_bytes: bytes) -> dict[str, str]:
+    """Each top-level node's op type by name (unnamed nodes named as `with_node_names` does)."""
+    return {node.name: node.op_type for node in with_node_names(model_bytes).graph.node}
 
 
 def with_float_nodes(model_bytes: bytes, float_nodes: Sequence[str]) -> bytes:
@@ -295,7 +381,7 @@ def calibration_reader(model: onnx.ModelProto, samples: np.ndarray) -> Any:
 
     inputs = graph_inputs(model)
     fixed = model_fixed_batch(inputs)
-    size = fixed or min(CALIBRATION_BATCH, len(samples))
+    size = fixed or min(CALIBRATION_BATCH, max(len(samples), 1))
     if len(samples) < size:
         raise Unsupported(
             f"precision.mode=int8_static: {len(samples)} calibration samples do not fill one "

@@ -4,9 +4,10 @@ the ranking `precision.fallback` keeps the most sensitive nodes of an int8 model
 A node's sensitivity is how far the model with that node alone quantized (in the precision
 mode asked for) strays from the float model: the caller's `infidelity` of it (the workload
 cache judges 1 - `workers.measuring.evaluate.fidelity` on SENSITIVITY_SAMPLES evaluation
-inputs, which static quantization also calibrates on here). Only the MAX_MEASURED_NODES
-largest nodes (by weight size) are measured; the rest count as insensitive and follow them,
-largest first.
+inputs). Static quantization calibrates here on the `samples` given, which are to be
+calibration samples (`workers.loading.workloads.EvalData.calibration_inputs`), never the
+ones judged. Only the MAX_MEASURED_NODES largest nodes (by weight size) are measured; the
+rest count as insensitive and follow them, largest first.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def measure_sensitivity(
     model_bytes: bytes, mode: str, samples: np.ndarray, infidelity: Infidelity
 ) -> Sensitivity:
     """Each of the model's largest quantizable nodes quantized alone in `mode` (int8_dynamic
-    or int8_static; static calibrates on `samples`), judged by `infidelity`."""
+    or int8_static; static calibrates on `samples`, calibration samples apart from those
+    `infidelity` judges on), judged by `infidelity`."""
     nodes = quantizable_nodes(with_node_names(model_bytes), QUANTIZABLE_OPS[mode])
     measured_nodes = nodes[:MAX_MEASURED_NODES]
     if len(nodes) > len(measured_nodes):

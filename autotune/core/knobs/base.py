@@ -71,9 +71,15 @@ class Option:
         if self.values is None:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise Unsupported(f"{self.key}={value!r} must be an integer >= 1")
-        elif value not in self.values:
+        elif value not in self.values or self._flag_mismatch(value):
             raise Unsupported(f"{self.key}={value!r} is not one of {list(self.values)}")
         return value
+
+    def _flag_mismatch(self, value: ConfigValue) -> bool:
+        """Whether a true/false option was given something else (1 equals True in Python,
+        and would name another variant)."""
+        flags = self.values is not None and all(isinstance(v, bool) for v in self.values)
+        return flags and not isinstance(value, bool)
 
 
 class Knob:

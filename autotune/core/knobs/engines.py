@@ -10,8 +10,10 @@ apply).
   cuda.cudnn_benchmark, shard.data_parallel. CUDA graphs come from mode reduce-overhead.
 - onnxruntime: runtime.provider (cpu, cuda, tensorrt; must be available and really used),
   runtime.graph_opt, precision.fallback (int8 modes only: how many of the nodes most sensitive
-  to quantization stay in float). It runs where its provider does (runtime.device=cuda needs
-  a GPU provider).
+  to quantization stay in float), and how its static int8 quantizer works (int8_static only):
+  precision.calibration (minmax, entropy, percentile), precision.per_channel (weights),
+  precision.symmetric_activations and precision.op_types (all, matmul_only). It runs where its
+  provider does (runtime.device=cuda needs a GPU provider).
 """
 
 from __future__ import annotations
@@ -70,6 +72,18 @@ ORT_GRAPH_LEVELS = {
 # The modes whose quantizer can leave named nodes in float (`precision.fallback`).
 INT8_MODES = ("int8_dynamic", "int8_static")
 ORT_GRAPH_OPT = Option("runtime.graph_opt", ("disable", "basic", "extended", "all"), "all")
+# How ONNX Runtime's static int8 quantizer (precision.mode=int8_static) quantizes; each changes
+# the model, and each default is what the quantizer did before they could be chosen.
+STATIC_INT8_MODE = "int8_static"
+CALIBRATION = Option(
+    "precision.calibration", ("minmax", "entropy", "percentile"), "minmax", defines_variant=True
+)
+PER_CHANNEL = Option("precision.per_channel", (True, False), True, defines_variant=True)
+SYMMETRIC_ACTIVATIONS = Option(
+    "precision.symmetric_activations", (False, True), False, defines_variant=True
+)
+OP_TYPES = Option("precision.op_types", ("all", "matmul_only"), "all", defines_variant=True)
+STATIC_INT8_OPTIONS = (CALIBRATION, PER_CHANNEL, SYMMETRIC_ACTIVATIONS, OP_TYPES)
 
 
 def foreign_setting(engine: Engine, config: TrialConfig, hints: dict[str, str]) -> str | None:
@@ -164,7 +178,7 @@ class TorchCompile(TorchEngine):
 class OnnxRuntime(Engine):
     name = "onnxruntime"
     model_format = "onnx"
-    options = (ORT_PROVIDER, ORT_GRAPH_OPT)
+    options = (ORT_PROVIDER, ORT_GRAPH_OPT, *STATIC_INT8_OPTIONS)
     applies = frozenset({"fallback"})
     needs = ("ort.cpu|ort.cuda|ort.tensorrt",)
     software = ("onnxruntime", "onnx")
@@ -189,6 +203,10 @@ class OnnxRuntime(Engine):
                 f"precision.fallback={config.fallback} keeps nodes of an int8 model in float; "
                 f"{PRECISION_KEY}={config.precision} is not one of {list(INT8_MODES)}"
             )
+        if config.precision != STATIC_INT8_MODE:
+            reason = _static_int8_setting(config)
+            if reason is not None:
+                return reason
         if config.precision == "fp16" and provider == "cpu":
             return (
                 f"{PRECISION_KEY}=fp16 is not supported by onnxruntime's "
@@ -198,3 +216,17 @@ class OnnxRuntime(Engine):
 
     def on_cuda(self, config: TrialConfig) -> bool:
         return config.option(ORT_PROVIDER.key) in ("cuda", "tensorrt")
+
+
+def _static_int8_setting(config: TrialConfig) -> str | None:
+    """Why a configuration whose precision is not int8_static cannot set a static int8
+    quantizer setting away from its default, or None where it leaves them all at it."""
+    for option in STATIC_INT8_OPTIONS:
+        value = config.option(option.key)
+        if value != option.default:
+            return (
+                f"{option.key}={_show(value)} sets how ONNX Runtime's static int8 quantizer "
+                f"works; it applies to {PRECISION_KEY}={STATIC_INT8_MODE} only, not "
+                f"{config.precision}"
+            )
+    return None

@@ -22,6 +22,7 @@ from workers.building.knobs.base import PrecisionImplementation, implements
 
 if TYPE_CHECKING:
     from autotune.core.knobs.config import TrialConfig
+    from workers.building.quantization import StaticSettings
     from workers.building.variants import BuildContext, TorchVariant, Variant
 
 
@@ -104,30 +105,65 @@ class Int8DynamicImplementation(DevicePrecisionImplementation, Int8Dynamic):
 
 @implements
 class Int8StaticImplementation(DevicePrecisionImplementation, Int8Static):
-    def build_onnx(self, model_bytes: bytes, context: BuildContext) -> bytes:
+    def build(self, variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
         from workers.building.quantization import quantize_onnx_int8_static
+        from workers.building.variants import OnnxVariant
 
-        if context.calibration_inputs is None:
-            raise Unsupported("precision.mode=int8_static needs calibration inputs")
-        return quantize_onnx_int8_static(model_bytes, context.calibration_inputs)
+        if not isinstance(variant, OnnxVariant):
+            return super().build(variant, config, context)
+        samples = context.calibration_inputs
+        if samples is None or len(samples) == 0:
+            raise Unsupported(
+                "precision.mode=int8_static needs calibration inputs (samples held out of "
+                "the evaluation data); this workload has none"
+            )
+        settings = static_settings(config)
+        float_nodes: list[str] = []
+        if config.fallback:
+            float_nodes = most_sensitive(variant.model_bytes, config, context, settings)
+        return OnnxVariant(
+            quantize_onnx_int8_static(variant.model_bytes, samples, float_nodes, settings)
+        )
 
-    def build_onnx_with_fallback(
-        self, model_bytes: bytes, config: TrialConfig, context: BuildContext
-    ) -> bytes:
-        from workers.building.quantization import quantize_onnx_int8_static
 
-        float_nodes = most_sensitive(model_bytes, config, context)
-        assert context.calibration_inputs is not None  # most_sensitive needed the data too
-        return quantize_onnx_int8_static(model_bytes, context.calibration_inputs, float_nodes)
+def static_settings(config: TrialConfig) -> StaticSettings:
+    """The static quantizer's settings the configuration chooses (its defaults where it
+    leaves them out)."""
+    from autotune.core.knobs.engines import (
+        CALIBRATION,
+        OP_TYPES,
+        PER_CHANNEL,
+        SYMMETRIC_ACTIVATIONS,
+    )
+    from workers.building.quantization import StaticSettings
+
+    return StaticSettings(
+        calibration=str(config.option(CALIBRATION.key)),
+        per_channel=bool(config.option(PER_CHANNEL.key)),
+        symmetric_activations=bool(config.option(SYMMETRIC_ACTIVATIONS.key)),
+        op_types=str(config.option(OP_TYPES.key)),
+    )
 
 
-def most_sensitive(model_bytes: bytes, config: TrialConfig, context: BuildContext) -> list[str]:
-    """The `config.fallback` quantizable nodes of the model most sensitive to its int8 mode."""
+def most_sensitive(
+    model_bytes: bytes,
+    config: TrialConfig,
+    context: BuildContext,
+    settings: StaticSettings | None = None,
+) -> list[str]:
+    """The `config.fallback` quantizable nodes of the model most sensitive to its int8 mode
+    (of the op types `settings` quantize, where given)."""
+    from workers.building.quantization import STATIC_OP_TYPES, node_op_types
+
     if context.ranked_nodes is None or context.calibration_inputs is None:
         raise Unsupported(
             f"precision.fallback={config.fallback} needs the workload's data to rank nodes by"
         )
     ranked = list(context.ranked_nodes(model_bytes, config.precision))
+    op_types = None if settings is None else STATIC_OP_TYPES[settings.op_types]
+    if op_types is not None:
+        types = node_op_types(model_bytes)
+        ranked = [name for name in ranked if types.get(name) in op_types]
     if config.fallback > len(ranked):
         raise Unsupported(
             f"precision.fallback={config.fallback}: the model has {len(ranked)} quantizable "
