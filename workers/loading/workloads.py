@@ -22,7 +22,7 @@ from autotune.core.model_files import (
     onnx_sha256,
     resolve_entry_point,
 )
-from workers.loading.feeds import InputSpec, graph_ports, pack, pack_inputs
+from workers.loading.feeds import InputSpec, graph_ports, model_fixed_batch, pack, pack_inputs
 from workers.loading.onnx_normalize import normalize_onnx
 
 if TYPE_CHECKING:
@@ -54,15 +54,26 @@ class OnnxModel:
 LoadedModel = TorchModel | OnnxModel
 
 
+# Of a workload's samples, one in CALIBRATION_SHARE is held out of the evaluation to calibrate
+# static int8 quantization (at least one fixed batch, at most MAX_CALIBRATION_SAMPLES, never
+# more than half of them): `split_calibration`. Data of fewer than MIN_SPLIT_SAMPLES is all
+# evaluated and holds none (too few to calibrate on and still judge by).
+CALIBRATION_SHARE = 8
+MAX_CALIBRATION_SAMPLES = 256
+MIN_SPLIT_SAMPLES = 64
+
+
 @dataclass(frozen=True)
 class EvalData:
     """Evaluation inputs (first axis = samples; for a model with several inputs a structured
     array with a field per input, `workers.loading.feeds`) and optional labels of the same
-    length."""
+    length; `calibration_inputs`, the request's other samples, calibrate quantization and
+    are never evaluated (`split_calibration`)."""
 
     inputs: np.ndarray
     labels: np.ndarray | None
     field: str
+    calibration_inputs: np.ndarray
 
     @property
     def n_samples(self) -> int:
@@ -218,7 +229,36 @@ def load_data(
         raise RequestError(
             "data.constants", "must name inputs of an ONNX model", sorted(ref.constants)
         )
-    return _checked_data(inputs, labels, field, declared, ref.constants)
+    inputs, labels = _checked_data(inputs, labels, field, declared, ref.constants)
+    fixed = model.fixed_batch or (model_fixed_batch(declared[0]) if declared else None)
+    return split_calibration(inputs, labels, field, fixed)
+
+
+def split_calibration(
+    inputs: np.ndarray, labels: np.ndarray | None, field: str, fixed_batch: int | None = None
+) -> EvalData:
+    """The request's samples as evaluation data and calibration samples held out of it:
+    `calibration_count` of them, each in the middle of its own equal stretch of the data (so
+    data sorted by class calibrates on every class and still evaluates every class); always
+    the same ones."""
+    count = calibration_count(len(inputs), fixed_batch)
+    held = (2 * np.arange(count) + 1) * len(inputs) // (2 * count) if count else np.arange(0)
+    evaluated = np.ones(len(inputs), dtype=bool)
+    evaluated[held] = False
+    return EvalData(
+        inputs=np.ascontiguousarray(inputs[evaluated]),
+        labels=None if labels is None else labels[evaluated],
+        field=field,
+        calibration_inputs=np.ascontiguousarray(inputs[held]),
+    )
+
+
+def calibration_count(n_samples: int, fixed_batch: int | None = None) -> int:
+    """How many of `n_samples` are held out to calibrate on (see CALIBRATION_SHARE)."""
+    if n_samples < MIN_SPLIT_SAMPLES:
+        return 0
+    wanted = max(n_samples // CALIBRATION_SHARE, fixed_batch or 1)
+    return min(wanted, MAX_CALIBRATION_SAMPLES, n_samples // 2)
 
 
 def declared_ports(model: LoadedModel | None) -> Ports | None:
@@ -284,7 +324,7 @@ def _checked_data(
     field: str,
     declared: Ports | None = None,
     constants: dict[str, Any] | None = None,
-) -> EvalData:
+) -> tuple[np.ndarray, np.ndarray | None]:
     if isinstance(inputs, dict) and all(isinstance(a, np.ndarray) for a in inputs.values()):
         inputs = _records(inputs, field, declared, constants or {})
     if not isinstance(inputs, np.ndarray) or inputs.ndim < 1:
@@ -304,7 +344,7 @@ def _checked_data(
     if inputs.dtype.kind == "f":
         # Models take float32; float64 is merely numpy's default.
         inputs = inputs.astype(np.float32, copy=False)
-    return EvalData(inputs=np.ascontiguousarray(inputs), labels=labels, field=field)
+    return np.ascontiguousarray(inputs), labels
 
 
 def _records(
