@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,8 @@ def quantize_with_nncf(
     `calibration_subset(inputs)`; the nodes named in `float_nodes` stay in float (and the
     model's metadata names them)."""
     require_nncf()
+    # NNCF sends usage telemetry unless told it runs in CI: a tuning worker never phones home.
+    os.environ.setdefault("NNCF_CI", "1")
     import nncf
 
     model = _at_least_opset(with_node_names(model_bytes))

@@ -25,7 +25,7 @@ import numpy as np
 from autotune.core.errors import Unsupported
 from autotune.core.knobs import ENGINES, ModelKind
 from autotune.core.knobs.config import TrialConfig
-from workers.building.knobs import precision_of, pruning_of
+from workers.building.knobs import engine_of, pruning_of
 from workers.building.runtimes import check_runtime
 from workers.building.torch_io import (
     OUTPUT_JUDGING_KEY,
@@ -194,7 +194,7 @@ def _export_dynamo(
 def precision(variant: Variant, config: TrialConfig, context: BuildContext) -> Variant:
     if config.precision in ENGINES[config.engine].applies_precisions:
         return variant
-    return precision_of(config.precision).build(variant, config, context)
+    return engine_of(config.engine).build_precision(variant, config, context)
 
 
 @register_transform("sparsify")

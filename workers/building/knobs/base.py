@@ -37,6 +37,13 @@ class EngineImplementation(Engine):
         such check exists."""
         return None
 
+    def build_precision(
+        self, variant: Variant, config: TrialConfig, context: BuildContext
+    ) -> Variant:
+        """The variant in `config.precision`, as the precision builds it; an engine that
+        builds a precision its own way (OpenVINO's int8_static, by NNCF) overrides this."""
+        return precision_of(config.precision).build(variant, config, context)
+
     def session(self, variant: Variant, config: TrialConfig) -> Session:
         raise NotImplementedError
 

@@ -25,7 +25,7 @@ from autotune.core.knobs.openvino import (
     OpenVino,
 )
 from workers.building.failures import is_out_of_memory
-from workers.building.knobs.base import implements, precision_of
+from workers.building.knobs.base import implements
 from workers.building.knobs.engines import OnnxEngineImplementation, onnx_bytes_of
 from workers.building.observed_outputs import FirstCallOutputs, ReadsFirstCall
 from workers.building.torch_io import exported_output_judging, exported_output_structure
@@ -82,7 +82,7 @@ class OpenVinoImplementation(OnnxEngineImplementation, OpenVino):
         ranking ONNX Runtime's int8_static uses) left in float; any other mode as the mode
         builds it."""
         if config.precision != OV_INT8:
-            return precision_of(config.precision).build(variant, config, context)
+            return super().build_precision(variant, config, context)
         from workers.building.knobs.precisions import most_sensitive
         from workers.building.nncf_quantization import quantize_with_nncf
         from workers.building.variants import OnnxVariant
