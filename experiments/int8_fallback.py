@@ -4,16 +4,17 @@
         [--bound 0.01] [--rounds 10] [--round-seconds 0.4]
         [--out experiments/results/int8-fallback-cpu.md]
 
-For each model, on ONNX Runtime (CPU provider, all cores) at one batch size:
+For each model, on ONNX Runtime (CPU provider) and OpenVINO, all cores, at one batch size:
 1. the nodes' int8 sensitivity, ranked once per mode (`workers.building.sensitivity`, through
-   the workload cache as a trial gets it), timed;
-2. for int8_dynamic and int8_static, the accuracy drop of the model with 0, 1, 2, 4, 8, ...
-   of its most sensitive nodes in float (`precision.fallback`), up to a quarter of its
-   quantizable nodes, stopping at the first count within `--bound`: the cheapest fallback that
-   meets it;
-3. the speed of fp32, each whole-model int8 and each fallback variant found, in one
-   interleaved comparison (`workers.head_to_head`: every round times each entrant once, the
-   order rotating), as the median of the rounds' throughput and its paired ratio to fp32.
+   the workload cache as a trial gets it), timed; OpenVINO's int8 (built by NNCF) falls back
+   by ONNX Runtime's int8_static ranking, so its figure is the cache's;
+2. for each engine's int8 modes, the accuracy drop of the model with 0, 1, 2, 4, 8, ... of its
+   most sensitive nodes in float (`precision.fallback`), up to a quarter of its quantizable
+   nodes, stopping at the first count within `--bound`: the cheapest fallback that meets it;
+3. the speed of the float models (ONNX Runtime fp32, OpenVINO fp32 and bf16), each
+   whole-model int8 and each fallback variant found, in one interleaved comparison
+   (`workers.head_to_head`: every round times each entrant once, the order rotating), as the
+   median of the rounds' throughput and its paired ratio to ONNX Runtime fp32.
 
 The accuracy drop is against the unmodified model as the study judges it (its default
 configuration): the request's metric (accuracy with labels, else fidelity to the float
@@ -58,7 +59,15 @@ EXAMPLES = {
     "digits": "experiments/digits/request.yaml",
     "minilm": "experiments/minilm/request.yaml",
 }
-MODES = ("int8_dynamic", "int8_static")
+# (engine, int8 mode) walked; OpenVINO's int8 falls back by ONNX Runtime's int8_static ranking.
+MODES = (
+    ("onnxruntime", "int8_dynamic"),
+    ("onnxruntime", "int8_static"),
+    ("openvino", "int8_static"),
+)
+# Float references timed beside them: (label, engine, precision).
+FLOATS = (("onnxruntime fp32", "onnxruntime", "fp32"), ("openvino fp32", "openvino", "fp32"),
+          ("openvino bf16", "openvino", "bf16"))  # fmt: skip
 DEFAULT_MODELS = ["digits", "minilm", "ppocr-cls", "speaker-lstm", "magika", "ppocr-rec"]
 BATCH = 16
 RESULTS = REPO / "experiments" / "results"
@@ -74,6 +83,7 @@ class Step:
 
 @dataclass
 class ModeResult:
+    engine: str
     mode: str
     nodes: int
     sensitivity_s: float
@@ -100,9 +110,9 @@ def workload_of(name: str, work: Path) -> Workload:
     )
 
 
-def config(mode: str, fallback: int, batch: int) -> dict[str, Any]:
+def config(engine: str, mode: str, fallback: int, batch: int) -> dict[str, Any]:
     chosen: dict[str, Any] = {
-        "runtime.engine": "onnxruntime",
+        "runtime.engine": engine,
         "precision.mode": mode,
         "batch.size": batch,
         "runtime.threads": default_threads(),
@@ -127,17 +137,17 @@ def ladder(nodes: int) -> list[int]:
 
 
 def walk(
-    loaded: LoadedWorkload, mode: str, batch: int, baseline: float, bound: float
+    loaded: LoadedWorkload, engine: str, mode: str, batch: int, baseline: float, bound: float
 ) -> ModeResult:
-    fp32 = loaded.variant_for(loaded.parse(config("fp32", 0, batch)))
+    fp32 = loaded.variant_for(loaded.parse(config("onnxruntime", "fp32", 0, batch)))
     assert isinstance(fp32, OnnxVariant)  # the onnxruntime engine runs an ONNX model
     started = time.monotonic()
     ranked = loaded.ranked_nodes(fp32.model_bytes, mode)
     seconds = time.monotonic() - started
-    result = ModeResult(mode, len(ranked), seconds, list(ranked[:3]), bound=bound)
+    result = ModeResult(engine, mode, len(ranked), seconds, list(ranked[:3]), bound=bound)
     for fallback in ladder(len(ranked)):
         try:
-            accuracy = accuracy_of(loaded, config(mode, fallback, batch))
+            accuracy = accuracy_of(loaded, config(engine, mode, fallback, batch))
         except Exception as error:  # the quantizer's refusal, said in the report
             result.steps.append(Step(fallback, None, None, f"{type(error).__name__}: {error}"))
             break
@@ -151,7 +161,7 @@ def speeds(
     name: str, workload: Workload, entrants: list[tuple[str, dict[str, Any]]], args: Any,
     cache: WorkloadCache,
 ) -> dict[str, tuple[float, str]]:  # fmt: skip
-    """Each entrant's median throughput and its paired ratio to the first (fp32)."""
+    """Each entrant's median throughput and its paired ratio to the first (ONNX Runtime fp32)."""
     spec = HeadToHeadSpec(
         study=f"int8-fallback-{name}",
         workload=workload,
@@ -188,15 +198,15 @@ def study_model(name: str, work: Path, args: Any) -> list[str]:
     batch = workload.model.fixed_batch or BATCH
     with opened(loaded.session_for(loaded.parse({}))) as session:
         baseline = loaded.judge(session).accuracy
-    results = [walk(loaded, mode, batch, baseline, args.bound) for mode in MODES]
-    entrants = [("fp32", config("fp32", 0, batch))]
-    for result in results:
-        entrants.append((f"{result.mode} whole", config(result.mode, 0, batch)))
-        within = result.within
+    results = [walk(loaded, e, mode, batch, baseline, args.bound) for e, mode in MODES]
+    entrants = [(label, config(e, p, 0, batch)) for label, e, p in FLOATS]
+    for r in results:
+        entrants.append((f"{r.engine} {r.mode} whole", config(r.engine, r.mode, 0, batch)))
+        within = r.within
         if within is not None and within.fallback:
             entrants.append(
-                (f"{result.mode} fallback {within.fallback}",
-                 config(result.mode, within.fallback, batch))
+                (f"{r.engine} {r.mode} fallback {within.fallback}",
+                 config(r.engine, r.mode, within.fallback, batch))
             )  # fmt: skip
     figures = speeds(name, workload, entrants, args, cache)
     wall = time.monotonic() - started
@@ -211,9 +221,9 @@ def describe(
         f"\n## {name}\n",
         f"Metric {workload.metric.kind}; the unmodified model scores {baseline:.4f}; batch "
         f"{batch}; this model's wall time {wall:.0f} s.\n",
-        "| mode | quantizable nodes | sensitivity s (share of wall) | most sensitive | "
+        "| engine | mode | quantizable nodes | sensitivity s (share of wall) | most sensitive | "
         "fallback: accuracy drop | cheapest within bound |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         steps = "; ".join(
@@ -223,10 +233,15 @@ def describe(
         within = r.within
         cheapest = "none up to a quarter" if within is None else f"{within.fallback} in float"
         lines.append(
-            f"| {r.mode} | {r.nodes} | {r.sensitivity_s:.1f} ({r.sensitivity_s / wall:.0%}) | "
+            f"| {r.engine} | {r.mode} | {r.nodes} | "
+            f"{r.sensitivity_s:.1f} ({r.sensitivity_s / wall:.0%}) | "
             f"{', '.join(r.top)} | {steps} | {cheapest} |"
         )
-    lines += ["", "| variant | samples/s (median) | ÷ fp32 (median, 95% CI) |", "|---|---|---|"]
+    lines += [
+        "",
+        "| variant | samples/s (median) | ÷ ONNX Runtime fp32 (median, 95% CI) |",
+        "|---|---|---|",
+    ]
     lines += [f"| {label} | {tp:.4g} | {ratio} |" for label, (tp, ratio) in figures.items()]
     return lines
 
@@ -243,7 +258,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.monotonic()
     lines = [
-        "# int8 with fallback against whole-model int8 (ONNX Runtime, CPU)\n",
+        "# int8 with fallback against whole-model int8 (ONNX Runtime and OpenVINO, CPU)\n",
         f"Command: `python experiments/int8_fallback.py --models {' '.join(args.models)} "
         f"--bound {args.bound} --rounds {args.rounds} --round-seconds {args.round_seconds}`\n",
         f"Machine: {machine()}\n",
@@ -251,8 +266,9 @@ def main() -> None:
         "provider with all cores at one batch size: the nodes' int8 sensitivity ranked once "
         "per mode (timed; its share of that model's wall time beside it); for each int8 mode "
         "the accuracy drop with 0, 1, 2, 4, ... of the most sensitive nodes in float, up to a "
-        "quarter of the quantizable nodes, stopping at the first within the bound; then fp32, "
-        "whole-model int8 and the fallback variants found, timed in one interleaved "
+        "quarter of the quantizable nodes, stopping at the first within the bound (OpenVINO's "
+        "int8 by NNCF, falling back by ONNX Runtime's int8_static ranking); then the float "
+        "models, whole-model int8 and the fallback variants found, timed in one interleaved "
         "comparison (every round times each once, the order rotating).",
     ]
     with tempfile.TemporaryDirectory() as directory:
