@@ -32,7 +32,10 @@ def sensitivity_lines(space: EffectiveSpace, model_sha256: str, storage: str) ->
     modes = int8_modes(space)
     if not modes:
         return []
-    found = latest_sensitivity(storage, model_sha256)
+    try:
+        found = latest_sensitivity(storage, model_sha256)
+    except Exception as error:  # a line of the space's printout, never the command's failure
+        return [f"int8 sensitivity: the request's storage was not read ({error})"]
     tables = [] if found is None else [t for t in found.tables if t.mode in modes]
     if found is None or not tables:
         return [
