@@ -102,8 +102,8 @@ def test_the_spaces_search_them_for_static_int8_and_design_at_the_defaults(space
     effective = effective_space(load_space(SPACES_DIR / space), profile, space)
     by_name = {d.name: d for d in effective.dimensions if d.name in CHOSEN}
     assert set(by_name) == set(CHOSEN)
-    for name, dim in by_name.items():
-        assert dim.values is not None and CHOSEN[name] in dim.values
+    for dim in by_name.values():
+        assert dim.values is not None and len(dim.values) > 1
         assert dim.active(ORT_STATIC)
         assert not dim.active({**ORT_STATIC, "precision.mode": "int8_dynamic"})
         assert not dim.active({"runtime.engine": "torch_eager", "precision.mode": "fp32"})
