@@ -2,22 +2,27 @@
 
 - A designed initial set follows the baseline: each precision on each engine at one batch
   size, everything else as the baseline runs. It tells early which model variants keep their
-  accuracy and which kernels are fast.
+  accuracy and which kernels are fast. It starts with a thread probe and is measured in the
+  order `autotune.strategies.design_order` gives: the engine that leads the front first, a
+  front leader's precision at its batch-size siblings and on the other engines early, each
+  engine at batch 1 in its fastest precision, pairs the knobs declare refused last.
 - The batch size follows how it moves the request's objectives and constraints
   (`autotune.strategies.batch_sizes`): where a larger batch can only be dominated (the p95
   per call is the only time objective), the designed set, the local search and the sampler
   keep to the smallest batch size; otherwise the designed set runs at the end of the range
   the request leans to, or in the middle without a leaning. Without a leaning, where the
   selection ranks by the time per call (`lowest_latency`, the default), each engine is
-  measured at the smallest batch too, after the designed set:
-  the answer is picked there, and an engine that only wins at batch 1 would otherwise be
-  found late or never.
+  measured at the smallest batch too, in its fastest precision, after the designed set's
+  other points: the answer is picked there, and an engine that only wins at batch 1 would
+  otherwise be found late or never.
 - Past the level-off batch: where the selection ranks by a figure per sample (highest
   throughput, lowest energy), the selection's best point of the feasible front is measured
-  at the next larger batch size ("climb"), before any other proposal, as long as its own
-  last step up gained more than `CLIMB_GAIN` and the call stays within
-  `measurement.max_call_ms` by the search's estimate; it stops where a step gains less,
-  the largest batch is reached, or the next call would be too long.
+  at the next larger batch size ("climb"), once the baseline's precision was measured on
+  each engine and before any other proposal, as long as its own last step up gained more
+  than `CLIMB_GAIN` and the call stays within `measurement.max_call_ms` by the search's
+  estimate; it stops where a step gains less, the largest batch is reached, or the next
+  call would be too long. Then that point is measured at its other thread counts: more
+  threads can pay at a large batch where the thread probe at batch 1 found they did not.
 - An int8 configuration whose variant breaks `max_accuracy_drop` is measured next with
   the next `precision.fallback` (more of its most sensitive nodes kept in float), step by
   step until the bound holds or the values run out ("fallback"; `steps.more_in_float`).
@@ -73,6 +78,7 @@ from autotune.strategies.batch_sizes import (
     smaller_batches,
     smallest_batches,
 )
+from autotune.strategies.design_order import next_designed
 from autotune.strategies.designed import ConfigKey, changed, config_key, designed_configs
 from autotune.strategies.reasons import error_signature, refuses_batch_only
 from autotune.strategies.steps import climb, more_in_float
@@ -224,10 +230,10 @@ class Ledger:
                 if not self.known(config_key(retry)) and not blocked(retry):
                     self.proposed.add(config_key(retry))
                     return retry, "smaller batch"
-        for config in self.designed:
-            if not self.known(config_key(config)):
-                self.proposed.add(config_key(config))
-                return config, "designed"
+        designed = next_designed(self, front, excluded, blocked)
+        if designed is not None:
+            self.proposed.add(config_key(designed[0]))
+            return designed
         in_float = more_in_float(self, excluded, blocked)
         if in_float is not None:
             self.proposed.add(config_key(in_float))

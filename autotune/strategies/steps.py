@@ -1,7 +1,7 @@
 """Two targeted steps of autotune's strategy, proposed before its local search: an int8
 variant that breaks the accuracy bound tried with more of its most sensitive nodes in float
 (`more_in_float`), and a per-sample selection's best point tried at the next larger batch
-while the last step up still paid (`climb`)."""
+while the last step up still paid, then at its other thread counts (`climb`)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # A per-sample selection's best climbs to the next batch size only while its last step up
 # gained more than this share (less is within a measurement's noise).
 CLIMB_GAIN = 0.02
+THREADS = "runtime.threads"
 
 
 def more_in_float(
@@ -55,12 +56,29 @@ def climb(
 ) -> dict[str, ConfigValue] | None:
     """The selection's best point of the `front` at the next larger batch size, where the
     selection ranks by a figure per sample and the best's own step up to its batch still
-    gained more than `CLIMB_GAIN` (see the module's docstring); None otherwise, or where
-    that configuration is known, excluded, blocked or cannot be built."""
+    gained more than `CLIMB_GAIN` (see the module's docstring); once that climb stops, the
+    best point at its other thread counts, nearest first (more threads can pay at a large
+    batch where they did not at a small one). None otherwise, or where those configurations
+    are known, excluded, blocked or cannot be built."""
     metric = climbed_metric(ledger.request)
     best = None if metric is None else _best(ledger, front, metric)
     if metric is None or best is None:
         return None
+    for option in (_larger_batch(ledger, best, metric), *_other_threads(ledger, best)):
+        if option is None or ledger.known(config_key(option)):
+            continue
+        if variant_key(option) in excluded or blocked(option):
+            continue
+        if ledger.unsupported_like(option) is None and producible(ledger.space, option):
+            return option
+    return None
+
+
+def _larger_batch(
+    ledger: Ledger, best: dict[str, ConfigValue], metric: Metric
+) -> dict[str, ConfigValue] | None:
+    """`best` at the next larger batch size while its own last step up gained more than
+    `CLIMB_GAIN`; None at the largest batch or once a step gained less."""
     batches = sorted(ledger.space.choices().get(BATCH, []), key=as_number)
     if best[BATCH] not in batches[:-1]:
         return None
@@ -69,12 +87,17 @@ def climb(
         below = figure(ledger, changed(ledger.space, best, {BATCH: batches[here - 1]}), metric)
         if below is not None and not _gains(metric, below, figure(ledger, best, metric)):
             return None
-    option = changed(ledger.space, best, {BATCH: batches[here + 1]})
-    if ledger.known(config_key(option)) or variant_key(option) in excluded or blocked(option):
-        return None
-    if ledger.unsupported_like(option) is not None or not producible(ledger.space, option):
-        return None
-    return option
+    return changed(ledger.space, best, {BATCH: batches[here + 1]})
+
+
+def _other_threads(ledger: Ledger, best: dict[str, ConfigValue]) -> list[dict[str, ConfigValue]]:
+    """`best` at each other thread count of the space, nearest first."""
+    if THREADS not in best:
+        return []
+    here = as_number(best[THREADS])
+    counts = [c for c in ledger.space.choices().get(THREADS, []) if c != best[THREADS]]
+    counts.sort(key=lambda count: abs(as_number(count) - here))
+    return [changed(ledger.space, best, {THREADS: count}) for count in counts]
 
 
 def _best(

@@ -59,12 +59,12 @@ def test_larger_batches_are_dominated_only_where_no_objective_or_bound_gains_fro
 
 
 def issue_space() -> EffectiveSpace:
-    """The issue's shape: two engines (one with a kernel option), two thread counts, eight
+    """The issue's shape: two engines (one with a kernel option), three thread counts, eight
     batch sizes, two precisions (int8 loses accuracy)."""
     dims: list[Dimension] = [
         ("runtime.engine", ["torch_eager", "openvino"], {}),
         ("runtime.ov_hint", ["latency", "throughput"], {"runtime.engine": ["openvino"]}),
-        ("runtime.threads", [2, 1], {}),
+        ("runtime.threads", [2, 1, 4], {}),
         ("batch.size", BATCHES, {}),
         ("precision.mode", ["fp32", "int8_static"], {}),
     ]
