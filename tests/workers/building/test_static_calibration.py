@@ -12,7 +12,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from autotune.core.contract import ConfigValue
 from autotune.core.knobs.config import parse_config
+from tests.workers.conftest import digits_workload, spec_for
+from workers import run_trial
 from workers.building.knobs import precision_of
 from workers.building.quantization import (
     StaticSettings,
@@ -22,6 +25,7 @@ from workers.building.quantization import (
     with_node_names,
 )
 from workers.building.variants import BuildContext, OnnxVariant
+from workers.cache import WorkloadCache
 
 CHANNELS = 4
 SIDE = 24  # enough values per input that one in 100,000 (percentile's cut) is under one sample
@@ -161,3 +165,24 @@ def test_the_configuration_reaches_the_quantizer() -> None:
     model = onnx.load_model_from_string(built.model_bytes)
     assert weight_scale(model, "conv_w").size == 1
     assert not any(int(initializer(model, n.input[2])) for n in activation_quantizers(model))
+
+
+def test_a_trial_with_chosen_settings_measures_its_own_variant() -> None:
+    """The digits through onnxruntime's int8_static, calibrated by percentile with per-tensor
+    weights: a trial of its own variant, as accurate as the default one within a point."""
+    store = WorkloadCache(capacity=2)
+    base: dict[str, ConfigValue] = {
+        "runtime.engine": "onnxruntime",
+        "precision.mode": "int8_static",
+    }
+    chosen: dict[str, ConfigValue] = {
+        **base,
+        "precision.calibration": "percentile",
+        "precision.per_channel": False,
+    }
+    default = run_trial(spec_for(digits_workload(), base), store)
+    trial = run_trial(spec_for(digits_workload(), chosen), store)
+    assert trial.status == "ok" and trial.metrics and default.metrics, trial.reason
+    assert trial.variant_key != default.variant_key
+    assert "precision.calibration=percentile" in str(trial.variant_key)
+    assert abs(trial.metrics.accuracy - default.metrics.accuracy) <= 0.01
