@@ -17,6 +17,7 @@ from autotune.core.knobs.config import parse_config
 from tests.workers.conftest import digits_workload, spec_for
 from workers import run_trial
 from workers.building.knobs import precision_of
+from workers.building.knobs.precisions import most_sensitive, static_settings
 from workers.building.quantization import (
     StaticSettings,
     calibration_reader,
@@ -28,6 +29,10 @@ from workers.building.variants import BuildContext, OnnxVariant
 from workers.cache import WorkloadCache
 
 CHANNELS = 4
+ORT_STATIC: dict[str, ConfigValue] = {
+    "runtime.engine": "onnxruntime",
+    "precision.mode": "int8_static",
+}
 SIDE = 24  # enough values per input that one in 100,000 (percentile's cut) is under one sample
 
 
@@ -186,3 +191,20 @@ def test_a_trial_with_chosen_settings_measures_its_own_variant() -> None:
     assert trial.variant_key != default.variant_key
     assert "precision.calibration=percentile" in str(trial.variant_key)
     assert abs(trial.metrics.accuracy - default.metrics.accuracy) <= 0.01
+
+
+def test_fallback_with_matmul_only_keeps_a_matmul_in_float_not_a_convolution() -> None:
+    """The ranking puts the convolution first; matmul_only leaves it in float anyway, so the
+    node fallback keeps in float is the most sensitive MatMul."""
+    context = BuildContext(
+        samples()[:2], samples(), ranked_nodes=lambda model_bytes, mode: ("conv", "matmul")
+    )
+
+    def kept_in_float(op_types: str) -> list[str]:
+        config = parse_config(
+            {**ORT_STATIC, "precision.op_types": op_types, "precision.fallback": 1}, "onnx"
+        )
+        return most_sensitive(conv_matmul_model(), config, context, static_settings(config))
+
+    assert kept_in_float("all") == ["conv"]
+    assert kept_in_float("matmul_only") == ["matmul"]
