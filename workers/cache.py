@@ -97,7 +97,7 @@ class LoadedWorkload:
     def build_context(self) -> BuildContext:
         return BuildContext(
             sample_inputs=self.one_batch(),
-            calibration_inputs=self.data.inputs,
+            calibration_inputs=self.data.calibration_inputs,
             fixed_batch=self.workload.model.fixed_batch,
             ranked_nodes=self.ranked_nodes,
         )
@@ -108,9 +108,10 @@ class LoadedWorkload:
         key = (hashlib.sha256(model_bytes).hexdigest(), mode)
         if key not in self.sensitivity_by_model:
             started = time.perf_counter()
-            samples = calibration_subset(self.data.inputs, SENSITIVITY_SAMPLES)
+            judged = calibration_subset(self.data.inputs, SENSITIVITY_SAMPLES)
+            calibrating = calibration_subset(self.data.calibration_inputs, SENSITIVITY_SAMPLES)
             sensitivity = measure_sensitivity(
-                model_bytes, mode, samples, infidelity_to(model_bytes, samples)
+                model_bytes, mode, calibrating, infidelity_to(model_bytes, judged)
             )
             seconds = time.perf_counter() - started
             self.sensitivity_by_model[key] = sensitivity

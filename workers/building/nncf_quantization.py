@@ -22,13 +22,12 @@ import numpy as np
 from autotune.core.errors import Unsupported
 from workers.building.failures import is_out_of_memory
 from workers.building.quantization import (
-    CALIBRATION_BATCH,
+    calibration_feeds,
     calibration_subset,
     refuse_unquantized,
     with_float_nodes,
     with_node_names,
 )
-from workers.loading.feeds import feed, graph_inputs, model_fixed_batch
 
 if TYPE_CHECKING:
     import onnx
@@ -59,7 +58,7 @@ def quantize_with_nncf(
 
     model = _at_least_opset(with_node_names(model_bytes))
     _refuse_unknown(model, float_nodes)
-    batches = calibration_batches(model, calibration_subset(inputs))
+    batches = calibration_feeds(model, calibration_subset(inputs), MODE)
     nncf.set_log_level(logging.WARNING)  # its INFO lines name every node it leaves out
     try:
         quantized = nncf.quantize(
@@ -77,21 +76,6 @@ def quantize_with_nncf(
             f"({type(error).__name__}: {first_line})"
         ) from error
     return with_float_nodes(refuse_unquantized(quantized.SerializeToString(), MODE), float_nodes)
-
-
-def calibration_batches(model: onnx.ModelProto, samples: np.ndarray) -> list[dict[str, np.ndarray]]:
-    """`samples` as the model's feeds, in batches of its fixed batch size (an incomplete last
-    batch left out) or of CALIBRATION_BATCH."""
-    inputs = graph_inputs(model)
-    fixed = model_fixed_batch(inputs)
-    size = fixed or min(CALIBRATION_BATCH, len(samples))
-    if len(samples) < size:
-        raise Unsupported(
-            f"precision.mode={MODE}: {len(samples)} calibration samples do not fill one batch "
-            f"of {size}"
-        )
-    stop = len(samples) - len(samples) % size if fixed else len(samples)
-    return [feed(samples[start : start + size], inputs) for start in range(0, stop, size)]
 
 
 def _refuse_unknown(model: onnx.ModelProto, float_nodes: Sequence[str]) -> None:

@@ -374,22 +374,30 @@ def calibration_subset(inputs: np.ndarray, limit: int = CALIBRATION_SAMPLES) -> 
     return inputs[np.arange(count) * len(inputs) // count]
 
 
+def calibration_feeds(
+    model: onnx.ModelProto, samples: np.ndarray, mode: str = "int8_static"
+) -> list[dict[str, np.ndarray]]:
+    """`samples` as the model's feeds, in batches of one size: the model's fixed batch size,
+    else at most CALIBRATION_BATCH and as even as the count allows; the few left over are left
+    out (ONNX Runtime's histogram calibrators stack the batches' outputs, so they need one
+    shape)."""
+    inputs = graph_inputs(model)
+    count = len(samples)
+    size = model_fixed_batch(inputs) or count // max(1, -(-count // CALIBRATION_BATCH))
+    if size == 0 or count < size:
+        raise Unsupported(
+            f"precision.mode={mode}: {count} calibration samples do not fill one batch"
+            + (f" of {size}" if size else "")
+        )
+    stop = count - count % size
+    return [feed(samples[start : start + size], inputs) for start in range(0, stop, size)]
+
+
 def calibration_reader(model: onnx.ModelProto, samples: np.ndarray) -> Any:
-    """An onnxruntime CalibrationDataReader feeding `samples` in batches of the model's fixed
-    batch size (an incomplete last batch left out) or of CALIBRATION_BATCH (all of them where
-    there are fewer)."""
+    """An onnxruntime CalibrationDataReader feeding `calibration_feeds(model, samples)`."""
     from onnxruntime.quantization import CalibrationDataReader
 
-    inputs = graph_inputs(model)
-    fixed = model_fixed_batch(inputs)
-    size = fixed or min(CALIBRATION_BATCH, max(len(samples), 1))
-    if len(samples) < size:
-        raise Unsupported(
-            f"precision.mode=int8_static: {len(samples)} calibration samples do not fill one "
-            f"batch of {size}"
-        )
-    stop = len(samples) - len(samples) % size if fixed else len(samples)
-    batches = [feed(samples[start : start + size], inputs) for start in range(0, stop, size)]
+    batches = calibration_feeds(model, samples)
 
     class Batches(CalibrationDataReader):  # type: ignore[misc]
         def __init__(self) -> None:

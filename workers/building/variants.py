@@ -42,8 +42,8 @@ Variant = TorchVariant | OnnxVariant
 class BuildContext:
     """What transforms may need besides the model: a few real inputs to trace an export with
     (one batch of `fixed_batch` where the model takes no other size: the export then fixes its
-    batch too), and the workload's evaluation inputs for static quantization to calibrate on
-    (it uses a bounded, deterministic subset; None where no data is at hand).
+    batch too), and the samples held out of the workload's evaluation for static quantization
+    to calibrate on (it uses a bounded, deterministic subset; None where no data is at hand).
     `ranked_nodes(model_bytes, mode)`: that fp32 ONNX model's quantizable nodes, most sensitive
     to the int8 `mode` first (`workers.building.sensitivity`), which `precision.fallback`
     keeps in float (None where no data is at hand)."""

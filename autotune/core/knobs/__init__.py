@@ -91,6 +91,6 @@ def variant_key(config: Mapping[str, ConfigValue]) -> str:
         parts[FALLBACK_KEY] = config[FALLBACK_KEY]
     engine = ENGINES.get(str(config.get(ENGINE_KEY)))
     for option in engine.options if engine is not None else ():
-        if option.defines_variant:
-            parts[option.key] = config.get(option.key, option.default)
+        if option.defines_variant and config.get(option.key, option.default) != option.default:
+            parts[option.key] = config[option.key]
     return ",".join(f"{k}={v}" for k, v in sorted(parts.items()))

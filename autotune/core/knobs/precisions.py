@@ -59,8 +59,9 @@ class Int8Dynamic(DevicePrecision):
 
 @register
 class Int8Static(DevicePrecision):
-    """Calibrated on the evaluation inputs (a bounded, deterministic subset): ONNX Runtime's
-    static quantizer for onnxruntime, NNCF's post-training quantization for openvino."""
+    """Calibrated on samples held out of the evaluation (a bounded, deterministic share of the
+    request's data): ONNX Runtime's static quantizer for onnxruntime, NNCF's post-training
+    quantization for openvino."""
 
     name = "int8_static"
     engines = frozenset({"onnxruntime", "openvino"})

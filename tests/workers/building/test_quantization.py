@@ -212,6 +212,16 @@ def test_fewer_samples_than_a_calibration_batch_calibrate_a_dynamic_batch_model(
     assert [b["input"].shape for b in iter(reader.get_next, None)] == [(8, 1, 8, 8)]
 
 
+@pytest.mark.parametrize(("count", "sizes"), [(56, [28, 28]), (250, [31] * 8), (256, [32] * 8)])
+def test_calibration_batches_of_a_dynamic_batch_model_are_one_size(
+    digits_onnx: Path, count: int, sizes: list[int]
+) -> None:
+    """The histogram calibrators (entropy, percentile) stack the batches' outputs: a last,
+    smaller batch would fail them."""
+    reader = calibration_reader(onnx.load_model(str(digits_onnx)), np.zeros((count, 1, 8, 8)))
+    assert [b["input"].shape[0] for b in iter(reader.get_next, None)] == sizes
+
+
 def test_static_int8_that_does_not_load_is_unsupported(
     monkeypatch: pytest.MonkeyPatch, digits_onnx: Path, digits: tuple[np.ndarray, np.ndarray]
 ) -> None:
