@@ -24,8 +24,10 @@
   call would be too long. Then that point is measured at its other thread counts: more
   threads can pay at a large batch where the thread probe at batch 1 found they did not.
 - An int8 configuration whose variant breaks `max_accuracy_drop` is measured next with
-  the next `precision.fallback` (more of its most sensitive nodes kept in float), step by
-  step until the bound holds or the values run out ("fallback"; `steps.more_in_float`).
+  the next static int8 `precision.calibration` (minmax, percentile, entropy: every node
+  stays int8, "calibration"), and once those are exhausted, the last of them with the next
+  `precision.fallback` (more of its most sensitive nodes kept in float), step by step until
+  the bound holds or the values run out ("fallback"; `steps.more_accurate`).
 - Then a Pareto local search: the unmeasured neighbours (one dimension changed) of the
   feasible front found so far, the point with the largest hypervolume contribution first;
   nearest first (one step along a numeric dimension before two), and at each step
@@ -81,7 +83,7 @@ from autotune.strategies.batch_sizes import (
 from autotune.strategies.design_order import next_designed
 from autotune.strategies.designed import ConfigKey, changed, config_key, designed_configs
 from autotune.strategies.reasons import error_signature, refuses_batch_only
-from autotune.strategies.steps import climb, more_in_float
+from autotune.strategies.steps import climb, more_accurate
 
 if TYPE_CHECKING:
     from autotune.requests.request import TuningRequest
@@ -234,10 +236,10 @@ class Ledger:
         if designed is not None:
             self.proposed.add(config_key(designed[0]))
             return designed
-        in_float = more_in_float(self, excluded, blocked)
-        if in_float is not None:
-            self.proposed.add(config_key(in_float))
-            return in_float, "fallback"
+        accurate = more_accurate(self, excluded, blocked)
+        if accurate is not None:
+            self.proposed.add(config_key(accurate[0]))
+            return accurate
         larger = climb(self, front(), excluded, blocked)
         if larger is not None:
             self.proposed.add(config_key(larger))

@@ -1,7 +1,8 @@
 """Two targeted steps of autotune's strategy, proposed before its local search: an int8
-variant that breaks the accuracy bound tried with more of its most sensitive nodes in float
-(`more_in_float`), and a per-sample selection's best point tried at the next larger batch
-while the last step up still paid, then at its other thread counts (`climb`)."""
+variant that breaks the accuracy bound tried with another static int8 calibration, then with
+more of its most sensitive nodes in float (`more_accurate`), and a per-sample selection's
+best point tried at the next larger batch while the last step up still paid, then at its
+other thread counts (`climb`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from autotune.core.contract import ConfigValue
 from autotune.core.knobs import FALLBACK_KEY, variant_key
+from autotune.core.knobs.engines import CALIBRATION
 from autotune.core.metrics import Metric, selection_objective
 from autotune.results.optuna_store import producible
 from autotune.strategies.batch_sizes import BATCH, as_number
@@ -24,27 +26,100 @@ if TYPE_CHECKING:
 # gained more than this share (less is within a measurement's noise).
 CLIMB_GAIN = 0.02
 THREADS = "runtime.threads"
+# The order static int8's calibrations are tried in while a variant breaks the accuracy
+# bound: the baseline's first, the percentile before entropy (whose histogram is slow to
+# collect).
+CALIBRATION_ORDER = ("minmax", "percentile", "entropy")
+# A trial's statuses that measured its variant's accuracy.
+MEASURED = ("ok", "infeasible")
 
 
-def more_in_float(
+def more_accurate(
     ledger: Ledger, excluded: set[str], blocked: Callable[[dict[str, ConfigValue]], bool]
-) -> dict[str, ConfigValue] | None:
-    """A measured int8 configuration whose variant breaks the accuracy bound, with the next
-    `precision.fallback` (more of its most sensitive nodes in float): the step up a
-    quantizer's fallback takes until the bound holds, before the search moves on."""
-    fallbacks = sorted(ledger.space.choices().get(FALLBACK_KEY, []), key=as_number)
+) -> tuple[dict[str, ConfigValue], str] | None:
+    """The next step for a measured int8 configuration whose variant breaks the accuracy
+    bound: the same configuration with the next `precision.calibration` in
+    `CALIBRATION_ORDER` ("calibration": every node stays int8, so it costs no speed), and
+    once the calibrations the space offers it are exhausted, the last of them with the next
+    `precision.fallback` ("fallback": more of its most sensitive nodes in float, the step
+    up a quantizer's fallback takes until the bound holds). None where no such step is left
+    or every one is known, excluded, blocked or cannot be built."""
     for key, outcome in ledger.finished.items():
         config = dict(key)
-        if outcome.status not in ("ok", "infeasible") or variant_key(config) not in excluded:
+        if outcome.status not in MEASURED or variant_key(config) not in excluded:
             continue
-        more = [f for f in fallbacks if as_number(f) > as_number(config.get(FALLBACK_KEY))]
-        option = changed(ledger.space, config, {FALLBACK_KEY: more[0]}) if more else None
-        if option is None or option.get(FALLBACK_KEY) != more[0]:
-            continue  # the dimension is not active for this configuration
-        if ledger.known(config_key(option)) or blocked(option):
+        step = _next_step(ledger, config, excluded, blocked)
+        if step is not None:
+            return step
+    return None
+
+
+def _next_step(
+    ledger: Ledger,
+    config: dict[str, ConfigValue],
+    excluded: set[str],
+    blocked: Callable[[dict[str, ConfigValue]], bool],
+) -> tuple[dict[str, ConfigValue], str] | None:
+    """`config`'s next untried calibration, or, past the last one (whose variant broke the
+    bound too), that one's next fallback. The fallback steps up from the last calibration
+    alone, so the configurations of one chain never each raise their own. None while a
+    calibration is being measured, or where one held the bound."""
+    last = config
+    for option in _recalibrations(ledger, config, blocked):
+        if variant_key(option) in excluded:
+            last = option
+        elif ledger.known(config_key(option)):
+            return None
+        else:
+            return option, "calibration"
+    in_float = _more_in_float(ledger, last, excluded, blocked)
+    return None if in_float is None else (in_float, "fallback")
+
+
+def _recalibrations(
+    ledger: Ledger,
+    config: dict[str, ConfigValue],
+    blocked: Callable[[dict[str, ConfigValue]], bool],
+) -> list[dict[str, ConfigValue]]:
+    """`config` with each calibration after its own in `CALIBRATION_ORDER` that the space
+    offers it (the dimension is active), leaving out those blocked, that cannot be built or
+    whose measurement failed."""
+    offered = ledger.space.choices().get(CALIBRATION.key, [])
+    if config.get(CALIBRATION.key) not in CALIBRATION_ORDER:
+        return []
+    here = CALIBRATION_ORDER.index(str(config[CALIBRATION.key]))
+    options = []
+    for calibration in CALIBRATION_ORDER[here + 1 :]:
+        option = changed(ledger.space, config, {CALIBRATION.key: calibration})
+        if calibration not in offered or option.get(CALIBRATION.key) != calibration:
             continue
-        if variant_key(option) not in excluded and producible(ledger.space, option):
-            return option
+        outcome = ledger.finished.get(config_key(option))
+        if outcome is not None and outcome.status not in MEASURED:
+            continue
+        if blocked(option) or ledger.unsupported_like(option) is not None:
+            continue
+        if producible(ledger.space, option):
+            options.append(option)
+    return options
+
+
+def _more_in_float(
+    ledger: Ledger,
+    config: dict[str, ConfigValue],
+    excluded: set[str],
+    blocked: Callable[[dict[str, ConfigValue]], bool],
+) -> dict[str, ConfigValue] | None:
+    """`config` with the next `precision.fallback`, where that is active, unknown, not
+    excluded nor blocked, and can be built."""
+    fallbacks = sorted(ledger.space.choices().get(FALLBACK_KEY, []), key=as_number)
+    more = [f for f in fallbacks if as_number(f) > as_number(config.get(FALLBACK_KEY))]
+    option = changed(ledger.space, config, {FALLBACK_KEY: more[0]}) if more else None
+    if option is None or option.get(FALLBACK_KEY) != more[0]:
+        return None  # the dimension is not active for this configuration
+    if ledger.known(config_key(option)) or blocked(option):
+        return None
+    if variant_key(option) not in excluded and producible(ledger.space, option):
+        return option
     return None
 
 

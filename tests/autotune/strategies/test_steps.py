@@ -142,3 +142,67 @@ def test_an_int8_variant_that_breaks_the_bound_is_tried_next_with_more_nodes_in_
     settled(ledger, int8(2), 100.0)  # meets it: no further step
     proposal = ledger.next_proposal(lambda: [], excluded)
     assert proposal is None or proposal[1] != "fallback"
+
+
+def calibrated_space() -> Any:
+    return space_of(
+        "calibrated",
+        [
+            ("runtime.engine", ["onnxruntime"], {}),
+            ("batch.size", [1, 8], {}),
+            ("precision.mode", ["fp32", "int8_dynamic", "int8_static"], {}),
+            (
+                "precision.fallback",
+                [0, 1, 2],
+                {"precision.mode": ["int8_dynamic", "int8_static"]},
+            ),
+            (
+                "precision.calibration",
+                ["minmax", "entropy", "percentile"],
+                {"precision.mode": ["int8_static"]},
+            ),
+        ],
+    )
+
+
+def static(calibration: str, fallback: int = 0) -> dict[str, ConfigValue]:
+    return {**int8(fallback), "precision.calibration": calibration}
+
+
+def breaks_the_bound(ledger: Ledger, config: dict[str, ConfigValue], excluded: set[str]) -> None:
+    settled(ledger, config, 100.0)
+    excluded.add(variant_key(config))
+
+
+def test_a_static_int8_variant_that_breaks_the_bound_is_recalibrated_before_more_in_float() -> None:
+    ledger = Ledger(calibrated_space(), designed=[], request=request())
+    excluded: set[str] = set()
+    breaks_the_bound(ledger, static("minmax"), excluded)
+    assert ledger.next_proposal(lambda: [], excluded) == (static("percentile"), "calibration")
+    waiting = ledger.next_proposal(lambda: [], excluded)  # entropy waits for the percentile
+    assert waiting is None or waiting[1] not in ("calibration", "fallback")
+    breaks_the_bound(ledger, static("percentile"), excluded)
+    assert ledger.next_proposal(lambda: [], excluded) == (static("entropy"), "calibration")
+    breaks_the_bound(ledger, static("entropy"), excluded)
+    assert ledger.next_proposal(lambda: [], excluded) == (static("entropy", 1), "fallback")
+    # One chain raises one fallback: not the minmax's nor the percentile's as well.
+    proposal = ledger.next_proposal(lambda: [], excluded)
+    assert proposal is None or proposal[1] not in ("calibration", "fallback")
+
+
+def test_a_calibration_that_holds_the_bound_ends_the_steps() -> None:
+    ledger = Ledger(calibrated_space(), designed=[], request=request())
+    excluded: set[str] = set()
+    breaks_the_bound(ledger, static("minmax"), excluded)
+    assert ledger.next_proposal(lambda: [], excluded) == (static("percentile"), "calibration")
+    settled(ledger, static("percentile"), 100.0)  # within the bound
+    proposal = ledger.next_proposal(lambda: [], excluded)
+    assert proposal is None or proposal[1] not in ("calibration", "fallback")
+
+
+def test_a_dynamic_int8_variant_that_breaks_the_bound_goes_straight_to_more_in_float() -> None:
+    ledger = Ledger(calibrated_space(), designed=[], request=request())
+    excluded: set[str] = set()
+    breaks_the_bound(ledger, {**int8(0), "precision.mode": "int8_dynamic"}, excluded)
+    more = {**int8(1), "precision.mode": "int8_dynamic"}
+    assert ledger.next_proposal(lambda: [], excluded) == (more, "fallback")
