@@ -26,7 +26,7 @@ from workers.building.variants import BuildContext, OnnxVariant
 from workers.cache import WorkloadCache, infidelity_to
 
 WIDTH = 16
-SAMPLES = 48
+SAMPLES = 64  # the fewest a workload holds calibration samples out of
 BOUND = 0.01
 NODES = ("hostile", "benign_mid", "benign_out")
 MODES = ("int8_dynamic", "int8_static")
