@@ -25,9 +25,11 @@
   threads can pay at a large batch where the thread probe at batch 1 found they did not.
 - An int8 configuration whose variant breaks `max_accuracy_drop` is measured next with
   the next static int8 `precision.calibration` (minmax, percentile, entropy: every node
-  stays int8, "calibration"), and once those are exhausted, the last of them with the next
-  `precision.fallback` (more of its most sensitive nodes kept in float), step by step until
-  the bound holds or the values run out ("fallback"; `steps.more_accurate`).
+  stays int8, "calibration"), and once those are exhausted, the last of them with a larger
+  `precision.fallback` (more of its most sensitive nodes kept in float) until the bound
+  holds or the values run out ("fallback"; `steps.more_accurate`): the smallest value the
+  model's int8 sensitivity ranking predicts to meet the bound from the measured drop, the
+  next value where no ranking of the model and mode is known.
 - Then a Pareto local search: the unmeasured neighbours (one dimension changed) of the
   feasible front found so far, the point with the largest hypervolume contribution first;
   nearest first (one step along a numeric dimension before two), and at each step
@@ -69,6 +71,7 @@ from autotune.core.contract import (
     TrialResult,
     TrialSpec,
 )
+from autotune.core.contract.trials import SensitivityTable
 from autotune.core.errors import engine_that_cannot_convert
 from autotune.core.knobs import ENGINE_KEY, ENGINES, variant_key
 from autotune.results.optuna_store import producible
@@ -163,6 +166,8 @@ class Ledger:
     unsupported: dict[ConfigKey, Outcome] = field(default_factory=dict)
     unconvertible: dict[ConfigKey, Outcome] = field(default_factory=dict)
     retries: list[list[dict[str, ConfigValue]]] = field(default_factory=list)
+    # The int8 sensitivity rankings learnt, by ranked model and mode (`learn_sensitivity`).
+    sensitivity: dict[tuple[str, str], SensitivityTable] = field(default_factory=dict)
     _searched: int = 0
 
     def load(self, records: list[TrialRecord]) -> None:
@@ -192,6 +197,13 @@ class Ledger:
             outcome = Outcome(number, result.status, result.reason, figures, result.provenance)
             self.finished.setdefault(key, outcome)
             self._rule_out(spec.config, outcome)
+        self.learn_sensitivity(result.sensitivity)
+
+    def learn_sensitivity(self, tables: list[SensitivityTable]) -> None:
+        """Int8 sensitivity rankings, a trial's or the study's (the first of each model and
+        mode stays): `steps.more_accurate` predicts the fallback to measure by them."""
+        for table in tables:
+            self.sensitivity.setdefault(table.key, table)
 
     def _retry_smaller(self, config: dict[str, ConfigValue], call_ms: float) -> None:
         """A configuration too slow at its batch is tried next at the largest smaller batch

@@ -1,16 +1,26 @@
 """The strategy's targeted steps: a per-sample selection's best climbs past the level-off batch
 while a step up still pays; a configuration too slow at its batch is tried at a smaller one; an
-int8 variant that breaks the accuracy bound is tried with more nodes in float."""
+int8 variant that breaks the accuracy bound is tried with more nodes in float, as many as its
+model's sensitivity ranking predicts to meet the bound."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from autotune.core.contract import ConfigValue, TrialResult, TrialSpec
+from autotune.core.contract.trials import NodeSensitivity, SensitivityTable
 from autotune.core.knobs import variant_key
 from autotune.strategies.autotune import SAMPLER_EVERY, Ledger, config_key
 from autotune.strategies.steps import CLIMB_GAIN
-from tests.autotune.coordinator_support import WORKLOAD, small_space, space_of, table_metrics
+from tests.autotune.coordinator_support import (
+    WORKLOAD,
+    scripted_provenance,
+    small_space,
+    space_of,
+    table_metrics,
+)
 from tests.autotune.strategies.test_strategy import ONNX, request
 
 THROUGHPUT = request(selection={"strategy": "highest_throughput"})
@@ -206,3 +216,144 @@ def test_a_dynamic_int8_variant_that_breaks_the_bound_goes_straight_to_more_in_f
     breaks_the_bound(ledger, {**int8(0), "precision.mode": "int8_dynamic"}, excluded)
     more = {**int8(1), "precision.mode": "int8_dynamic"}
     assert ledger.next_proposal(lambda: [], excluded) == (more, "fallback")
+
+
+# Within 0.01 of the baseline's accuracy, and the fallbacks a space offers int8 (0 to 8 nodes).
+BOUNDED = request(constraints={"max_accuracy_drop": 0.01})
+BASELINE_ACCURACY = 0.90
+# Node drops summing to 0.1: with 1, 2, 4 or 8 of them in float, 60%, 30%, 10% or none of the
+# drop is left.
+SPREAD = (0.04, 0.03, 0.01, 0.01, 0.0025, 0.0025, 0.0025, 0.0025)
+
+
+def fallback_space() -> Any:
+    return space_of(
+        "fallback",
+        [
+            ("runtime.engine", ["onnxruntime"], {}),
+            ("batch.size", [1, 8], {}),
+            ("precision.mode", ["fp32", "int8_static"], {}),
+            ("precision.fallback", [0, 1, 2, 4, 8], {"precision.mode": ["int8_static"]}),
+        ],
+    )
+
+
+def ranking(*drops: float | None, model: str = "a", mode: str = "int8_static") -> SensitivityTable:
+    nodes = [
+        NodeSensitivity(node=f"conv{rank}", rank=rank, op_type="Conv", drop=drop)
+        for rank, drop in enumerate(drops, start=1)
+    ]
+    return SensitivityTable(model_sha256=model * 64, mode=mode, seconds=1.0, nodes=nodes)
+
+
+def accuracy_measured(
+    ledger: Ledger,
+    config: dict[str, ConfigValue],
+    accuracy: float,
+    tables: tuple[SensitivityTable, ...] = (),
+    model: str = "a",
+) -> None:
+    """`config` measured at `accuracy`, on model `model` (its sha256 the letter 64 times),
+    carrying the sensitivity rankings its variant was built by."""
+    spec = TrialSpec(study="s", trial_number=len(ledger.finished), config=config, workload=WORKLOAD)
+    metrics = table_metrics(config).model_copy(update={"accuracy": accuracy})
+    provenance = scripted_provenance(spec).model_copy(update={"model_sha256": model * 64})
+    result = TrialResult.for_spec(spec, "ok", None, 0.0, metrics, provenance)
+    ledger.settle(spec.trial_number, spec, result.model_copy(update={"sensitivity": list(tables)}))
+
+
+def broken_int8(*tables: SensitivityTable, drop: float = 0.05, model: str = "a") -> Ledger:
+    """A ledger whose baseline and fully int8 variant (`drop` below it) were measured, with
+    `tables` learnt."""
+    ledger = Ledger(fallback_space(), designed=[], request=BOUNDED)
+    ledger.learn_sensitivity(list(tables))
+    accuracy_measured(ledger, fallback_space().baseline(), BASELINE_ACCURACY, model=model)
+    accuracy_measured(ledger, int8(0), BASELINE_ACCURACY - drop, model=model)
+    return ledger
+
+
+def next_fallback(ledger: Ledger, excluded: set[str]) -> Any:
+    proposal = ledger.next_proposal(lambda: [], excluded)
+    return proposal if proposal is None or proposal[1] != "fallback" else proposal[0]
+
+
+BROKEN = {variant_key(int8(0))}
+
+
+def test_the_ranking_skips_the_fallbacks_it_predicts_too_few_straight_to_four() -> None:
+    # 0.05 x 60% and 0.05 x 30% break the 0.01 bound; 0.05 x 10% meets it.
+    assert next_fallback(broken_int8(ranking(*SPREAD)), BROKEN) == int8(4)
+
+
+@pytest.mark.parametrize(
+    ("drops", "smallest"),
+    [
+        ((0.09, 0.0025, 0.0025, 0.0025, 0.0025), 1),  # one node carries 90%: 0.05 x 10%
+        ((0.05, 0.035, 0.0075, 0.0075), 2),  # 0.05 x 50% breaks, 0.05 x 15% meets, as 4, 8
+    ],
+)
+def test_the_step_stops_at_the_smallest_fallback_predicted_to_meet_the_bound(
+    drops: tuple[float, ...], smallest: int
+) -> None:
+    assert next_fallback(broken_int8(ranking(*drops)), BROKEN) == int8(smallest)
+
+
+def test_where_no_fallback_is_predicted_to_meet_the_bound_the_largest_is_tried() -> None:
+    even = ranking(*([0.01] * 20))  # 8 of 20 nodes in float leave 60% of a 0.2 drop
+    assert next_fallback(broken_int8(even, drop=0.2), BROKEN) == int8(8)
+
+
+@pytest.mark.parametrize(
+    "tables",
+    [
+        (),
+        (ranking(),),  # no node measured
+        (ranking(0.0, None, 0.0),),  # no node dropped anything
+        (ranking(*SPREAD, mode="int8_dynamic"),),  # another mode's
+        (ranking(*SPREAD, model="b"), ranking(*SPREAD, model="c")),  # neither the trial's
+    ],
+)
+def test_without_a_ranking_of_the_model_and_mode_the_fallback_steps_to_the_next(
+    tables: tuple[SensitivityTable, ...],
+) -> None:
+    assert next_fallback(broken_int8(*tables), BROKEN) == int8(1)
+
+
+def test_without_the_baselines_accuracy_or_a_bound_the_fallback_steps_to_the_next() -> None:
+    unmeasured = Ledger(fallback_space(), designed=[], request=BOUNDED)
+    unmeasured.learn_sensitivity([ranking(*SPREAD)])
+    accuracy_measured(unmeasured, int8(0), 0.85)
+    assert next_fallback(unmeasured, BROKEN) == int8(1)
+    unbounded = broken_int8(ranking(*SPREAD))
+    unbounded.request = request()  # no max_accuracy_drop
+    assert next_fallback(unbounded, BROKEN) == int8(1)
+
+
+def test_the_trials_own_models_ranking_is_used_among_several_of_the_mode() -> None:
+    dominant = ranking(0.09, 0.0025, 0.0025, 0.0025, 0.0025, model="a")
+    spread = ranking(*SPREAD, model="b")
+    assert next_fallback(broken_int8(spread, dominant, model="a"), BROKEN) == int8(1)
+    assert next_fallback(broken_int8(dominant, spread, model="b"), BROKEN) == int8(4)
+    only_one = broken_int8(ranking(*SPREAD, model="b"), model="a")  # an export's, say
+    assert next_fallback(only_one, BROKEN) == int8(4)
+
+
+def test_a_skip_ahead_that_breaks_the_bound_continues_from_where_it_landed() -> None:
+    ledger = broken_int8(ranking(*SPREAD))
+    excluded = set(BROKEN)
+    assert next_fallback(ledger, excluded) == int8(4)
+    ledger.proposed.add(config_key(int8(4)))
+    assert next_fallback(ledger, excluded) is None  # waits for 4, skips nothing past it
+    accuracy_measured(ledger, int8(4), BASELINE_ACCURACY - 0.02)  # 10% left, but 0.02
+    excluded.add(variant_key(int8(4)))
+    assert next_fallback(ledger, excluded) == int8(8)
+
+
+def test_a_ranking_learnt_from_a_fallback_trial_sizes_the_steps_after_it() -> None:
+    ledger = broken_int8()
+    excluded = set(BROKEN)
+    assert next_fallback(ledger, excluded) == int8(1)  # nothing ranked yet
+    # 60% of the drop left at 0.03: 0.05 in all, 30% of it with 2 in float, 10% with 4.
+    accuracy_measured(ledger, int8(1), BASELINE_ACCURACY - 0.03, (ranking(*SPREAD),))
+    excluded.add(variant_key(int8(1)))
+    assert next_fallback(ledger, excluded) == int8(4)
