@@ -142,7 +142,11 @@ def _spec(value: onnx.ValueInfoProto) -> InputSpec:
     dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).type
     if not tensor_type.HasField("shape"):
         return InputSpec(value.name, dtype, None)
-    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+    # Some exporters (Paddle2ONNX) write a dynamic dimension as the value -1, not as a name.
+    dims = tuple(
+        d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+        for d in tensor_type.shape.dim
+    )
     return InputSpec(value.name, dtype, dims)
 
 

@@ -271,3 +271,19 @@ def test_a_tuned_artifact_of_such_a_model_predicts_from_named_arrays(
     model = model_directory(Path(info.path).parent, tmp_path / "mlflow-model")
     signature = (model / "MLmodel").read_text()
     assert all(name in signature for name in ("features", "token_ids", "scores", "norm"))
+
+
+def test_a_dimension_written_as_minus_one_is_dynamic() -> None:
+    """Paddle2ONNX writes a dynamic batch as the value -1: no fixed batch, so static int8's
+    calibration feeds are the samples' own batches (a batch of -1 fed nothing)."""
+    from workers.building.quantization import calibration_feeds
+    from workers.loading.feeds import graph_inputs, model_fixed_batch
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "h", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3, "h", 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph)
+    assert model_fixed_batch(graph_inputs(model)) is None
+    assert graph_inputs(model)[0].shape == (None, 3, None, 4)
+    feeds = calibration_feeds(model, np.zeros((8, 3, 2, 4), np.float32))
+    assert [f["x"].shape for f in feeds] == [(8, 3, 2, 4)]
