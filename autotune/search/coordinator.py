@@ -168,6 +168,7 @@ class Coordinator:
         records = self.store.records()
         state.load(records)
         self.strategy.start(records)
+        self.strategy.learn_sensitivity(self.store.sensitivities())
         self.budget.skipped = sum(r.counted and r.status == "skipped" for r in records)
         done = state.counted - self.budget.skipped
         if done:

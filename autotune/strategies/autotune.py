@@ -402,6 +402,9 @@ class AutotuneStrategy(Strategy):
         dominated = BatchSteps.of(self.request).larger_dominated
         return make_strategy_sampler(self.seed, smallest_batches(self.space) if dominated else None)
 
+    def learn_sensitivity(self, tables: list[SensitivityTable]) -> None:
+        self.ledger.learn_sensitivity(tables)
+
     def start(self, records: list[TrialRecord]) -> None:
         self.ledger.load(records)
         for record in records:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from autotune.core.contract import ConfigValue, TrialResult, TrialSpec
+from autotune.core.contract.trials import SensitivityTable
 from autotune.core.errors import RequestError
 
 if TYPE_CHECKING:
@@ -57,6 +58,10 @@ class Strategy(ABC):
 
     def start(self, records: list[TrialRecord]) -> None:
         """What a resumed study already holds."""
+        return None
+
+    def learn_sensitivity(self, tables: list[SensitivityTable]) -> None:
+        """The int8 sensitivity rankings the study holds (a resumed one's, or later ones')."""
         return None
 
     def propose(

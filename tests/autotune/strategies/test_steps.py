@@ -12,7 +12,7 @@ import pytest
 from autotune.core.contract import ConfigValue, TrialResult, TrialSpec
 from autotune.core.contract.trials import NodeSensitivity, SensitivityTable
 from autotune.core.knobs import variant_key
-from autotune.strategies.autotune import SAMPLER_EVERY, Ledger, config_key
+from autotune.strategies.autotune import SAMPLER_EVERY, AutotuneStrategy, Ledger, config_key
 from autotune.strategies.steps import CLIMB_GAIN
 from tests.autotune.coordinator_support import (
     WORKLOAD,
@@ -357,3 +357,12 @@ def test_a_ranking_learnt_from_a_fallback_trial_sizes_the_steps_after_it() -> No
     accuracy_measured(ledger, int8(1), BASELINE_ACCURACY - 0.03, (ranking(*SPREAD),))
     excluded.add(variant_key(int8(1)))
     assert next_fallback(ledger, excluded) == int8(4)
+
+
+def test_the_strategy_learns_the_rankings_the_coordinator_hands_it() -> None:
+    """The coordinator hands the strategy the rankings its study holds (a resumed study's),
+    so its ledger sizes even the first fallback step by them (as above)."""
+    table = ranking(*SPREAD)
+    strategy = AutotuneStrategy(fallback_space(), BOUNDED, 0)
+    strategy.learn_sensitivity([table])
+    assert list(strategy.ledger.sensitivity.values()) == [table]
