@@ -34,9 +34,10 @@ logger = logging.getLogger(__name__)
 SENSITIVITY_SAMPLES = 32
 MAX_MEASURED_NODES = 16
 # By mode, the node types with a constant weight (second input) that ONNX Runtime's quantizer
-# quantizes: its dynamic (integer) quantizer has no Gemm or ConvTranspose.
+# quantizes: its dynamic (integer) quantizer has no Gemm or ConvTranspose, and quantizes the
+# weights of recurrent (LSTM) and fused attention nodes.
 QUANTIZABLE_OPS = {
-    "int8_dynamic": frozenset({"MatMul", "Conv"}),
+    "int8_dynamic": frozenset({"MatMul", "Conv", "LSTM", "Attention"}),
     "int8_static": frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"}),
 }
 

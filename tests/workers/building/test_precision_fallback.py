@@ -166,3 +166,36 @@ def test_a_torch_models_export_keeps_its_most_sensitive_node_in_float() -> None:
     ((_, ranking),) = loaded.sensitivity_by_model.items()
     assert float_nodes_of(variant.model_bytes) == [ranking.ranked[0]]
     assert float_weighted_nodes(variant.model_bytes) == {ranking.ranked[0]}
+
+
+def test_an_lstm_is_ranked_and_kept_in_float_by_dynamic_int8(tmp_path: Path) -> None:
+    """ONNX Runtime's dynamic quantizer quantizes an LSTM's weights (DynamicQuantizeLSTM):
+    the ranking must hold it, or no fallback could keep it in float."""
+    import onnx
+    import torch
+
+    from workers.building.quantization import quantize_onnx_int8, with_node_names
+    from workers.building.sensitivity import QUANTIZABLE_OPS, quantizable_nodes
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+            self.head = torch.nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.lstm(x)[0][:, -1])
+
+    path = tmp_path / "lstm.onnx"
+    torch.onnx.export(Encoder().eval(), (torch.zeros(2, 5, 8),), str(path), dynamo=False)
+    model_bytes = path.read_bytes()
+    model = with_node_names(model_bytes)
+    lstm = next(node.name for node in model.graph.node if node.op_type == "LSTM")
+    assert lstm in quantizable_nodes(model, QUANTIZABLE_OPS["int8_dynamic"])
+
+    def op_types(quantized: bytes) -> set[str]:
+        return {node.op_type for node in onnx.load_model_from_string(quantized).graph.node}
+
+    assert "DynamicQuantizeLSTM" in op_types(quantize_onnx_int8(model_bytes))
+    kept = op_types(quantize_onnx_int8(model_bytes, [lstm]))
+    assert "LSTM" in kept and "DynamicQuantizeLSTM" not in kept
