@@ -83,15 +83,14 @@ class OpenVinoImplementation(OnnxEngineImplementation, OpenVino):
         builds it."""
         if config.precision != OV_INT8:
             return super().build_precision(variant, config, context)
-        from workers.building.knobs.precisions import most_sensitive
+        from workers.building.knobs.precisions import calibration_samples, most_sensitive
         from workers.building.nncf_quantization import quantize_with_nncf
         from workers.building.variants import OnnxVariant
 
         model_bytes = onnx_bytes_of(variant, self.name)
-        if context.calibration_inputs is None:
-            raise Unsupported(f"precision.mode={OV_INT8} needs calibration inputs")
+        samples = calibration_samples(context)
         float_nodes = most_sensitive(model_bytes, config, context) if config.fallback else []
-        quantized = quantize_with_nncf(model_bytes, context.calibration_inputs, float_nodes)
+        quantized = quantize_with_nncf(model_bytes, samples, float_nodes)
         return OnnxVariant(quantized)
 
     def conversion_problem(self, onnx_model: bytes) -> str | None:

@@ -21,6 +21,8 @@ from autotune.core.knobs.precisions import (
 from workers.building.knobs.base import PrecisionImplementation, implements
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from autotune.core.knobs.config import TrialConfig
     from workers.building.quantization import StaticSettings
     from workers.building.variants import BuildContext, TorchVariant, Variant
@@ -111,12 +113,7 @@ class Int8StaticImplementation(DevicePrecisionImplementation, Int8Static):
 
         if not isinstance(variant, OnnxVariant):
             return super().build(variant, config, context)
-        samples = context.calibration_inputs
-        if samples is None or len(samples) == 0:
-            raise Unsupported(
-                "precision.mode=int8_static needs calibration inputs (samples held out of "
-                "the evaluation data); this workload has none"
-            )
+        samples = calibration_samples(context)
         settings = static_settings(config)
         float_nodes: list[str] = []
         if config.fallback:
@@ -124,6 +121,17 @@ class Int8StaticImplementation(DevicePrecisionImplementation, Int8Static):
         return OnnxVariant(
             quantize_onnx_int8_static(variant.model_bytes, samples, float_nodes, settings)
         )
+
+
+def calibration_samples(context: BuildContext) -> np.ndarray:
+    """The samples static int8 calibrates on: those held out of the evaluation data."""
+    samples = context.calibration_inputs
+    if samples is None or len(samples) == 0:
+        raise Unsupported(
+            "precision.mode=int8_static needs calibration inputs (samples held out of the "
+            "evaluation data, which needs at least 64 samples); this workload has none"
+        )
+    return samples
 
 
 def static_settings(config: TrialConfig) -> StaticSettings:
