@@ -17,7 +17,7 @@ from autotune.core.contract.trials import NodeSensitivity, SensitivityTable
 from autotune.core.errors import RequestError
 from autotune.core.knobs.config import TrialConfig, parse_config
 from workers.building.ort_session import OnnxRuntimeSession
-from workers.building.quantization import calibration_subset, with_node_names
+from workers.building.quantization import calibration_subset, node_op_types
 from workers.building.runtimes import Session, build_session, check_runtime
 from workers.building.sensitivity import SENSITIVITY_SAMPLES, Sensitivity, measure_sensitivity
 from workers.building.sharding import ModelSource
@@ -51,8 +51,7 @@ class LoadedWorkload:
     metric: QualityMetric
     quality_by_variant: dict[str, VariantQuality] = field(default_factory=dict)
     onnx_by_variant: dict[str, bytes] = field(default_factory=dict)
-    # (sha256 of an fp32 ONNX model, int8 mode) -> its nodes' sensitivity on this data.
-    sensitivity_by_model: dict[tuple[str, str], Sensitivity] = field(default_factory=dict)
+    # (sha256 of an fp32 ONNX model, int8 mode) -> its nodes' sensitivity on this data, ranked.
     sensitivity_tables: dict[tuple[str, str], SensitivityTable] = field(default_factory=dict)
     # The rankings each cached variant was built by, and those used since `take_sensitivity`
     # (True: measured meanwhile).
@@ -106,7 +105,7 @@ class LoadedWorkload:
         """The fp32 ONNX model's quantizable nodes, most sensitive to `mode` first: measured
         on this workload's data once per model content, mode and process."""
         key = (hashlib.sha256(model_bytes).hexdigest(), mode)
-        if key not in self.sensitivity_by_model:
+        if key not in self.sensitivity_tables:
             started = time.perf_counter()
             judged = calibration_subset(self.data.inputs, SENSITIVITY_SAMPLES)
             calibrating = calibration_subset(self.data.calibration_inputs, SENSITIVITY_SAMPLES)
@@ -114,12 +113,11 @@ class LoadedWorkload:
                 model_bytes, mode, calibrating, infidelity_to(model_bytes, judged)
             )
             seconds = time.perf_counter() - started
-            self.sensitivity_by_model[key] = sensitivity
             self.sensitivity_tables[key] = sensitivity_table(sensitivity, model_bytes, key, seconds)
             self._sensitivity_used[key] = True
         self._sensitivity_used.setdefault(key, False)
         self._rankings.append(key)
-        return self.sensitivity_by_model[key].ranked
+        return tuple(node.node for node in self.sensitivity_tables[key].nodes)
 
     def take_sensitivity(self) -> list[SensitivityTable]:
         """The rankings variants were built by since the last call (`computed` where one was
@@ -220,7 +218,7 @@ def sensitivity_table(
     sensitivity: Sensitivity, model_bytes: bytes, key: tuple[str, str], seconds: float
 ) -> SensitivityTable:
     """The ranking as the trial contract carries it, with each node's operation type."""
-    op_types = {node.name: node.op_type for node in with_node_names(model_bytes).graph.node}
+    op_types = node_op_types(model_bytes)
     nodes = [
         NodeSensitivity(
             node=name, rank=rank, op_type=op_types.get(name), drop=sensitivity.measured.get(name)

@@ -150,9 +150,9 @@ def test_the_exported_artifact_is_the_model_with_its_float_nodes(tmp_path: Path)
     assert description["config"] == config and description["float_nodes"] == ["hostile"]
     assert evaluate_artifact(artifact.path, workload, store) >= 1.0 - BOUND
     loaded = store.get(workload)
-    assert len(loaded.sensitivity_by_model) == 1  # measured once for this model and mode
+    assert len(loaded.sensitivity_tables) == 1  # measured once for this model and mode
     loaded.variant_for(loaded.parse({**config, "precision.fallback": 2}))
-    assert len(loaded.sensitivity_by_model) == 1
+    assert len(loaded.sensitivity_tables) == 1
 
 
 def test_a_torch_models_export_keeps_its_most_sensitive_node_in_float() -> None:
@@ -163,9 +163,10 @@ def test_a_torch_models_export_keeps_its_most_sensitive_node_in_float() -> None:
     )
     variant = loaded.variant_for(config)
     assert isinstance(variant, OnnxVariant)
-    ((_, ranking),) = loaded.sensitivity_by_model.items()
-    assert float_nodes_of(variant.model_bytes) == [ranking.ranked[0]]
-    assert float_weighted_nodes(variant.model_bytes) == {ranking.ranked[0]}
+    ((_, ranking),) = loaded.sensitivity_tables.items()
+    most_sensitive = ranking.nodes[0].node
+    assert float_nodes_of(variant.model_bytes) == [most_sensitive]
+    assert float_weighted_nodes(variant.model_bytes) == {most_sensitive}
 
 
 def test_an_lstm_is_ranked_and_kept_in_float_by_dynamic_int8(tmp_path: Path) -> None:
