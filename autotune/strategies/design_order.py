@@ -35,7 +35,7 @@ from autotune.core.metrics import OBJECTIVES, Metric, selection_objective
 from autotune.results.optuna_store import producible
 from autotune.strategies.batch_sizes import BATCH, BatchSteps, as_number
 from autotune.strategies.designed import changed, config_key
-from autotune.strategies.steps import climb, figure
+from autotune.strategies.steps import climb, figure, improves
 
 if TYPE_CHECKING:
     from autotune.strategies.autotune import Ledger
@@ -70,8 +70,9 @@ def probed_threads(ledger: Ledger) -> ConfigValue | None:
     probed = [figure(ledger, probe, metric) for metric in metrics]
     if None in baseline or None in probed:
         return None
-    better = [_better(m, p, b) for m, p, b in zip(metrics, probed, baseline, strict=True)]
-    worse = [_better(m, b, p) for m, p, b in zip(metrics, probed, baseline, strict=True)]
+    pairs = list(zip(metrics, baseline, probed, strict=True))
+    better = [improves(m, b, p) for m, b, p in pairs if b is not None]
+    worse = [improves(m, p, b) for m, b, p in pairs if p is not None]
     return probe[THREADS] if any(better) and not any(worse) else None
 
 
@@ -232,9 +233,3 @@ def _timed_objectives(ledger: Ledger) -> list[Metric]:
     if ledger.request is None:
         return []
     return [OBJECTIVES[name] for name in ledger.request.objectives if OBJECTIVES[name].lean]
-
-
-def _better(metric: Metric, value: float | None, other: float | None) -> bool:
-    if value is None or other is None:
-        return False
-    return value > other if metric.direction == "maximize" else value < other

@@ -21,7 +21,7 @@ from autotune.core.contract import ConfigValue
 from autotune.core.contract.trials import SensitivityTable
 from autotune.core.knobs import FALLBACK_KEY, PRECISION_KEY, variant_key
 from autotune.core.knobs.engines import CALIBRATION
-from autotune.core.metrics import Metric, selection_objective
+from autotune.core.metrics import ACCURACY, Metric, selection_objective
 from autotune.results.optuna_store import producible
 from autotune.strategies.batch_sizes import BATCH, as_number
 from autotune.strategies.designed import changed, config_key
@@ -171,16 +171,9 @@ def predicted_drop(table: SensitivityTable, drop: float, here: int, fallback: in
 
 def accuracy_drop(ledger: Ledger, config: dict[str, ConfigValue]) -> float | None:
     """`config`'s measured accuracy below the baseline's (None: either is not measured)."""
-    measured = _accuracy(ledger, config)
-    baseline = _accuracy(ledger, ledger.space.baseline())
+    measured = figure(ledger, config, ACCURACY)
+    baseline = figure(ledger, ledger.space.baseline(), ACCURACY)
     return None if measured is None or baseline is None else baseline - measured
-
-
-def _accuracy(ledger: Ledger, config: dict[str, ConfigValue]) -> float | None:
-    outcome = ledger.finished.get(config_key(config))
-    if outcome is None or outcome.status != "ok" or outcome.metrics is None:
-        return None
-    return float(outcome.metrics.accuracy)
 
 
 def ranking(ledger: Ledger, config: dict[str, ConfigValue]) -> SensitivityTable | None:
@@ -234,7 +227,9 @@ def _larger_batch(
     here = batches.index(best[BATCH])
     if here > 0:
         below = figure(ledger, changed(ledger.space, best, {BATCH: batches[here - 1]}), metric)
-        if below is not None and not _gains(metric, below, figure(ledger, best, metric)):
+        if below is not None and not improves(
+            metric, below, figure(ledger, best, metric), by=CLIMB_GAIN
+        ):
             return None
     return changed(ledger.space, best, {BATCH: batches[here + 1]})
 
@@ -281,10 +276,10 @@ def climbed_metric(request: TuningRequest | None) -> Metric | None:
     return metric if metric.lean == "per_sample" else None
 
 
-def _gains(metric: Metric, before: float, after: float | None) -> bool:
-    """Whether `after` improves on `before` by more than `CLIMB_GAIN`."""
+def improves(metric: Metric, before: float, after: float | None, by: float = 0.0) -> bool:
+    """Whether `after` improves on `before` by more than the share `by`."""
     if after is None:
         return False
     if metric.direction == "maximize":
-        return after > before * (1 + CLIMB_GAIN)
-    return after < before * (1 - CLIMB_GAIN)
+        return after > before * (1 + by)
+    return after < before * (1 - by)
