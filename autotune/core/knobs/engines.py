@@ -204,7 +204,7 @@ class OnnxRuntime(Engine):
                 f"{PRECISION_KEY}={config.precision} is not one of {list(INT8_MODES)}"
             )
         if config.precision != STATIC_INT8_MODE:
-            reason = _static_int8_setting(config)
+            reason = static_int8_setting(config)
             if reason is not None:
                 return reason
         if config.precision == "fp16" and provider == "cpu":
@@ -218,15 +218,14 @@ class OnnxRuntime(Engine):
         return config.option(ORT_PROVIDER.key) in ("cuda", "tensorrt")
 
 
-def _static_int8_setting(config: TrialConfig) -> str | None:
+def static_int8_setting(config: TrialConfig) -> str | None:
     """Why a configuration whose precision is not int8_static cannot set a static int8
     quantizer setting away from its default, or None where it leaves them all at it."""
     for option in STATIC_INT8_OPTIONS:
         value = config.option(option.key)
         if value != option.default:
             return (
-                f"{option.key}={_show(value)} sets how ONNX Runtime's static int8 quantizer "
-                f"works; it applies to {PRECISION_KEY}={STATIC_INT8_MODE} only, not "
-                f"{config.precision}"
+                f"{option.key}={_show(value)} sets how static int8 quantizes; it applies to "
+                f"{PRECISION_KEY}={STATIC_INT8_MODE} only, not {config.precision}"
             )
     return None
