@@ -25,11 +25,13 @@
   threads can pay at a large batch where the thread probe at batch 1 found they did not.
 - An int8 configuration whose variant breaks `max_accuracy_drop` is measured next with
   the next static int8 `precision.calibration` (minmax, percentile, entropy: every node
-  stays int8, "calibration"), and once those are exhausted, the last of them with a larger
-  `precision.fallback` (more of its most sensitive nodes kept in float) until the bound
-  holds or the values run out ("fallback"; `steps.more_accurate`): the smallest value the
-  model's int8 sensitivity ranking predicts to meet the bound from the measured drop, the
-  next value where no ranking of the model and mode is known.
+  stays int8, "calibration"), then the most accurate of those quantizing MatMul and Gemm
+  alone ("op_types"), then the most accurate so far with a larger `precision.fallback`
+  (more of its most sensitive nodes kept in float) until the bound holds or the values
+  run out ("fallback"): the smallest value the model's int8 sensitivity ranking predicts
+  to meet the bound from the measured drop, the next value where no ranking of the model
+  and mode is known, none where the ranking predicts more than a quarter of the nodes in
+  float (int8 cannot pay; `int8_steps.more_accurate`).
 - Then a Pareto local search: the unmeasured neighbours (one dimension changed) of the
   feasible front found so far, the point with the largest hypervolume contribution first;
   nearest first (one step along a numeric dimension before two), and at each step
@@ -85,8 +87,9 @@ from autotune.strategies.batch_sizes import (
 )
 from autotune.strategies.design_order import next_designed
 from autotune.strategies.designed import ConfigKey, changed, config_key, designed_configs
+from autotune.strategies.int8_steps import more_accurate
 from autotune.strategies.reasons import error_signature, refuses_batch_only
-from autotune.strategies.steps import climb, more_accurate
+from autotune.strategies.steps import climb
 
 if TYPE_CHECKING:
     from autotune.requests.request import TuningRequest
@@ -201,7 +204,7 @@ class Ledger:
 
     def learn_sensitivity(self, tables: list[SensitivityTable]) -> None:
         """Int8 sensitivity rankings, a trial's or the study's (the first of each model and
-        mode stays): `steps.more_accurate` predicts the fallback to measure by them."""
+        mode stays): `int8_steps.more_accurate` predicts the fallback to measure by them."""
         for table in tables:
             self.sensitivity.setdefault(table.key, table)
 

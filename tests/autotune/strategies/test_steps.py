@@ -179,8 +179,10 @@ def static(calibration: str, fallback: int = 0) -> dict[str, ConfigValue]:
     return {**int8(fallback), "precision.calibration": calibration}
 
 
-def breaks_the_bound(ledger: Ledger, config: dict[str, ConfigValue], excluded: set[str]) -> None:
-    settled(ledger, config, 100.0)
+def breaks_the_bound(
+    ledger: Ledger, config: dict[str, ConfigValue], excluded: set[str], accuracy: float = 0.5
+) -> None:
+    accuracy_measured(ledger, config, accuracy)
     excluded.add(variant_key(config))
 
 
@@ -191,11 +193,12 @@ def test_a_static_int8_variant_that_breaks_the_bound_is_recalibrated_before_more
     assert ledger.next_proposal(lambda: [], excluded) == (static("percentile"), "calibration")
     waiting = ledger.next_proposal(lambda: [], excluded)  # entropy waits for the percentile
     assert waiting is None or waiting[1] not in ("calibration", "fallback")
-    breaks_the_bound(ledger, static("percentile"), excluded)
+    breaks_the_bound(ledger, static("percentile"), excluded, accuracy=0.7)
     assert ledger.next_proposal(lambda: [], excluded) == (static("entropy"), "calibration")
-    breaks_the_bound(ledger, static("entropy"), excluded)
-    assert ledger.next_proposal(lambda: [], excluded) == (static("entropy", 1), "fallback")
-    # One chain raises one fallback: not the minmax's nor the percentile's as well.
+    breaks_the_bound(ledger, static("entropy"), excluded, accuracy=0.6)
+    # More in float from the most accurate calibration, the percentile's.
+    assert ledger.next_proposal(lambda: [], excluded) == (static("percentile", 1), "fallback")
+    # One chain raises one fallback: not the minmax's nor the entropy's as well.
     proposal = ledger.next_proposal(lambda: [], excluded)
     assert proposal is None or proposal[1] not in ("calibration", "fallback")
 
@@ -238,10 +241,21 @@ def fallback_space() -> Any:
     )
 
 
-def ranking(*drops: float | None, model: str = "a", mode: str = "int8_static") -> SensitivityTable:
+# The quantizable nodes a ranking leaves unmeasured (as it does past its largest nodes), so
+# that the fallbacks these tests step to keep under a quarter of the nodes in float.
+UNMEASURED = 24
+
+
+def ranking(
+    *drops: float | None,
+    model: str = "a",
+    mode: str = "int8_static",
+    unmeasured: int = UNMEASURED,
+    op_type: str = "Conv",
+) -> SensitivityTable:
     nodes = [
-        NodeSensitivity(node=f"conv{rank}", rank=rank, op_type="Conv", drop=drop)
-        for rank, drop in enumerate(drops, start=1)
+        NodeSensitivity(node=f"node{rank}", rank=rank, op_type=op_type, drop=drop)
+        for rank, drop in enumerate((*drops, *[None] * unmeasured), start=1)
     ]
     return SensitivityTable(model_sha256=model * 64, mode=mode, seconds=1.0, nodes=nodes)
 
@@ -298,9 +312,20 @@ def test_the_step_stops_at_the_smallest_fallback_predicted_to_meet_the_bound(
     assert next_fallback(broken_int8(ranking(*drops)), BROKEN) == int8(smallest)
 
 
-def test_where_no_fallback_is_predicted_to_meet_the_bound_the_largest_is_tried() -> None:
-    even = ranking(*([0.01] * 20))  # 8 of 20 nodes in float leave 60% of a 0.2 drop
+def test_where_the_space_offers_too_few_in_float_its_largest_fallback_is_tried() -> None:
+    # 0.2 with 8 of 20 measured nodes in float leaves 0.12; 19 would meet 0.01, and 19 of
+    # 20 + 60 quantizable nodes is under a quarter of them.
+    even = ranking(*([0.01] * 20), unmeasured=60)
     assert next_fallback(broken_int8(even, drop=0.2), BROKEN) == int8(8)
+
+
+def test_where_the_bound_needs_over_a_quarter_of_the_nodes_in_float_no_fallback_is_tried() -> None:
+    # 19 of 20 + 24 nodes in float: int8 cannot pay, and the study spends no trial on it.
+    even = ranking(*([0.01] * 20))
+    assert next_fallback(broken_int8(even, drop=0.2), BROKEN) is None
+    # The same drop carried by one node: one in float is predicted to meet the bound.
+    dominant = ranking(0.19, *([0.0005] * 19))
+    assert next_fallback(broken_int8(dominant, drop=0.2), BROKEN) == int8(1)
 
 
 @pytest.mark.parametrize(
@@ -366,3 +391,50 @@ def test_the_strategy_learns_the_rankings_the_coordinator_hands_it() -> None:
     strategy = AutotuneStrategy(fallback_space(), BOUNDED, 0)
     strategy.learn_sensitivity([table])
     assert list(strategy.ledger.sensitivity.values()) == [table]
+
+
+def op_types_space() -> Any:
+    static_only = {"precision.mode": ["int8_static"]}
+    return space_of(
+        "op_types",
+        [
+            ("runtime.engine", ["onnxruntime"], {}),
+            ("batch.size", [1, 8], {}),
+            ("precision.mode", ["fp32", "int8_static"], {}),
+            ("precision.fallback", [0, 1, 2, 4, 8], static_only),
+            ("precision.calibration", ["minmax", "percentile"], static_only),
+            ("precision.op_types", ["all", "matmul_only"], static_only),
+        ],
+    )
+
+
+def narrowed(calibration: str, fallback: int = 0) -> dict[str, ConfigValue]:
+    return {**static(calibration, fallback), "precision.op_types": "matmul_only"}
+
+
+def test_after_the_calibrations_convolutions_go_to_float_before_single_nodes() -> None:
+    """The op-type-wise step comes from the most accurate calibration, and the node-wise
+    fallback after it from the most accurate of the chain, ranked among the op types it
+    quantizes: the Conv nodes that lead the ranking are in float already."""
+    ledger = Ledger(op_types_space(), designed=[], request=BOUNDED)
+    convs = [NodeSensitivity(node=f"conv{i}", rank=i, op_type="Conv", drop=0.05) for i in (1, 2)]
+    matmuls = [
+        NodeSensitivity(node=f"matmul{i}", rank=i, op_type="MatMul", drop=drop)
+        for i, drop in ((3, 0.03), (4, 0.001), *((i, None) for i in range(5, 40)))
+    ]
+    table = SensitivityTable(
+        model_sha256="a" * 64, mode="int8_static", seconds=1.0, nodes=[*convs, *matmuls]
+    )
+    ledger.learn_sensitivity([table])
+    excluded: set[str] = set()
+    accuracy_measured(ledger, op_types_space().baseline(), BASELINE_ACCURACY)
+    breaks_the_bound(ledger, {**static("minmax"), "precision.op_types": "all"}, excluded, 0.5)
+    assert ledger.next_proposal(lambda: [], excluded) == (
+        {**static("percentile"), "precision.op_types": "all"},
+        "calibration",
+    )
+    breaks_the_bound(ledger, {**static("percentile"), "precision.op_types": "all"}, excluded, 0.6)
+    assert ledger.next_proposal(lambda: [], excluded) == (narrowed("percentile"), "op_types")
+    # MatMul alone in int8 drops 0.031: its one sensitive MatMul in float meets 0.01.
+    breaks_the_bound(ledger, narrowed("percentile"), excluded, BASELINE_ACCURACY - 0.031)
+    assert ledger.next_proposal(lambda: [], excluded) == (narrowed("percentile", 1), "fallback")
