@@ -83,36 +83,34 @@ def _next_step(
     one held the bound, or where none is left."""
     chain = [root]
     for option in _recalibrations(ledger, root, blocked):
-        step = _untried(ledger, option, excluded, "calibration")
-        if step is not False:
-            return step
+        state = _state(ledger, option, excluded)
+        if state != BROKE:
+            return (option, "calibration") if state == NEW else None
         chain.append(option)
     narrower = _narrower(ledger, _most_accurate(ledger, chain), blocked)
     if narrower is not None:
-        step = _untried(ledger, narrower, excluded, "op_types")
-        if step is not False:
-            return step
+        state = _state(ledger, narrower, excluded)
+        if state != BROKE:
+            return (narrower, "op_types") if state == NEW else None
         chain.append(narrower)
     here = _most_accurate(ledger, chain)
-    while (option := _more_in_float(ledger, here, blocked)) is not None:
-        step = _untried(ledger, option, excluded, "fallback")
-        if step is not False:
-            return step
-        here = option
+    while (in_float := _more_in_float(ledger, here, blocked)) is not None:
+        state = _state(ledger, in_float, excluded)
+        if state != BROKE:
+            return (in_float, "fallback") if state == NEW else None
+        here = in_float
     return None
 
 
-def _untried(
-    ledger: Ledger, option: dict[str, ConfigValue], excluded: set[str], kind: str
-) -> Step | None | bool:
-    """(option, kind) where it is to be measured; None where it is known and did not break
-    the bound (being measured, or held it: the chain waits or ends); False where it was
-    measured and broke it (the chain goes on past it)."""
+# A step's state: measured and broke the bound (the chain goes on past it), known otherwise
+# (being measured, or it held the bound: the chain waits or ends), or new (to be measured).
+BROKE, KNOWN, NEW = "broke", "known", "new"
+
+
+def _state(ledger: Ledger, option: dict[str, ConfigValue], excluded: set[str]) -> str:
     if variant_key(option) in excluded:
-        return False
-    if ledger.known(config_key(option)):
-        return None
-    return option, kind
+        return BROKE
+    return KNOWN if ledger.known(config_key(option)) else NEW
 
 
 def _recalibrations(
