@@ -15,7 +15,7 @@ float model (experiments/results/int8-fallback-cpu.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from autotune.core.contract.trials import SensitivityTable
 
@@ -79,3 +79,14 @@ def pays(table: SensitivityTable, needed: int, op_types: Collection[str] | None 
     """Whether `needed` nodes in float leave an int8 model worth running (the module's
     docstring)."""
     return needed <= FLOAT_SHARE_LIMIT * quantized_nodes(table, op_types)
+
+
+def ranking_of(
+    tables: Iterable[SensitivityTable], model_sha256: str | None, mode: str
+) -> SensitivityTable | None:
+    """The ranking of the model `model_sha256` in `mode`, else the one ranking of that mode
+    where only one is known (the model ranked may be an export or another variant's float
+    model); None otherwise."""
+    of_mode = [table for table in tables if table.mode == mode]
+    found = next((t for t in of_mode if t.model_sha256 == model_sha256), None)
+    return found or (of_mode[0] if len(of_mode) == 1 else None)

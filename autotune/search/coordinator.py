@@ -29,6 +29,7 @@ from autotune.results.records import TrialMarks, TrialRecord
 from autotune.search.answers import Answers
 from autotune.search.budget import Budget
 from autotune.search.inputs import Events, Tuning
+from autotune.search.int8_outlook import int8_outlook_notes
 from autotune.search.interrupts import stop_on_signals
 from autotune.search.quiet import QuietWaits
 from autotune.search.reaping import MAX_ATTEMPTS, Reaper
@@ -128,7 +129,7 @@ class Coordinator:
                 baseline = self.search()
             records = self.store.records()
             self.events.on_note(f"study {self.store.name}: {study_summary(records)}")
-            self._note_sensitivity(time.monotonic() - started)
+            self._note_sensitivity(records, time.monotonic() - started)
             if self.stop.is_set():
                 by = received[0] if received else "the user"
                 raise Interrupted(
@@ -156,11 +157,16 @@ class Coordinator:
             self.tracker.finish("FAILED")
             raise
 
-    def _note_sensitivity(self, search_s: float) -> None:
-        spent = self.teller.sensitivity_seconds
-        note = sensitivity_note(self.store.sensitivities(), spent, search_s)
-        if note is not None:
-            self.events.on_note(note)
+    def _note_sensitivity(self, records: list[TrialRecord], search_s: float) -> None:
+        """Where the int8 sensitivity time went, and what the rankings say of each int8 mode
+        that no variant kept within the accuracy bound."""
+        tables = self.store.sensitivities()
+        note = sensitivity_note(tables, self.teller.sensitivity_seconds, search_s)
+        max_drop = self.tuning.request.constraints.max_accuracy_drop
+        for line in ([] if note is None else [note]) + int8_outlook_notes(
+            records, tables, max_drop
+        ):
+            self.events.on_note(line)
 
     def search(self) -> TrialRecord:
         """Keep every slot busy until the budget is spent; return the baseline's record."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from autotune.core.contract import ConfigValue
 from autotune.core.contract.trials import SensitivityTable
-from autotune.core.int8_fallback import STATIC_OP_TYPES, fallback_needed, pays
+from autotune.core.int8_fallback import STATIC_OP_TYPES, fallback_needed, pays, ranking_of
 from autotune.core.knobs import FALLBACK_KEY, PRECISION_KEY, variant_key
 from autotune.core.knobs.engines import CALIBRATION, OP_TYPES
 from autotune.core.metrics import ACCURACY
@@ -214,14 +214,9 @@ def accuracy_drop(ledger: Ledger, config: dict[str, ConfigValue]) -> float | Non
 
 
 def ranking(ledger: Ledger, config: dict[str, ConfigValue]) -> SensitivityTable | None:
-    """The int8 sensitivity ranking of `config`'s model in its int8 mode: the one of the
-    model its trial measured, else the one ranking of that mode where only one is known (the
-    model ranked may be an export or another variant's float model); None otherwise."""
-    mode = str(config.get(PRECISION_KEY))
+    """The int8 sensitivity ranking of `config`'s model in its int8 mode (`ranking_of`)."""
     outcome = ledger.finished.get(config_key(config))
-    if outcome is not None and outcome.provenance is not None:
-        found = ledger.sensitivity.get((outcome.provenance.model_sha256, mode))
-        if found is not None:
-            return found
-    of_mode = [table for table in ledger.sensitivity.values() if table.mode == mode]
-    return of_mode[0] if len(of_mode) == 1 else None
+    model = (
+        None if outcome is None or outcome.provenance is None else outcome.provenance.model_sha256
+    )
+    return ranking_of(ledger.sensitivity.values(), model, str(config.get(PRECISION_KEY)))
