@@ -1,7 +1,7 @@
 """precision.mode=int8_static on runtime.engine=openvino: NNCF quantizes the digits CNN's fp32
 ONNX export, OpenVINO's CPU plugin runs its quantized nodes on int8 kernels (read back from the
-compiled model), precision.fallback's nodes stay in float, and the exported artifact serves
-the model the trial measured."""
+compiled model), precision.fallback's nodes stay in float (of the op types the static int8
+settings quantize), and the exported artifact serves the model the trial measured."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from workers.building.knobs import engine_of
 from workers.building.knobs.base import EngineImplementation
 from workers.building.knobs.openvino import OpenVinoImplementation, OpenVinoSession
 from workers.building.nncf_quantization import quantize_with_nncf
-from workers.building.quantization import float_nodes_of
+from workers.building.quantization import float_nodes_of, node_op_types
 from workers.building.runtimes import opened
 from workers.building.variants import OnnxVariant
 from workers.cache import LoadedWorkload, WorkloadCache
@@ -63,12 +63,19 @@ def fp32_onnx(loaded: LoadedWorkload) -> bytes:
     return variant.model_bytes
 
 
-def int8_config(loaded: LoadedWorkload, fallback: int) -> TrialConfig:
-    return loaded.parse({**INT8, "precision.fallback": fallback})
+def int8_config(
+    loaded: LoadedWorkload, fallback: int, settings: dict[str, ConfigValue] | None = None
+) -> TrialConfig:
+    return loaded.parse({**INT8, "precision.fallback": fallback, **(settings or {})})
 
 
-def nncf_int8(loaded: LoadedWorkload, fp32_onnx: bytes, fallback: int) -> bytes:
-    config = int8_config(loaded, fallback)
+def nncf_int8(
+    loaded: LoadedWorkload,
+    fp32_onnx: bytes,
+    fallback: int,
+    settings: dict[str, ConfigValue] | None = None,
+) -> bytes:
+    config = int8_config(loaded, fallback, settings)
     assert isinstance(ENGINE, OpenVinoImplementation)
     built = ENGINE.build_precision(OnnxVariant(fp32_onnx), config, loaded.build_context())
     assert isinstance(built, OnnxVariant)
@@ -145,6 +152,26 @@ def test_fallback_nodes_stay_float(loaded: LoadedWorkload, fp32_onnx: bytes, fal
     assert sorted(p in INT8_TYPES for p in precisions) == [False] * fallback + [True] * (
         4 - fallback
     ), precisions
+
+
+def test_matmul_only_fallback_keeps_the_most_sensitive_gemm_in_float(
+    loaded: LoadedWorkload, fp32_onnx: bytes
+) -> None:
+    """The ranking is filtered to the op types matmul_only quantizes: the float node is a
+    Gemm or MatMul even where a Conv ranks above it, and every Conv stays float anyway."""
+    matmul_only: dict[str, ConfigValue] = {"precision.op_types": "matmul_only"}
+    quantized = nncf_int8(loaded, fp32_onnx, 1, matmul_only)
+    types = node_op_types(fp32_onnx)
+    ranked = loaded.ranked_nodes(fp32_onnx, "int8_static")
+    matmuls = [name for name in ranked if types[name] in ("MatMul", "Gemm")]
+    assert float_nodes_of(quantized) == matmuls[:1]
+    kinds = weight_kinds(quantized)
+    assert {name: kinds[name] for name in matmuls} == {
+        name: "float" if name == matmuls[0] else "int8" for name in matmuls
+    }
+    assert {kinds[name] for name in kinds if types[name] == "Conv"} == {"float"}
+    precisions = layer_precisions(quantized, int8_config(loaded, 1, matmul_only))
+    assert sorted(p in INT8_TYPES for p in precisions) == [False] * 3 + [True], precisions
 
 
 def test_a_node_the_model_lacks_is_refused(loaded: LoadedWorkload, fp32_onnx: bytes) -> None:

@@ -78,20 +78,27 @@ class OpenVinoImplementation(OnnxEngineImplementation, OpenVino):
     def build_precision(
         self, variant: Variant, config: TrialConfig, context: BuildContext
     ) -> Variant:
-        """int8_static quantized by NNCF, its `precision.fallback` most sensitive nodes (the
-        ranking ONNX Runtime's int8_static uses) left in float; any other mode as the mode
+        """int8_static quantized by NNCF as the static int8 settings say, its
+        `precision.fallback` most sensitive nodes (the ranking ONNX Runtime's int8_static uses,
+        of the op types the settings quantize) left in float; any other mode as the mode
         builds it."""
         if config.precision != OV_INT8:
             return super().build_precision(variant, config, context)
-        from workers.building.knobs.precisions import calibration_samples, most_sensitive
+        from workers.building.knobs.precisions import (
+            calibration_samples,
+            most_sensitive,
+            static_settings,
+        )
         from workers.building.nncf_quantization import quantize_with_nncf
         from workers.building.variants import OnnxVariant
 
         model_bytes = onnx_bytes_of(variant, self.name)
         samples = calibration_samples(context)
-        float_nodes = most_sensitive(model_bytes, config, context) if config.fallback else []
-        quantized = quantize_with_nncf(model_bytes, samples, float_nodes)
-        return OnnxVariant(quantized)
+        settings = static_settings(config)
+        float_nodes: list[str] = []
+        if config.fallback:
+            float_nodes = most_sensitive(model_bytes, config, context, settings)
+        return OnnxVariant(quantize_with_nncf(model_bytes, samples, float_nodes, settings))
 
     def conversion_problem(self, onnx_model: bytes) -> str | None:
         try:
