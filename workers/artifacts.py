@@ -12,6 +12,7 @@ import numpy as np
 
 from autotune.core.artifacts import ONNX_ARTIFACT, VARIANT_FILE, WEIGHTS_ARTIFACT
 from autotune.core.contract import ArtifactInfo, TrialSpec, Workload
+from autotune.core.contract.trials import FLOAT_NODES_FIELD
 from autotune.core.errors import RequestError
 from autotune.core.knobs.config import TrialConfig
 from workers.building.exports import FIXED_BATCH_KEY
@@ -60,7 +61,8 @@ def load_artifact(path: str, python_path: list[str]) -> tuple[Session, TrialConf
     else:
         config = parse_config(description["config"], "torch")
         entry_point = description["model_entry_point"]
-        variant = _rebuild_torch_variant(file, entry_point, config, python_path)
+        float_modules = description.get(FLOAT_NODES_FIELD)
+        variant = _rebuild_torch_variant(file, entry_point, config, python_path, float_modules)
         variant = dataclasses.replace(variant, fixed_batch=description.get(FIXED_BATCH_KEY))
     return build_session(variant, config), config
 
@@ -84,13 +86,18 @@ def _artifact_file(path: Path) -> Path:
 
 
 def _rebuild_torch_variant(
-    weights_file: Path, entry_point: str, config: TrialConfig, python_path: list[str]
+    weights_file: Path,
+    entry_point: str,
+    config: TrialConfig,
+    python_path: list[str],
+    float_modules: list[str] | None,
 ) -> TorchVariant:
     from safetensors.torch import load_file
 
     module = load_torch(entry_point, python_path).module
     module = pruned_skeleton(module, config)
     module.load_state_dict(load_file(str(weights_file)), strict=True)
-    variant = TRANSFORMS["precision"](TorchVariant(module), config, BuildContext(np.empty(0)))
+    context = BuildContext(np.empty(0), float_modules=float_modules)
+    variant = TRANSFORMS["precision"](TorchVariant(module), config, context)
     assert isinstance(variant, TorchVariant)
     return variant

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -9,6 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -21,10 +23,18 @@ from workers.building.quantization import calibration_subset, node_op_types
 from workers.building.runtimes import Session, build_session, check_runtime
 from workers.building.sensitivity import SENSITIVITY_SAMPLES, Sensitivity, measure_sensitivity
 from workers.building.sharding import ModelSource
+from workers.building.torch_sensitivity import LINEAR_OP_TYPE, measure_module_sensitivity
 from workers.building.transforms import build_variant
 from workers.building.variants import BuildContext, OnnxVariant, TorchVariant, Variant
 from workers.loading.fixed_batch import with_requested_batch
-from workers.loading.workloads import EvalData, LoadedModel, TorchModel, load_data, load_model
+from workers.loading.workloads import (
+    EvalData,
+    LoadedModel,
+    TorchModel,
+    load_data,
+    load_model,
+    torch_sha256,
+)
 from workers.measuring.evaluate import (
     SUBSET_CONFIDENCE,
     QualityMetric,
@@ -36,6 +46,11 @@ from workers.measuring.evaluate import (
     run_all,
     subset_size,
 )
+
+if TYPE_CHECKING:
+    import torch
+
+Model = TypeVar("Model")
 
 # Samples handed to exporters for tracing; two so the batch axis is not mistaken for a constant.
 TRACE_SAMPLES = 2
@@ -51,7 +66,8 @@ class LoadedWorkload:
     metric: QualityMetric
     quality_by_variant: dict[str, VariantQuality] = field(default_factory=dict)
     onnx_by_variant: dict[str, bytes] = field(default_factory=dict)
-    # (sha256 of an fp32 ONNX model, int8 mode) -> its nodes' sensitivity on this data, ranked.
+    # (sha256 of an fp32 ONNX model or torch module's weights, int8 mode) -> its nodes' (torch:
+    # Linear modules') sensitivity on this data, ranked.
     sensitivity_tables: dict[tuple[str, str], SensitivityTable] = field(default_factory=dict)
     # The rankings each cached variant was built by, and those used since `take_sensitivity`
     # (True: measured meanwhile).
@@ -99,21 +115,51 @@ class LoadedWorkload:
             calibration_inputs=self.data.calibration_inputs,
             fixed_batch=self.workload.model.fixed_batch,
             ranked_nodes=self.ranked_nodes,
+            ranked_modules=self.ranked_modules,
         )
 
     def ranked_nodes(self, model_bytes: bytes, mode: str) -> tuple[str, ...]:
         """The fp32 ONNX model's quantizable nodes, most sensitive to `mode` first: measured
         on this workload's data once per model content, mode and process."""
-        key = (hashlib.sha256(model_bytes).hexdigest(), mode)
-        if key not in self.sensitivity_tables:
-            started = time.perf_counter()
+
+        def measure() -> tuple[Sensitivity, dict[str, str]]:
             judged = calibration_subset(self.data.inputs, SENSITIVITY_SAMPLES)
             calibrating = calibration_subset(self.data.calibration_inputs, SENSITIVITY_SAMPLES)
             sensitivity = measure_sensitivity(
                 model_bytes, mode, calibrating, infidelity_to(model_bytes, judged)
             )
+            return sensitivity, node_op_types(model_bytes)
+
+        return self._ranking((hashlib.sha256(model_bytes).hexdigest(), mode), measure)
+
+    def ranked_modules(self, module: torch.nn.Module, mode: str) -> tuple[str, ...]:
+        """The fp32 torch module's Linear modules (qualified names), most sensitive to `mode`
+        first: measured on this workload's data once per weights, mode and process. Keyed by
+        the weights' sha256 (`torch_sha256`), which for the unpruned model is the one the
+        trials' provenance reports, where the strategy looks the table up."""
+
+        def measure() -> tuple[Sensitivity, dict[str, str]]:
+            judged = calibration_subset(self.data.inputs, SENSITIVITY_SAMPLES)
+            float_variant = TorchVariant(module, fixed_batch=self.workload.model.fixed_batch)
+            infidelity = torch_infidelity_to(float_variant, judged)
+            sensitivity = measure_module_sensitivity(module, infidelity)
+            return sensitivity, dict.fromkeys(sensitivity.ranked, LINEAR_OP_TYPE)
+
+        original = isinstance(self.model, TorchModel) and module is self.model.module
+        sha256 = self.model.sha256 if original else torch_sha256(module)
+        return self._ranking((sha256, mode), measure)
+
+    def _ranking(
+        self, key: tuple[str, str], measure: Callable[[], tuple[Sensitivity, dict[str, str]]]
+    ) -> tuple[str, ...]:
+        """The ranking of the model and mode `key` names (`measure`: it and its nodes'
+        operation types), measured and timed where this process has none yet; recorded as
+        used by the build under way."""
+        if key not in self.sensitivity_tables:
+            started = time.perf_counter()
+            sensitivity, op_types = measure()
             seconds = time.perf_counter() - started
-            self.sensitivity_tables[key] = sensitivity_table(sensitivity, model_bytes, key, seconds)
+            self.sensitivity_tables[key] = sensitivity_table(sensitivity, op_types, key, seconds)
             self._sensitivity_used[key] = True
         self._sensitivity_used.setdefault(key, False)
         self._rankings.append(key)
@@ -143,7 +189,10 @@ class LoadedWorkload:
             entry_point=self.model.entry_point,
             python_path=tuple(self.workload.python_path),
             sha256=self.model.sha256,
-            context=self.build_context(),
+            # The rankings are methods of this cache, which do not travel to another process.
+            context=dataclasses.replace(
+                self.build_context(), ranked_nodes=None, ranked_modules=None
+            ),
         )
 
     def session_for(self, config: TrialConfig) -> Session:
@@ -215,10 +264,10 @@ class LoadedWorkload:
 
 
 def sensitivity_table(
-    sensitivity: Sensitivity, model_bytes: bytes, key: tuple[str, str], seconds: float
+    sensitivity: Sensitivity, op_types: dict[str, str], key: tuple[str, str], seconds: float
 ) -> SensitivityTable:
-    """The ranking as the trial contract carries it, with each node's operation type."""
-    op_types = node_op_types(model_bytes)
+    """The ranking of the model and mode `key` names as the trial contract carries it, with
+    each node's operation type."""
     nodes = [
         NodeSensitivity(
             node=name, rank=rank, op_type=op_types.get(name), drop=sensitivity.measured.get(name)
@@ -234,7 +283,28 @@ def infidelity_to(model_bytes: bytes, samples: np.ndarray) -> Callable[[bytes], 
     def outputs(model: bytes) -> np.ndarray:
         return run_all(OnnxRuntimeSession(model, threads=len(os.sched_getaffinity(0))), samples)
 
-    reference = outputs(model_bytes)
+    return _infidelity(outputs, model_bytes)
+
+
+def torch_infidelity_to(
+    variant: TorchVariant, samples: np.ndarray
+) -> Callable[[torch.nn.Module], float]:
+    """1 - `fidelity` of another module's outputs on `samples` (run on the CPU as the torch
+    sessions run it, in place of the variant's module) to the variant's."""
+    from workers.building.torch_sessions import TorchEagerSession
+
+    def outputs(module: torch.nn.Module) -> np.ndarray:
+        replaced = dataclasses.replace(variant, module=module)
+        return run_all(TorchEagerSession(replaced, threads=len(os.sched_getaffinity(0))), samples)
+
+    return _infidelity(outputs, variant.module)
+
+
+def _infidelity(
+    outputs: Callable[[Model], np.ndarray], reference_model: Model
+) -> Callable[[Model], float]:
+    """1 - `fidelity` of a candidate's `outputs` to the reference model's."""
+    reference = outputs(reference_model)
     return lambda candidate: 1.0 - fidelity(outputs(candidate), reference)
 
 

@@ -4,8 +4,9 @@ An ONNX engine writes `model.onnx`, the exact ONNX model its trial ran, with an 
 (the first evaluation inputs, fed by input name) and the outputs ONNX Runtime gives for it. A
 torch engine writes `model.safetensors` with the variant's pruned fp32 weights; loading
 re-applies the precision deterministically. Beside either, `variant.json`: the configuration
-(and for torch the model's entry point; for an int8 ONNX model that keeps nodes in float,
-their names), so the artifact runs as its trial did.
+(and for torch the model's entry point; for an int8 model that keeps nodes in float, their
+names: ONNX nodes, or torch's Linear modules by qualified name), so the artifact runs as its
+trial did.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def export_torch(
     pruned: TorchVariant, loaded: LoadedWorkload, spec: TrialSpec, directory: Path
 ) -> ArtifactInfo:
     """The pruned fp32 weights, with the model's entry point that rebuilds the module (and
-    the only batch size it takes, where the request fixed one)."""
+    the only batch size it takes, where the request fixed one; and for a variant that keeps
+    Linear modules in float, `precision.fallback`, their names: those the trial's variant
+    kept, so that loading re-applies the precision to the very variant measured)."""
     from safetensors.torch import save_file
 
     from workers.loading.workloads import TorchModel
@@ -89,6 +92,11 @@ def export_torch(
     description: dict[str, Any] = {"config": spec.config, "model_entry_point": entry_point}
     if loaded.workload.model.fixed_batch is not None:
         description[FIXED_BATCH_KEY] = loaded.workload.model.fixed_batch
+    config = loaded.parse(spec.config)
+    if config.fallback:
+        measured = loaded.variant_for(config)
+        assert isinstance(measured, TorchVariant)  # a torch engine's pipeline keeps torch
+        description[FLOAT_NODES_FIELD] = list(measured.float_modules)
     describe(directory, {**description, "model_sha256": model_sha256})
     return ArtifactInfo(path=str(path), format="safetensors", sha256=file_sha256(path))
 

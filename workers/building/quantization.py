@@ -1,9 +1,10 @@
 """The longer precision routines the precision implementations call
 (`workers.building.knobs.precisions`): torch int8 (dynamic) and fp8 (torchao), and ONNX int8
 (dynamic, or static calibrated on the workload's calibration samples as `StaticSettings` say)
-and float16. The ONNX int8 routines leave the nodes they are given in float
-(`precision.fallback`, ranked by `workers.building.sensitivity`) and name them in the model's
-metadata (FLOAT_NODES_KEY).
+and float16. The int8 routines leave the nodes (torch: Linear modules) they are given in float
+(`precision.fallback`, ranked by `workers.building.sensitivity` and
+`workers.building.torch_sensitivity`) and name them: in an ONNX model's metadata
+(FLOAT_NODES_KEY), in a torch variant's `float_modules`.
 
 The precision declarations (`autotune.core.knobs.precisions`) decide beforehand which precision
 runs where; the functions here build what they are asked for.
@@ -17,6 +18,7 @@ import logging
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,17 +50,65 @@ FP8_MIN_CAPABILITY = (8, 9)
 # --- torch --------------------------------------------------------------------------------------
 
 
-def torch_int8_dynamic(variant: TorchVariant) -> TorchVariant:
+def torch_int8_dynamic(variant: TorchVariant, float_modules: Sequence[str] = ()) -> TorchVariant:
     """int8 Linear weights, activations quantized per batch at run time (CPU kernels only);
-    convolutions stay fp32 because torch's dynamic quantization has no conv kernels."""
+    convolutions stay fp32 because torch's dynamic quantization has no conv kernels. The
+    Linear modules named in `float_modules` (qualified names, `precision.fallback`) stay in
+    float, and the variant names them."""
+    import torch
+
+    if not float_modules:
+        return TorchVariant(
+            quantize_linears(variant.module, {torch.nn.Linear}), variant.input_dtype
+        )
+    linears = quantizable_linears(variant.module)
+    _refuse_float_modules(linears, float_modules)
+    quantized = quantize_linears(variant.module, set(linears) - set(float_modules))
+    return TorchVariant(quantized, variant.input_dtype, float_modules=tuple(float_modules))
+
+
+def quantize_linears(
+    module: torch.nn.Module, spec: AbstractSet[type[torch.nn.Module]] | AbstractSet[str]
+) -> torch.nn.Module:
+    """A dynamic int8 copy of `module`: the Linear modules of the types, or with the qualified
+    names, in `spec` quantized, the module itself untouched."""
     import torch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # quantized tensor types are deprecated, still work
         quantized = torch.ao.quantization.quantize_dynamic(
-            variant.module, {torch.nn.Linear}, dtype=torch.qint8, inplace=False
+            module, spec, dtype=torch.qint8, inplace=False
         )
-    return TorchVariant(quantized.eval(), variant.input_dtype)
+    return quantized.eval()
+
+
+def quantizable_linears(module: torch.nn.Module) -> list[str]:
+    """The qualified names of the modules that dynamic int8 quantizes: those of type
+    nn.Linear exactly (a subclass, such as MultiheadAttention's out_proj, has no dynamic
+    kernel and stays float), largest weight first (ties in module order)."""
+    import torch
+    from torch.nn.utils.parametrize import type_before_parametrizations
+
+    linears = [
+        (name, child.weight.numel())
+        for name, child in module.named_modules()
+        if type_before_parametrizations(child) is torch.nn.Linear
+    ]
+    return [name for name, _ in sorted(linears, key=lambda pair: -pair[1])]
+
+
+def _refuse_float_modules(linears: Sequence[str], float_modules: Sequence[str]) -> None:
+    """`Unsupported` where `float_modules` names a module dynamic int8 would not quantize
+    (of `linears`, those it quantizes), or leaves none to quantize (a float model is not an
+    int8 variant)."""
+    unknown = sorted(set(float_modules) - set(linears))
+    if unknown:
+        raise Unsupported(f"precision.fallback: the model has no nn.Linear module named {unknown}")
+    if set(linears) <= set(float_modules):
+        raise Unsupported(
+            f"precision.fallback={len(float_modules)} keeps every nn.Linear module of the "
+            "model in float; an int8 model keeps some of them quantized"
+        )
 
 
 def torch_fp8(variant: TorchVariant, device: str) -> TorchVariant:

@@ -7,14 +7,15 @@ cache judges 1 - `workers.measuring.evaluate.fidelity` on SENSITIVITY_SAMPLES ev
 inputs). Static quantization calibrates here on the `samples` given, which are to be
 calibration samples (`workers.loading.workloads.EvalData.calibration_inputs`), never the
 ones judged. Only the MAX_MEASURED_NODES largest nodes (by weight size) are measured; the
-rest count as insensitive and follow them, largest first.
+rest count as insensitive and follow them, largest first (`rank_by_sensitivity`, which ranks
+a torch model's Linear modules too: `workers.building.torch_sensitivity`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,20 +63,37 @@ def measure_sensitivity(
     or int8_static; static calibrates on `samples`, calibration samples apart from those
     `infidelity` judges on), judged by `infidelity`."""
     nodes = quantizable_nodes(with_node_names(model_bytes), QUANTIZABLE_OPS[mode])
-    measured_nodes = nodes[:MAX_MEASURED_NODES]
-    if len(nodes) > len(measured_nodes):
+
+    def node_sensitivity(name: str) -> float:
+        if mode == "int8_static":
+            return infidelity(quantize_static_nodes(model_bytes, samples, only=[name]))
+        return infidelity(quantize_dynamic_nodes(model_bytes, None, only=[name]))
+
+    return rank_by_sensitivity(nodes, mode, node_sensitivity)
+
+
+def rank_by_sensitivity(
+    candidates: Sequence[str], mode: str, sensitivity: Callable[[str], float]
+) -> Sensitivity:
+    """The `candidates` (largest first) ranked: the MAX_MEASURED_NODES largest by their
+    `sensitivity` to `mode`, most sensitive first, then the rest, largest first. One the
+    quantizer or a kernel refuses (it raises) is left unmeasured, with a log line; the rest
+    still rank."""
+    measured_nodes = candidates[:MAX_MEASURED_NODES]
+    if len(candidates) > len(measured_nodes):
         logger.info(
             "%s sensitivity: %d quantizable nodes; the %d largest measured, the other %d "
             "treated as insensitive",
-            mode, len(nodes), len(measured_nodes), len(nodes) - len(measured_nodes),
+            mode, len(candidates), len(measured_nodes), len(candidates) - len(measured_nodes),
         )  # fmt: skip
     measured: dict[str, float] = {}
     for name in measured_nodes:
-        score = _node_sensitivity(model_bytes, mode, name, samples, infidelity)
-        if score is not None:
-            measured[name] = score
+        try:
+            measured[name] = sensitivity(name)
+        except Exception as error:  # one node refused; the rest still rank
+            logger.info("%s sensitivity of node %s not measured: %s", mode, name, error)
     ranked = sorted(measured, key=lambda name: -measured[name])
-    ranked += [name for name in nodes if name not in measured]
+    ranked += [name for name in candidates if name not in measured]
     return Sensitivity(tuple(ranked), measured)
 
 
@@ -89,19 +107,3 @@ def quantizable_nodes(model: onnx.ModelProto, op_types: frozenset[str]) -> list[
         if node.op_type in op_types and len(node.input) > 1 and node.input[1] in sizes
     ]
     return [name for name, _ in sorted(weighted, key=lambda pair: -pair[1])]
-
-
-def _node_sensitivity(
-    model_bytes: bytes, mode: str, name: str, samples: np.ndarray, infidelity: Infidelity
-) -> float | None:
-    """The infidelity of the model with node `name` alone quantized; None (and a log line)
-    where the quantizer or ONNX Runtime cannot build or run that model."""
-    try:
-        if mode == "int8_static":
-            quantized = quantize_static_nodes(model_bytes, samples, only=[name])
-        else:
-            quantized = quantize_dynamic_nodes(model_bytes, None, only=[name])
-        return infidelity(quantized)
-    except Exception as error:  # one node the quantizer or a kernel refuses; the rest still rank
-        logger.info("%s sensitivity of node %s not measured: %s", mode, name, error)
-        return None

@@ -21,11 +21,14 @@ class TorchVariant:
     `TrialConfig.device` (the precision transform moves them; before it, weights are on the
     CPU). Runtimes read `config.device` to place the inputs, and return outputs on the CPU.
     `fixed_batch`: the only batch size the module takes, as the request says (None: any).
+    `float_modules`: of a dynamic int8 variant, the qualified names of the Linear modules it
+    keeps in float (`precision.fallback`), which its exported artifact names.
     """
 
     module: torch.nn.Module
     input_dtype: torch.dtype | None = None
     fixed_batch: int | None = None
+    float_modules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,15 @@ class BuildContext:
     to calibrate on (it uses a bounded, deterministic subset; None where no data is at hand).
     `ranked_nodes(model_bytes, mode)`: that fp32 ONNX model's quantizable nodes, most sensitive
     to the int8 `mode` first (`workers.building.sensitivity`), which `precision.fallback`
-    keeps in float (None where no data is at hand)."""
+    keeps in float (None where no data is at hand); `ranked_modules(module, mode)` the same
+    of an fp32 torch module's Linear modules, by qualified name
+    (`workers.building.torch_sensitivity`). `float_modules`: the Linear modules a torch
+    fallback variant keeps in float where they are known already (an exported artifact names
+    those its trial measured), used instead of a ranking."""
 
     sample_inputs: np.ndarray
     calibration_inputs: np.ndarray | None = None
     fixed_batch: int | None = None
     ranked_nodes: Callable[[bytes, str], Sequence[str]] | None = None
+    ranked_modules: Callable[[torch.nn.Module, str], Sequence[str]] | None = None
+    float_modules: Sequence[str] | None = None

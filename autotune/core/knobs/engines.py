@@ -4,10 +4,13 @@ apply).
 
 - torch_eager: runtime.device (cpu, cuda), attention.sdpa_backend (CPU: auto, math, flash),
   cuda.cudnn_benchmark and cuda.graphs (CUDA only), shard.tensor_parallel (CPU over gloo, CUDA
-  over NCCL), shard.data_parallel (CUDA only).
+  over NCCL), shard.data_parallel (CUDA only), precision.fallback (int8_dynamic only, which
+  runs on the CPU alone: how many of the Linear modules most sensitive to quantization stay in
+  float; not with tensor parallelism).
 - torch_compile: runtime.device, runtime.compile_mode (CPU: default and
   max-autotune-no-cudagraphs; the CUDA-graph modes need CUDA), attention.sdpa_backend,
-  cuda.cudnn_benchmark, shard.data_parallel. CUDA graphs come from mode reduce-overhead.
+  cuda.cudnn_benchmark, shard.data_parallel, precision.fallback (as torch_eager). CUDA graphs
+  come from mode reduce-overhead.
 - onnxruntime: runtime.provider (cpu, cuda, tensorrt; must be available and really used),
   runtime.graph_opt, precision.fallback (int8 modes only: how many of the nodes most sensitive
   to quantization stay in float), and how its static int8 quantizer works (int8_static only):
@@ -108,6 +111,10 @@ def _show(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+# The torch mode whose quantizer can leave named Linear modules in float (`precision.fallback`).
+TORCH_INT8_MODE = "int8_dynamic"
+
+
 class TorchEngine(Engine):
     model_format = "torch"
     software = ("torch",)
@@ -118,8 +125,28 @@ class TorchEngine(Engine):
         return (
             foreign_setting(self, config, self.hints)
             or super().supports(config, target)
+            or _torch_fallback_reason(config)
             or _torch_device_reason(config, target)
         )
+
+
+def _torch_fallback_reason(config: TrialConfig) -> str | None:
+    """Why torch cannot keep `precision.fallback` modules in float: only its dynamic int8
+    quantizer leaves named Linear modules alone, and tensor-parallel ranks rebuild and split
+    the model without the ranking."""
+    if not config.fallback:
+        return None
+    if config.precision != TORCH_INT8_MODE:
+        return (
+            f"precision.fallback={config.fallback} keeps Linear modules of an int8 model in "
+            f"float; on torch {PRECISION_KEY}={config.precision} is not {TORCH_INT8_MODE}"
+        )
+    if config.tensor_parallel > 1:
+        return (
+            f"precision.fallback={config.fallback} with shard.tensor_parallel="
+            f"{config.tensor_parallel}: the ranks rebuild the model without its ranking"
+        )
+    return None
 
 
 def _torch_device_reason(config: TrialConfig, target: Target) -> str | None:
@@ -149,7 +176,7 @@ def _torch_device_reason(config: TrialConfig, target: Target) -> str | None:
 @register
 class TorchEager(TorchEngine):
     name = "torch_eager"
-    applies = frozenset(SHARED_OPTIONS) - {"fallback"}
+    applies = frozenset(SHARED_OPTIONS)
     concurrent_calls = True
 
 
@@ -158,7 +185,7 @@ class TorchCompile(TorchEngine):
     name = "torch_compile"
     options = (COMPILE_MODE,)
     needs = ("torch.compile",)
-    applies = frozenset({"sdpa_backend", "cudnn_benchmark", "data_parallel"})
+    applies = frozenset({"sdpa_backend", "cudnn_benchmark", "data_parallel", "fallback"})
     hints = {
         "cuda_graphs": "; runtime.compile_mode=reduce-overhead captures CUDA graphs",
         "tensor_parallel": "; tensor parallelism runs with torch_eager",

@@ -1,6 +1,8 @@
 """How each precision mode (`autotune.core.knobs.precisions`) builds its variants: a torch
 variant cast or quantized, with its weights on the trial's device (`build_torch`); an ONNX
-variant rewritten (`build_onnx`). `workers.building.quantization` holds the longer routines."""
+variant rewritten (`build_onnx`). With `precision.fallback`, an int8 mode keeps the nodes
+(torch: Linear modules) most sensitive to it in float (`build_onnx_with_fallback`,
+`build_torch_with_fallback`). `workers.building.quantization` holds the longer routines."""
 
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ class DevicePrecisionImplementation(PrecisionImplementation):
         from workers.building.variants import OnnxVariant, TorchVariant
 
         if isinstance(variant, TorchVariant):
+            if config.fallback:
+                return self.build_torch_with_fallback(variant, config, context)
             return self.build_torch(variant, config)
         assert isinstance(variant, OnnxVariant)
         if config.fallback:
@@ -54,6 +58,11 @@ class DevicePrecisionImplementation(PrecisionImplementation):
             return variant
         module = copy.deepcopy(variant.module).to(device=config.device, dtype=dtype)
         return TorchVariant(module.eval(), dtype or variant.input_dtype)
+
+    def build_torch_with_fallback(
+        self, variant: TorchVariant, config: TrialConfig, context: BuildContext
+    ) -> TorchVariant:
+        raise Unsupported(f"precision.fallback: {self.key}={self.name} keeps no module in float")
 
     def build_onnx(self, model_bytes: bytes, context: BuildContext) -> bytes:
         raise Unsupported(f"{self.key}={self.name} has no ONNX rewrite")
@@ -91,6 +100,13 @@ class Int8DynamicImplementation(DevicePrecisionImplementation, Int8Dynamic):
         from workers.building.quantization import torch_int8_dynamic
 
         return torch_int8_dynamic(variant)
+
+    def build_torch_with_fallback(
+        self, variant: TorchVariant, config: TrialConfig, context: BuildContext
+    ) -> TorchVariant:
+        from workers.building.quantization import torch_int8_dynamic
+
+        return torch_int8_dynamic(variant, most_sensitive_modules(variant, config, context))
 
     def build_onnx(self, model_bytes: bytes, context: BuildContext) -> bytes:
         from workers.building.quantization import quantize_onnx_int8
@@ -172,12 +188,38 @@ def most_sensitive(
     if op_types is not None:
         types = node_op_types(model_bytes)
         ranked = [name for name in ranked if types.get(name) in op_types]
-    if config.fallback > len(ranked):
+    return _first(ranked, config.fallback, "nodes")
+
+
+def most_sensitive_modules(
+    variant: TorchVariant, config: TrialConfig, context: BuildContext
+) -> list[str]:
+    """The `config.fallback` Linear modules of the torch model most sensitive to its int8
+    mode, by qualified name; those the context names instead where it knows them (an
+    exported artifact rebuilt as its trial measured it)."""
+    if context.float_modules is not None:
+        if len(context.float_modules) != config.fallback:
+            raise Unsupported(
+                f"precision.fallback={config.fallback}: the artifact names "
+                f"{len(context.float_modules)} float modules ({list(context.float_modules)})"
+            )
+        return list(context.float_modules)
+    if context.ranked_modules is None:
         raise Unsupported(
-            f"precision.fallback={config.fallback}: the model has {len(ranked)} quantizable "
-            "nodes, and an int8 model keeps some of them quantized"
+            f"precision.fallback={config.fallback} needs the workload's data to rank modules by"
         )
-    return ranked[: config.fallback]
+    ranked = list(context.ranked_modules(variant.module, config.precision))
+    return _first(ranked, config.fallback, "nn.Linear modules")
+
+
+def _first(ranked: list[str], fallback: int, what: str) -> list[str]:
+    """The `fallback` first of `ranked`; `Unsupported` where it holds fewer."""
+    if fallback > len(ranked):
+        raise Unsupported(
+            f"precision.fallback={fallback}: the model has {len(ranked)} quantizable "
+            f"{what}, and an int8 model keeps some of them quantized"
+        )
+    return ranked[:fallback]
 
 
 @implements
