@@ -1,24 +1,24 @@
 """`autotune space --request`: the int8 sensitivity of the request's model, where its space
-can quantize it on ONNX Runtime (and so keep its most sensitive nodes in float,
-`precision.fallback`). The ranking is the one the model's most recent study in the request's
-storage measured and kept: measuring it here would quantize and evaluate the model once per
-node on a trial worker."""
+keeps the most sensitive nodes of an int8 model in float (`precision.fallback`). The ranking
+is the one the model's most recent study in the request's storage measured and kept:
+measuring it here would quantize and evaluate the model once per node on a trial worker."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autotune.core.knobs import FALLBACK_KEY
+from autotune.core.knobs.engines import INT8_MODES
+
 if TYPE_CHECKING:
     from autotune.space.search_space import EffectiveSpace
 
-INT8_MODES = ("int8_dynamic", "int8_static")
-
 
 def int8_modes(space: EffectiveSpace) -> list[str]:
-    """The int8 modes the space holds, where it holds ONNX Runtime (whose int8 models can
-    keep nodes in float); none elsewhere."""
+    """The int8 modes the space holds, where it keeps some nodes in float (a
+    `precision.fallback` above 0); none elsewhere."""
     values = {dim.name: dim.values or [] for dim in space.dimensions}
-    if "onnxruntime" not in values.get("runtime.engine", []):
+    if not any(values.get(FALLBACK_KEY, [])):
         return []
     return [mode for mode in INT8_MODES if mode in values.get("precision.mode", [])]
 
@@ -26,7 +26,7 @@ def int8_modes(space: EffectiveSpace) -> list[str]:
 def sensitivity_lines(space: EffectiveSpace, model_sha256: str, storage: str) -> list[str]:
     """A line per kept ranking of the space's int8 modes (`int8 sensitivity (int8_static): 3
     of 47 operations carry 80% of the drop: ...`) and where it comes from; a line saying
-    none was measured yet; nothing where the space has no int8 mode on ONNX Runtime."""
+    none was measured yet; nothing where the space keeps no int8 node in float."""
     from autotune.results.model_history import latest_sensitivity
 
     modes = int8_modes(space)
@@ -44,8 +44,7 @@ def sensitivity_lines(space: EffectiveSpace, model_sha256: str, storage: str) ->
         ]
     several = len({t.model_sha256 for t in tables}) > 1
     lines = [
-        t.summary() + (f" (ranked ONNX model {t.model_sha256[:12]})" if several else "")
-        for t in tables
+        t.summary() + (f" (ranked model {t.model_sha256[:12]})" if several else "") for t in tables
     ]
     started = f" started {found.started:%Y-%m-%d %H:%M}" if found.started else ""
     seconds = sum(t.seconds for t in tables)

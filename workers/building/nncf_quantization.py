@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autotune.core.errors import Unsupported
+from autotune.core.int8_fallback import STATIC_OP_TYPES
 from autotune.core.knobs.openvino import nncf_calibration_refusal
 from workers.building.failures import is_out_of_memory
 from workers.building.quantization import (
-    STATIC_OP_TYPES,
     StaticSettings,
     calibration_feeds,
     calibration_subset,

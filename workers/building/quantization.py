@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autotune.core.errors import Unsupported
+from autotune.core.int8_fallback import STATIC_OP_TYPES
 from workers.building.failures import is_out_of_memory
 from workers.building.variants import TorchVariant
 from workers.loading.feeds import feed, graph_inputs, model_fixed_batch
@@ -204,13 +205,6 @@ class StaticSettings:
     per_channel: bool = True
     symmetric_activations: bool = False
     op_types: str = "all"
-
-
-# precision.op_types -> the op types the static quantizer quantizes (None: all it knows).
-STATIC_OP_TYPES: dict[str, tuple[str, ...] | None] = {
-    "all": None,
-    "matmul_only": ("MatMul", "Gemm"),
-}
 
 
 def quantize_onnx_int8_static(

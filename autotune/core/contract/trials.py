@@ -263,10 +263,14 @@ class NodeSensitivity(Strict):
 
 
 class SensitivityTable(Strict):
-    """An fp32 ONNX model's quantizable nodes, most sensitive to an int8 mode first: the
+    """An fp32 model's quantizable nodes (an ONNX model's, or a torch module's nn.Linear
+    modules by qualified name), most sensitive to an int8 mode first: the
     ranking `precision.fallback` keeps its first nodes in float by."""
 
-    model_sha256: str = Field(description="of the fp32 ONNX model ranked (an export's, for torch)")
+    model_sha256: str = Field(
+        description="of the fp32 ONNX model ranked, or of a torch module's weights (the "
+        "model's own sha256 where unpruned)"
+    )
     mode: str = Field(description="the int8 precision mode the nodes were quantized in")
     seconds: float = Field(ge=0, description="what measuring the ranking took its worker")
     computed: bool = Field(

@@ -16,7 +16,8 @@ apply).
   to quantization stay in float), and how its static int8 quantizer works (int8_static only):
   precision.calibration (minmax, entropy, percentile), precision.per_channel (weights),
   precision.symmetric_activations and precision.op_types (all, matmul_only). It runs where its
-  provider does (runtime.device=cuda needs a GPU provider).
+  provider does (runtime.device=cuda needs a GPU provider). OpenVINO (`openvino.py`) applies
+  the same static int8 settings through NNCF, except the entropy calibration.
 """
 
 from __future__ import annotations

@@ -48,8 +48,8 @@ def test_fallback_is_refused_outside_int8(config: dict[str, ConfigValue], reason
     assert supports(parse_config({**ORT_INT8, "precision.fallback": 1}, "onnx"), CPU) is None
 
 
-@pytest.mark.parametrize("space", ["cpu.yaml", "quick-cpu.yaml"])
-def test_the_dimension_is_active_only_for_onnxruntime_int8(space: str) -> None:
+@pytest.mark.parametrize("space", ["cpu.yaml", "quick-cpu.yaml", "default.yaml"])
+def test_the_dimension_is_active_only_for_int8_on_the_engines_that_fall_back(space: str) -> None:
     profile = load_profile(SPACES_DIR / "profiles" / "cpu-only.json")
     effective = effective_space(load_space(SPACES_DIR / space), profile, space)
     fallback = [d for d in effective.dimensions if d.name == "precision.fallback"]
@@ -61,4 +61,5 @@ def test_the_dimension_is_active_only_for_onnxruntime_int8(space: str) -> None:
     for mode in ("int8_dynamic", "int8_static"):
         assert active({"runtime.engine": "onnxruntime", "precision.mode": mode})
     assert not active({"runtime.engine": "onnxruntime", "precision.mode": "fp32"})
-    assert not active({"runtime.engine": "torch_eager", "precision.mode": "int8_dynamic"})
+    assert active({"runtime.engine": "torch_eager", "precision.mode": "int8_dynamic"})
+    assert not active({"runtime.engine": "torch_eager", "precision.mode": "fp32"})

@@ -177,7 +177,8 @@ def most_sensitive(
 ) -> list[str]:
     """The `config.fallback` quantizable nodes of the model most sensitive to its int8 mode
     (of the op types `settings` quantize, where given)."""
-    from workers.building.quantization import STATIC_OP_TYPES, node_op_types
+    from autotune.core.int8_fallback import STATIC_OP_TYPES
+    from workers.building.quantization import node_op_types
 
     if context.ranked_nodes is None or context.calibration_inputs is None:
         raise Unsupported(
