@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 
 from autotune.core.contract import ConfigValue, Workload
-from autotune.core.contract.trials import NodeSensitivity, SensitivityTable
+from autotune.core.contract.trials import NodeSensitivity, SensitivityKey, SensitivityTable
 from autotune.core.errors import RequestError
 from autotune.core.knobs.config import TrialConfig, parse_config
 from workers.building.ort_session import OnnxRuntimeSession
@@ -68,12 +68,12 @@ class LoadedWorkload:
     onnx_by_variant: dict[str, bytes] = field(default_factory=dict)
     # (sha256 of an fp32 ONNX model or torch module's weights, int8 mode) -> its nodes' (torch:
     # Linear modules') sensitivity on this data, ranked.
-    sensitivity_tables: dict[tuple[str, str], SensitivityTable] = field(default_factory=dict)
+    sensitivity_tables: dict[SensitivityKey, SensitivityTable] = field(default_factory=dict)
     # The rankings each cached variant was built by, and those used since `take_sensitivity`
     # (True: measured meanwhile).
-    ranked_by_variant: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
-    _sensitivity_used: dict[tuple[str, str], bool] = field(default_factory=dict)
-    _rankings: list[tuple[str, str]] = field(default_factory=list)  # asked during a build
+    ranked_by_variant: dict[str, tuple[SensitivityKey, ...]] = field(default_factory=dict)
+    _sensitivity_used: dict[SensitivityKey, bool] = field(default_factory=dict)
+    _rankings: list[SensitivityKey] = field(default_factory=list)  # asked during a build
     _reference_outputs: np.ndarray | None = None
 
     @property
@@ -130,7 +130,7 @@ class LoadedWorkload:
             )
             return sensitivity, node_op_types(model_bytes)
 
-        return self._ranking((hashlib.sha256(model_bytes).hexdigest(), mode), measure)
+        return self._ranking((hashlib.sha256(model_bytes).hexdigest(), mode, "onnx"), measure)
 
     def ranked_modules(self, module: torch.nn.Module, mode: str) -> tuple[str, ...]:
         """The fp32 torch module's Linear modules (qualified names), most sensitive to `mode`
@@ -147,10 +147,10 @@ class LoadedWorkload:
 
         original = isinstance(self.model, TorchModel) and module is self.model.module
         sha256 = self.model.sha256 if original else torch_sha256(module)
-        return self._ranking((sha256, mode), measure)
+        return self._ranking((sha256, mode, "torch"), measure)
 
     def _ranking(
-        self, key: tuple[str, str], measure: Callable[[], tuple[Sensitivity, dict[str, str]]]
+        self, key: SensitivityKey, measure: Callable[[], tuple[Sensitivity, dict[str, str]]]
     ) -> tuple[str, ...]:
         """The ranking of the model and mode `key` names (`measure`: it and its nodes'
         operation types), measured and timed where this process has none yet; recorded as
@@ -264,7 +264,7 @@ class LoadedWorkload:
 
 
 def sensitivity_table(
-    sensitivity: Sensitivity, op_types: dict[str, str], key: tuple[str, str], seconds: float
+    sensitivity: Sensitivity, op_types: dict[str, str], key: SensitivityKey, seconds: float
 ) -> SensitivityTable:
     """The ranking of the model and mode `key` names as the trial contract carries it, with
     each node's operation type."""
@@ -274,7 +274,10 @@ def sensitivity_table(
         )
         for rank, name in enumerate(sensitivity.ranked, start=1)
     ]
-    return SensitivityTable(model_sha256=key[0], mode=key[1], seconds=seconds, nodes=nodes)
+    model_sha256, mode, ranked = key
+    return SensitivityTable(
+        model_sha256=model_sha256, mode=mode, seconds=seconds, ranked=ranked, nodes=nodes
+    )
 
 
 def infidelity_to(model_bytes: bytes, samples: np.ndarray) -> Callable[[bytes], float]:

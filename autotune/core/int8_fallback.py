@@ -16,9 +16,10 @@ int8-fallback-cpu.md); a quarter is the line drawn."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 
-from autotune.core.contract.trials import SensitivityTable
+from autotune.core.contract.trials import RankedFormat, SensitivityTable
+from autotune.core.knobs import ENGINE_KEY, ENGINES, PRECISION_KEY
 
 FLOAT_SHARE_LIMIT = 0.25
 # precision.op_types -> the op types static int8 quantizes (None: every one it knows).
@@ -83,11 +84,20 @@ def pays(table: SensitivityTable, needed: int, op_types: Collection[str] | None 
 
 
 def ranking_of(
-    tables: Iterable[SensitivityTable], model_sha256: str | None, mode: str
+    tables: Iterable[SensitivityTable], model_sha256: str | None, config: Mapping[str, object]
 ) -> SensitivityTable | None:
-    """The ranking of the model `model_sha256` in `mode`, else the one ranking of that mode
-    where only one is known (the model ranked may be an export or another variant's float
-    model); None otherwise."""
-    of_mode = [table for table in tables if table.mode == mode]
+    """The ranking `config`'s int8 variant falls back by: of the model `model_sha256` in
+    `config`'s mode, ranked as its engine runs it (a torch module's Linear modules, or an
+    ONNX model's nodes), else the one such ranking where only one is known (the model ranked
+    may be an export or another variant's float model); None otherwise."""
+    mode, ranked = config.get(PRECISION_KEY), ranked_format(config)
+    of_mode = [table for table in tables if table.mode == mode and table.ranked == ranked]
     found = next((t for t in of_mode if t.model_sha256 == model_sha256), None)
     return found or (of_mode[0] if len(of_mode) == 1 else None)
+
+
+def ranked_format(config: Mapping[str, object]) -> RankedFormat:
+    """What `config`'s engine falls back by: a torch module's Linear modules on a torch
+    engine, an ONNX model's nodes on any other."""
+    engine = ENGINES.get(str(config.get(ENGINE_KEY)))
+    return "torch" if engine is not None and engine.model_format == "torch" else "onnx"

@@ -12,7 +12,8 @@ SENSITIVITY_PREFIX = "int8_sensitivity:"
 
 
 def sensitivity_key(table: SensitivityTable) -> str:
-    return f"{SENSITIVITY_PREFIX}{table.model_sha256}:{table.mode}"
+    of = "" if table.ranked == "onnx" else f":{table.ranked}"
+    return f"{SENSITIVITY_PREFIX}{table.model_sha256}:{table.mode}{of}"
 
 
 def sensitivities_in(attrs: Mapping[str, Any]) -> list[SensitivityTable]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autotune.core.contract import TrialResult, TrialSpec
+from autotune.core.contract.trials import SensitivityKey
 from autotune.core.metrics import OBJECTIVES, constraint_violations, derived
 from autotune.requests.request import TuningRequest
 from autotune.results.records import Outcome, TrialRecord
@@ -33,7 +34,7 @@ class Teller:
     on_told: Callable[[int, TrialResult], None]  # the study's counted trials, and the result
     # Seconds this run's trials spent measuring int8 sensitivity rankings, by mode.
     sensitivity_seconds: dict[str, float] = field(default_factory=dict)
-    _kept_sensitivity: set[tuple[str, str]] | None = None
+    _kept_sensitivity: set[SensitivityKey] | None = None
 
     def tell(
         self,

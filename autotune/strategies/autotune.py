@@ -73,7 +73,7 @@ from autotune.core.contract import (
     TrialResult,
     TrialSpec,
 )
-from autotune.core.contract.trials import SensitivityTable
+from autotune.core.contract.trials import SensitivityKey, SensitivityTable
 from autotune.core.errors import engine_that_cannot_convert
 from autotune.core.knobs import ENGINE_KEY, ENGINES, variant_key
 from autotune.results.optuna_store import producible
@@ -87,7 +87,7 @@ from autotune.strategies.batch_sizes import (
 )
 from autotune.strategies.design_order import next_designed
 from autotune.strategies.designed import ConfigKey, changed, config_key, designed_configs
-from autotune.strategies.int8_steps import more_accurate
+from autotune.strategies.int8_steps import beyond_ranking, more_accurate
 from autotune.strategies.reasons import error_signature, refuses_batch_only
 from autotune.strategies.steps import climb
 
@@ -170,7 +170,7 @@ class Ledger:
     unconvertible: dict[ConfigKey, Outcome] = field(default_factory=dict)
     retries: list[list[dict[str, ConfigValue]]] = field(default_factory=list)
     # The int8 sensitivity rankings learnt, by ranked model and mode (`learn_sensitivity`).
-    sensitivity: dict[tuple[str, str], SensitivityTable] = field(default_factory=dict)
+    sensitivity: dict[SensitivityKey, SensitivityTable] = field(default_factory=dict)
     _searched: int = 0
 
     def load(self, records: list[TrialRecord]) -> None:
@@ -270,10 +270,17 @@ class Ledger:
                     continue
                 if steps.larger_dominated and self._smaller_batch_known(option):
                     continue
-                if self.unsupported_like(option) is None and producible(self.space, option):
+                if self.buildable(option):
                     self.proposed.add(key)
                     return option, "neighbour"
         return None
+
+    def buildable(self, config: dict[str, ConfigValue]) -> bool:
+        """Not like a configuration that could not be built, within its int8 ranking's node
+        count (`int8_steps.beyond_ranking`), and producible by the space."""
+        if self.unsupported_like(config) is not None or beyond_ranking(self, config) is not None:
+            return False
+        return producible(self.space, config)
 
     def unsupported_like(self, config: dict[str, ConfigValue]) -> Outcome | None:
         """A finished trial that could not be built (or failed with a deterministic error)
@@ -432,12 +439,16 @@ class AutotuneStrategy(Strategy):
         """Not measured: a variant known to violate the accuracy bound, a configuration that
         could not be built, or failed with a deterministic error, at another batch size or
         thread count (or, where its engine could not convert the model, with other options of
-        that engine), or one that was (or is being) measured."""
+        that engine), an int8 fallback of as many nodes as its ranking holds, or one that was
+        (or is being) measured."""
         if variant_key(spec.config) in excluded:
             return Answer(TrialResult.for_spec(spec, "skipped", ACCURACY_VIOLATION))
         unbuildable = self.ledger.unsupported_like(spec.config)
         if unbuildable is not None:
             return Answer(TrialResult.for_spec(spec, "skipped", _like(unbuildable)))
+        beyond = beyond_ranking(self.ledger, spec.config)
+        if beyond is not None:
+            return Answer(TrialResult.for_spec(spec, "skipped", beyond))
         key = config_key(spec.config)
         outcome = self.ledger.finished.get(key)
         if outcome is not None:

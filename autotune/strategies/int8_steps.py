@@ -25,14 +25,19 @@ from typing import TYPE_CHECKING
 
 from autotune.core.contract import ConfigValue
 from autotune.core.contract.trials import SensitivityTable
-from autotune.core.int8_fallback import STATIC_OP_TYPES, fallback_needed, pays, ranking_of
+from autotune.core.int8_fallback import (
+    STATIC_OP_TYPES,
+    fallback_needed,
+    pays,
+    quantized_nodes,
+    ranking_of,
+)
 from autotune.core.knobs import FALLBACK_KEY, PRECISION_KEY, variant_key
 from autotune.core.knobs.engines import CALIBRATION, OP_TYPES
-from autotune.core.metrics import ACCURACY
+from autotune.core.metrics import ACCURACY, LATENCY_P95, Metric
 from autotune.results.optuna_store import producible
 from autotune.strategies.batch_sizes import as_number
 from autotune.strategies.designed import changed, config_key
-from autotune.strategies.steps import figure
 
 if TYPE_CHECKING:
     from autotune.strategies.autotune import Ledger
@@ -42,6 +47,7 @@ if TYPE_CHECKING:
 # collect).
 CALIBRATION_ORDER = ("minmax", "percentile", "entropy")
 NARROWER_OP_TYPES = "matmul_only"
+FLOAT = "fp32"
 # A trial's statuses that measured its variant's accuracy.
 MEASURED = ("ok", "infeasible")
 Blocked = Callable[[dict[str, ConfigValue]], bool]
@@ -158,7 +164,7 @@ def _measurable(ledger: Ledger, option: dict[str, ConfigValue], blocked: Blocked
 def _most_accurate(ledger: Ledger, chain: list[dict[str, ConfigValue]]) -> dict[str, ConfigValue]:
     """The chain's configuration with the highest measured accuracy (the first on a tie or
     where none was measured)."""
-    measured = [(figure(ledger, c, ACCURACY), -i, c) for i, c in enumerate(chain)]
+    measured = [(measured_figure(ledger, c, ACCURACY), -i, c) for i, c in enumerate(chain)]
     known = [(accuracy, order, c) for accuracy, order, c in measured if accuracy is not None]
     return max(known, key=lambda t: (t[0], t[1]))[2] if known else chain[0]
 
@@ -184,14 +190,19 @@ def _fallback_step(
 ) -> ConfigValue | None:
     """Of the fallbacks `more` (above `config`'s, ascending), the smallest predicted to meet
     the accuracy bound, or the largest where the prediction needs more and int8 still pays;
-    None where it cannot pay; the first where there is no prediction: `config`'s drop or the
-    baseline's accuracy not measured, no bound, or no ranking of `config`'s model and int8
-    mode that measured a drop."""
+    None where it cannot pay (`slower_than_float`, or the prediction needs too many nodes)
+    or none is below the ranking's node count; the first where there is no prediction:
+    `config`'s drop or the baseline's accuracy not measured, no bound, or no ranking of
+    `config`'s model and int8 mode that measured a drop."""
+    if slower_than_float(ledger, config):
+        return None
     drop, table = accuracy_drop(ledger, config), ranking(ledger, config)
-    bound = None if ledger.request is None else ledger.request.constraints.max_accuracy_drop
-    if drop is None or table is None or bound is None:
-        return more[0]
     op_types = quantized_op_types(config)
+    if table is not None:
+        more = [f for f in more if as_number(f) < quantized_nodes(table, op_types)]
+    bound = None if ledger.request is None else ledger.request.constraints.max_accuracy_drop
+    if not more or drop is None or table is None or bound is None:
+        return more[0] if more else None
     here = int(as_number(config.get(FALLBACK_KEY)))
     needed = fallback_needed(table, drop, here, bound, op_types)
     if needed is None:
@@ -201,6 +212,31 @@ def _fallback_step(
     return next((f for f in more if as_number(f) >= needed), more[-1])
 
 
+def slower_than_float(ledger: Ledger, config: dict[str, ConfigValue]) -> bool:
+    """Whether `config`'s int8 variant measured a p95 call time no shorter than the same
+    configuration's in fp32: more nodes in float cannot make it beat float."""
+    fp32 = changed(ledger.space, config, {PRECISION_KEY: FLOAT})
+    int8_ms = measured_figure(ledger, config, LATENCY_P95)
+    fp32_ms = measured_figure(ledger, fp32, LATENCY_P95)
+    return int8_ms is not None and fp32_ms is not None and int8_ms >= fp32_ms
+
+
+def beyond_ranking(ledger: Ledger, config: dict[str, ConfigValue]) -> str | None:
+    """Why `config` cannot be built, where its `precision.fallback` keeps as many nodes in
+    float as its model's ranking holds of the op types it quantizes, or more."""
+    fallback = int(as_number(config.get(FALLBACK_KEY, 0)))
+    table = ranking(ledger, config) if fallback else None
+    if table is None:
+        return None
+    nodes = quantized_nodes(table, quantized_op_types(config))
+    if fallback < nodes:
+        return None
+    return (
+        f"{FALLBACK_KEY}={fallback}: the model's {table.label} ranking holds {nodes} "
+        "quantizable nodes of the op types it quantizes, and an int8 model keeps some in int8"
+    )
+
+
 def quantized_op_types(config: dict[str, ConfigValue]) -> tuple[str, ...] | None:
     """The op types `config`'s int8 variant quantizes (None: every one its mode does)."""
     return STATIC_OP_TYPES.get(str(config.get(OP_TYPES.key, OP_TYPES.default)))
@@ -208,9 +244,19 @@ def quantized_op_types(config: dict[str, ConfigValue]) -> tuple[str, ...] | None
 
 def accuracy_drop(ledger: Ledger, config: dict[str, ConfigValue]) -> float | None:
     """`config`'s measured accuracy below the baseline's (None: either is not measured)."""
-    measured = figure(ledger, config, ACCURACY)
-    baseline = figure(ledger, ledger.space.baseline(), ACCURACY)
+    measured = measured_figure(ledger, config, ACCURACY)
+    baseline = measured_figure(ledger, ledger.space.baseline(), ACCURACY)
     return None if measured is None or baseline is None else baseline - measured
+
+
+def measured_figure(ledger: Ledger, config: dict[str, ConfigValue], metric: Metric) -> float | None:
+    """`metric` as the configuration's measurement gave it: a trial measured whole, or one
+    its short window screened out (its accuracy is the full evaluation's)."""
+    outcome = ledger.finished.get(config_key(config))
+    if outcome is None or outcome.status not in ("ok", "screened") or outcome.metrics is None:
+        return None
+    value = getattr(outcome.metrics, metric.name, None)
+    return None if value is None else float(value)
 
 
 def ranking(ledger: Ledger, config: dict[str, ConfigValue]) -> SensitivityTable | None:
@@ -219,4 +265,4 @@ def ranking(ledger: Ledger, config: dict[str, ConfigValue]) -> SensitivityTable 
     model = (
         None if outcome is None or outcome.provenance is None else outcome.provenance.model_sha256
     )
-    return ranking_of(ledger.sensitivity.values(), model, str(config.get(PRECISION_KEY)))
+    return ranking_of(ledger.sensitivity.values(), model, config)

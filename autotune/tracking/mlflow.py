@@ -54,7 +54,7 @@ from autotune.tracking.runs import (
     StudyRuns,
     TrialRun,
 )
-from autotune.tracking.sensitivity import sensitivity_files
+from autotune.tracking.sensitivity import sensitivity_files, sensitivity_stem
 from autotune.tracking.view import PRIMARY_METRIC_TAG, runs_view, study_links
 from autotune.tracking.writer import ClientFactory, TrialWriter, start_writer
 
@@ -287,7 +287,7 @@ class MlflowTracker:
         self._wait_for_trials()
         for name, text in sensitivity_files(table).items():
             self.client.log_text(self.parent_run_id, text, f"sensitivity/{name}")
-        seconds = {f"int8_sensitivity_{table.mode}_s": table.seconds}
+        seconds = {f"{sensitivity_stem(table)}_s": table.seconds}
         self.client.log_batch(self.parent_run_id, metrics=self._metrics(seconds))
 
     def log_revalidation(self, report: dict[str, Any]) -> None:

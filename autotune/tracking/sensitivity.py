@@ -13,8 +13,14 @@ COLUMNS = ("rank", "node", "op_type", "drop", "fallback_keeps_float_from")
 
 def sensitivity_files(table: SensitivityTable) -> dict[str, str]:
     """File name -> text: the table as CSV and its summary in markdown."""
-    stem = f"int8_sensitivity_{table.mode}"
+    stem = sensitivity_stem(table)
     return {f"{stem}.csv": sensitivity_csv(table), f"{stem}.md": sensitivity_markdown(table)}
+
+
+def sensitivity_stem(table: SensitivityTable) -> str:
+    """`int8_sensitivity_<mode>`, with `_torch` for a torch module's ranking."""
+    of = "" if table.ranked == "onnx" else f"_{table.ranked}"
+    return f"int8_sensitivity_{table.mode}{of}"
 
 
 def sensitivity_csv(table: SensitivityTable) -> str:
@@ -33,7 +39,7 @@ def sensitivity_csv(table: SensitivityTable) -> str:
 def sensitivity_markdown(table: SensitivityTable) -> str:
     measured = sum(node.drop is not None for node in table.nodes)
     lines = [
-        f"# int8 sensitivity ({table.mode})",
+        f"# int8 sensitivity ({table.label})",
         "",
         table.summary() + ".",
         "",

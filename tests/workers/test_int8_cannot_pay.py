@@ -1,7 +1,8 @@
 """A model whose every layer takes inputs with one huge channel: each layer alone in int8
-rounds the other channels away, so the bound needs every layer in float. The study's one
-fallback trial measures the ranking; after it the strategy measures no larger fallback, and
-the study's end says int8 cannot pay on this model, naming the closest variant."""
+rounds the other channels away, so the bound needs every layer in float. The study measures
+at most one fallback (the trial that measures the ranking), and its end says int8 cannot pay
+on this model, naming the closest variant: by the ranking, or, where this machine runs the
+tiny model's int8 no faster than fp32 (which decides first), by that."""
 
 from __future__ import annotations
 
@@ -100,7 +101,8 @@ def test_the_study_says_int8_cannot_pay_instead_of_measuring_more_fallback(
     with opened_store("cannot-pay", f"sqlite:///{tmp_path / 'study.db'}", "name") as store:
         records = store.records()
     fallback_steps = [r for r in records if r.marks.proposed == "fallback"]
-    assert [r.config["precision.fallback"] for r in fallback_steps] == [1]
+    assert [r.config["precision.fallback"] for r in fallback_steps] in ([], [1])
     [note] = [n for n in notes if n.startswith("int8_static: no variant met")]
     assert "int8 cannot pay on this model" in note, note
-    assert "quantizable nodes in float to meet the bound" in note
+    by_ranking = "4 of 4 quantizable nodes in float to meet the bound" in note
+    assert by_ranking or "at p95, no less than fp32's" in note, note

@@ -103,12 +103,11 @@ def tensor_parallel_session(
     pairs = plan_pairs(
         variant.module, sample_inputs(variant, source.context), config.tensor_parallel
     )
-    # The ranks rebuild a torch variant: no ONNX node ranking (a method of this process's
-    # workload cache, which does not travel), and calibration inputs only for static int8.
-    context = dataclasses.replace(source.context, ranked_nodes=None)
+    # The ranks rebuild a torch variant: calibration inputs only for static int8 (the source
+    # carries no ranking: `LoadedWorkload.model_source`).
     if config.precision != "int8_static":
-        context = dataclasses.replace(context, calibration_inputs=None)
-    source = dataclasses.replace(source, context=context)
+        context = dataclasses.replace(source.context, calibration_inputs=None)
+        source = dataclasses.replace(source, context=context)
     return TensorParallelSession(source, config, pairs, variant)
 
 

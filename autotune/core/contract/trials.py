@@ -262,6 +262,12 @@ class NodeSensitivity(Strict):
     )
 
 
+# What a sensitivity ranking ranked: an ONNX model's nodes or a torch module's Linear modules.
+RankedFormat = Literal["onnx", "torch"]
+# A sensitivity ranking's model sha256, int8 mode and what it ranked.
+SensitivityKey = tuple[str, str, RankedFormat]
+
+
 class SensitivityTable(Strict):
     """An fp32 model's quantizable nodes (an ONNX model's, or a torch module's nn.Linear
     modules by qualified name), most sensitive to an int8 mode first: the
@@ -277,11 +283,21 @@ class SensitivityTable(Strict):
         default=False,
         description="measured during the trial that carries it (else reused from its worker)",
     )
+    ranked: RankedFormat = Field(
+        default="onnx",
+        description="what was ranked: an ONNX model's nodes, or a torch module's nn.Linear "
+        "modules on torch's own int8 kernels",
+    )
     nodes: list[NodeSensitivity]
 
     @property
-    def key(self) -> tuple[str, str]:
-        return self.model_sha256, self.mode
+    def key(self) -> SensitivityKey:
+        return self.model_sha256, self.mode, self.ranked
+
+    @property
+    def label(self) -> str:
+        """`int8_static`, or `int8_dynamic on torch` for a torch module's ranking."""
+        return self.mode if self.ranked == "onnx" else f"{self.mode} on {self.ranked}"
 
     def carrying(self, share: float = CARRIED_SHARE) -> list[NodeSensitivity]:
         """The fewest most sensitive nodes whose drops add up to `share` of all the measured
@@ -300,7 +316,7 @@ class SensitivityTable(Strict):
     def summary(self) -> str:
         """`int8 sensitivity (int8_static): 3 of 47 operations carry 80% of the drop: a, b, c
         (the largest alone: 0.031)`: the drop is 1 - fidelity of one node alone in int8."""
-        head = f"int8 sensitivity ({self.mode})"
+        head = f"int8 sensitivity ({self.label})"
         carried = self.carrying()
         if not carried:
             return f"{head}: none of {len(self.nodes)} operations drops the accuracy when int8"

@@ -268,9 +268,14 @@ def accuracy_measured(
     model: str = "a",
 ) -> None:
     """`config` measured at `accuracy`, on model `model` (its sha256 the letter 64 times),
-    carrying the sensitivity rankings its variant was built by."""
+    carrying the sensitivity rankings its variant was built by; an int8 variant calls in
+    half the float model's time."""
     spec = TrialSpec(study="s", trial_number=len(ledger.finished), config=config, workload=WORKLOAD)
-    metrics = table_metrics(config).model_copy(update={"accuracy": accuracy})
+    metrics = table_metrics(config)
+    speed_up = 0.5 if str(config.get("precision.mode")).startswith("int8") else 1.0
+    metrics = metrics.model_copy(
+        update={"accuracy": accuracy, "latency_p95_ms": metrics.latency_p95_ms * speed_up}
+    )
     provenance = scripted_provenance(spec).model_copy(update={"model_sha256": model * 64})
     result = TrialResult.for_spec(spec, "ok", None, 0.0, metrics, provenance)
     ledger.settle(spec.trial_number, spec, result.model_copy(update={"sensitivity": list(tables)}))
@@ -438,3 +443,66 @@ def test_after_the_calibrations_convolutions_go_to_float_before_single_nodes() -
     # MatMul alone in int8 drops 0.031: its one sensitive MatMul in float meets 0.01.
     breaks_the_bound(ledger, narrowed("percentile"), excluded, BASELINE_ACCURACY - 0.031)
     assert ledger.next_proposal(lambda: [], excluded) == (narrowed("percentile", 1), "fallback")
+
+
+def test_an_int8_variant_no_faster_than_float_gets_no_more_nodes_in_float() -> None:
+    ledger = Ledger(fallback_space(), designed=[], request=BOUNDED)
+    ledger.learn_sensitivity([ranking(*SPREAD)])
+    accuracy_measured(ledger, fallback_space().baseline(), BASELINE_ACCURACY)
+    spec = TrialSpec(study="s", trial_number=9, config=int8(0), workload=WORKLOAD)
+    slow = table_metrics(int8(0)).model_copy(
+        update={"accuracy": BASELINE_ACCURACY - 0.05, "latency_p95_ms": 10.0}
+    )
+    provenance = scripted_provenance(spec).model_copy(update={"model_sha256": "a" * 64})
+    ledger.settle(9, spec, TrialResult.for_spec(spec, "ok", None, 0.0, slow, provenance))
+    assert next_fallback(ledger, BROKEN) is None
+
+
+def test_a_screened_variants_accuracy_sizes_the_next_fallback() -> None:
+    ledger = broken_int8()
+    excluded = set(BROKEN)
+    spec = TrialSpec(study="s", trial_number=7, config=int8(1), workload=WORKLOAD)
+    figures = table_metrics(int8(1)).model_copy(update={"accuracy": BASELINE_ACCURACY - 0.03})
+    provenance = scripted_provenance(spec).model_copy(update={"model_sha256": "a" * 64})
+    screened = TrialResult.for_spec(spec, "screened", "dominated", 0.0, None, provenance, figures)
+    ledger.settle(7, spec, screened.model_copy(update={"sensitivity": [ranking(*SPREAD)]}))
+    excluded.add(variant_key(int8(1)))
+    assert next_fallback(ledger, excluded) == int8(4)  # as from a trial measured whole
+
+
+def test_a_fallback_of_every_ranked_node_is_answered_without_building_it() -> None:
+    strategy = AutotuneStrategy(fallback_space(), BOUNDED, 0)
+    strategy.learn_sensitivity([ranking(0.04, 0.03, 0.01, unmeasured=0)])  # three nodes
+    spec = TrialSpec(study="s", trial_number=3, config=int8(4), workload=WORKLOAD)
+    answer = strategy.answer("s", spec, set())
+    assert answer is not None and answer.result is not None
+    assert answer.result.status == "skipped" and "holds 3 quantizable nodes" in str(
+        answer.result.reason
+    )
+    within = TrialSpec(study="s", trial_number=4, config=int8(2), workload=WORKLOAD)
+    assert strategy.answer("s", within, set()) is None
+
+
+def test_a_torch_engine_falls_back_by_its_modules_ranking_not_the_onnx_one() -> None:
+    space = space_of(
+        "torch-and-onnx",
+        [
+            ("runtime.engine", ["onnxruntime", "torch_eager"], {}),
+            ("batch.size", [1], {}),
+            ("precision.mode", ["fp32", "int8_dynamic"], {}),
+            ("precision.fallback", [0, 1, 2, 4, 8], {"precision.mode": ["int8_dynamic"]}),
+        ],
+    )
+    onnx_nodes = ranking(*SPREAD, mode="int8_dynamic")  # predicts 4
+    torch_modules = ranking(0.09, 0.0025, 0.0025, 0.0025, 0.0025, mode="int8_dynamic")
+    torch_modules = torch_modules.model_copy(update={"ranked": "torch"})  # predicts 1
+    for engine, expected in (("torch_eager", 1), ("onnxruntime", 4)):
+        ledger = Ledger(space, designed=[], request=BOUNDED)
+        ledger.learn_sensitivity([onnx_nodes, torch_modules])
+        accuracy_measured(ledger, space.baseline(), BASELINE_ACCURACY)
+        config = {**int8(0), "runtime.engine": engine, "precision.mode": "int8_dynamic"}
+        accuracy_measured(ledger, config, BASELINE_ACCURACY - 0.05)
+        assert next_fallback(ledger, {variant_key(config)}) == {
+            **config,
+            "precision.fallback": expected,
+        }

@@ -181,7 +181,7 @@ def test_a_torch_fallback_trial_carries_its_module_ranking(tmp_path: Path) -> No
     assert first.status == "ok", first.reason
     assert first.provenance is not None
     (table,) = first.sensitivity
-    assert table.key == (first.provenance.model_sha256, "int8_dynamic")
+    assert table.key == (first.provenance.model_sha256, "int8_dynamic", "torch")
     assert table.computed and table.seconds > 0
     assert [n.node for n in table.nodes][0] == "hostile"
     assert {n.node for n in table.nodes} == set(LINEARS)
