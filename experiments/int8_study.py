@@ -166,7 +166,8 @@ def describe(result: dict[str, Any], bound: float) -> list[str]:
     int8 = [r for r in records if r.config.get("precision.mode") in INT8]
     spent = next((m for n in result["notes"] if (m := SENSITIVITY_NOTE.search(n))), None)
     seconds = float(spent.group(1)) if spent else 0.0
-    met = [r for r in int8 if r.metrics and (r.metrics.get("accuracy_drop") or 1.0) <= bound]
+    met = [r for r in int8 if r.metrics and r.metrics.get("accuracy_drop") is not None]
+    met = [r for r in met if float(r.metrics["accuracy_drop"]) <= bound]
     tuned = result["tuned"]
     chosen = tuned.get("config") or tuned.get("error")
     lines = [
