@@ -3,6 +3,7 @@ fed by name (`workers.loading.feeds`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,10 +31,16 @@ class OnnxRuntimeSession(ReadsFirstCall):
     """An onnxruntime session with a provider list and a graph optimization level; returns the
     model's output (several as one structured array, `workers.loading.feeds`). Refuses
     (`Unsupported`) a provider that is not available or that the session silently replaced by a
-    fallback."""
+    fallback. `configure`, where given, sets more of onnxruntime's `SessionOptions` before the
+    session is built (an engine with session options of its own, such as a plugin's)."""
 
     def __init__(
-        self, model_bytes: bytes, threads: int, provider: str = "cpu", graph_opt: str = "all"
+        self,
+        model_bytes: bytes,
+        threads: int,
+        provider: str = "cpu",
+        graph_opt: str = "all",
+        configure: Callable[[Any], None] | None = None,
     ) -> None:
         import onnxruntime
 
@@ -51,6 +58,8 @@ class OnnxRuntimeSession(ReadsFirstCall):
         options.graph_optimization_level = getattr(
             onnxruntime.GraphOptimizationLevel, ORT_GRAPH_LEVELS[graph_opt]
         )
+        if configure is not None:
+            configure(options)
         self._session = _loaded(model_bytes, options, providers)
         self.providers: list[str] = list(self._session.get_providers())
         if providers[0] not in self.providers:

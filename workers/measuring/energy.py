@@ -14,8 +14,9 @@ updates its counter only about every 100 ms). The estimate asks for no extra win
 The counter meters are registered in `METERS` with `register_meter`, each as a factory with a
 name and a priority: NVML first (for a trial on CUDA devices), then RAPL (for a CPU trial).
 `select_meter` tries them in priority order for a trial and returns the first that applies;
-where none does, the estimate, whose `why` gives each counter's reason. The meters and what
-they read are importable from here.
+where none does, the estimate, whose `why` gives each counter's reason. Installed plugins
+register theirs the same way (the `autotune.meters` entry points, `autotune.core.plugins`),
+loaded at the end of this module. The meters and what they read are importable from here.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from autotune.core.contract import MeasurementSettings
 from autotune.core.knobs import ENGINES
 from autotune.core.knobs.config import TrialConfig
+from autotune.core.plugins import METERS_GROUP, load_plugins
 from workers.measuring.cpu_power import CPUINFO, estimate_power_model
 from workers.measuring.energy_estimate import CpuTimeEnergyEstimate, cpu_seconds_with
 from workers.measuring.energy_meter import EnergyMeter, EnergyReading, MeterUnavailable
@@ -161,3 +163,6 @@ def select_meter(
         cpu_clock,
         why="; ".join(reasons) or "no energy meter is registered",
     )
+
+
+load_plugins(METERS_GROUP)

@@ -1,7 +1,8 @@
 """The declared knobs (see `autotune.core.knobs.base`): runtime engines, precision modes and
 pruning methods, one class each. A new one is a class in a module of its own, registered with
 `@register`, and imported below; its implementation is registered under the same name in
-`workers.building.knobs`."""
+`workers.building.knobs`. Installed plugins add theirs (the `autotune.engines` entry points,
+`autotune.core.plugins`), loaded at the end of this module."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from autotune.core.knobs.base import (
     selecting_keys,
     supports,
 )
+from autotune.core.plugins import ENGINES_GROUP, load_plugins
 
 __all__ = [
     "DEFAULTS",
@@ -94,3 +96,6 @@ def variant_key(config: Mapping[str, ConfigValue]) -> str:
         if option.defines_variant and config.get(option.key, option.default) != option.default:
             parts[option.key] = config[option.key]
     return ",".join(f"{k}={v}" for k, v in sorted(parts.items()))
+
+
+load_plugins(ENGINES_GROUP)
