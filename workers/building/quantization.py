@@ -243,14 +243,16 @@ def quantize_static_nodes(
     with tempfile.TemporaryDirectory() as directory:
         output = Path(directory) / "quantized.onnx"
         try:
-            calibration = _calibration(model, reader, settings.calibration, op_types, directory)
+            calibration, infinite = _calibration(
+                model, reader, settings.calibration, op_types, directory
+            )
             quantize_static(
                 model, output, quant_format=QuantFormat.QDQ,
                 per_channel=per_channel and settings.per_channel,
                 activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                 op_types_to_quantize=list(op_types) if op_types else None,
                 nodes_to_quantize=list(only) if only is not None else None,
-                nodes_to_exclude=list(exclude),
+                nodes_to_exclude=[*exclude, *sorted(infinite - set(exclude))],
                 extra_options={"ActivationSymmetric": settings.symmetric_activations},
                 **calibration,
             )  # fmt: skip
@@ -280,35 +282,92 @@ def _calibration(
     method: str,
     op_types: tuple[str, ...] | None,
     directory: str,
-) -> dict[str, Any]:
-    """quantize_static's calibration arguments for `method`: the reader and the method, or,
-    for entropy, the ranges calibrated apart (ENTROPY_BINS), in the cache file it reads."""
+) -> tuple[dict[str, Any], set[str]]:
+    """quantize_static's calibration arguments for `method` (the activation ranges calibrated
+    apart, in the cache file it reads) and the nodes to keep in float: those that produce or
+    read an activation that held infinities or NaN (an attention mask's -inf), which has no
+    int8 range. Calibrated apart, every method sees each activation's finite values only
+    (`FiniteOutputs`), and entropy searches ENTROPY_BINS."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
     from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
-    if method != "entropy":
-        chosen = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile}
-        return {"calibration_data_reader": reader, "calibrate_method": chosen[method]}
     calibrated = Path(directory) / "calibrated.onnx"
     # saving as external data rewrites the model it saves; the quantizer reads it after
     onnx.save_model(copy.deepcopy(model), str(calibrated), save_as_external_data=True)
+    chosen, extra = CALIBRATIONS[method]
     calibrator = create_calibrator(
         calibrated,
         list(op_types or sorted({*QLinearOpsRegistry, *QDQRegistry})),
         augmented_model_path=str(Path(directory) / "augmented.onnx"),
-        calibrate_method=CalibrationMethod.Entropy,
-        extra_options={"num_bins": ENTROPY_BINS, "num_quantized_bins": ENTROPY_QUANTIZED_BINS},
+        calibrate_method=getattr(CalibrationMethod, chosen),
+        extra_options=extra,
     )
+    session = FiniteOutputs(calibrator.infer_session)
+    calibrator.infer_session = session
     calibrator.collect_data(reader)
     ranges = Path(directory) / "ranges.json"
     save_tensors_data(calibrator.compute_data(), ranges)
-    return {
+    arguments = {
         "calibration_data_reader": None,
-        "calibrate_method": CalibrationMethod.Entropy,
+        "calibrate_method": getattr(CalibrationMethod, chosen),
         "calibration_cache_path": ranges,
     }
+    touching = {
+        node.name
+        for node in model.graph.node
+        if session.non_finite.intersection([*node.input, *node.output])
+    }
+    return arguments, touching
+
+
+# precision.calibration -> ONNX Runtime's calibration method and its options.
+CALIBRATIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "minmax": ("MinMax", {}),
+    "percentile": ("Percentile", {}),  # its 99.999th percentile, of 2048 bins
+    "entropy": (
+        "Entropy",
+        {"num_bins": ENTROPY_BINS, "num_quantized_bins": ENTROPY_QUANTIZED_BINS},
+    ),
+}
+
+
+class FiniteOutputs:
+    """A calibrator's inference session whose outputs hold finite values only: an activation's
+    infinities (an attention mask's -inf added to the scores before a softmax) become its
+    finite extremes and NaN 0, so a range is what the finite values span; with an infinity
+    in it a min/max scale is infinite and a histogram cannot be built."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        # The tensors whose outputs held a non-finite value (MinMax's augmented model outputs
+        # each tensor's `<name>_ReduceMin` and `<name>_ReduceMax`, the others the tensor).
+        self.non_finite: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def run(self, output_names: Any, feeds: Any) -> list[Any]:
+        names = output_names or [output.name for output in self._session.get_outputs()]
+        outputs = []
+        for name, output in zip(names, self._session.run(output_names, feeds), strict=True):
+            cleaned = finite(output)
+            if cleaned is not output:
+                self.non_finite.add(name.removesuffix("_ReduceMin").removesuffix("_ReduceMax"))
+            outputs.append(cleaned)
+        return outputs
+
+
+def finite(array: Any) -> Any:
+    """`array` with its non-finite values replaced by its finite extremes (NaN by 0)."""
+    if not isinstance(array, np.ndarray) or not np.issubdtype(array.dtype, np.floating):
+        return array
+    valid = np.isfinite(array)
+    if valid.all():
+        return array
+    low, high = (array[valid].min(), array[valid].max()) if valid.any() else (0.0, 0.0)
+    return np.nan_to_num(array, nan=0.0, posinf=high, neginf=low)
 
 
 # The model metadata key that lists, as JSON, the nodes an int8 model keeps in float.

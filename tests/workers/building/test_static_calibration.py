@@ -208,3 +208,59 @@ def test_fallback_with_matmul_only_keeps_a_matmul_in_float_not_a_convolution() -
 
     assert kept_in_float("all") == ["conv"]
     assert kept_in_float("matmul_only") == ["matmul"]
+
+
+def masked_scores_model() -> bytes:
+    """x [N, 8] -> MatMul -> Add(Where(keep, 0, -inf), as an exported attention mask) ->
+    Softmax -> MatMul -> y [N, 4]: the mask and the masked scores hold -inf in every sample."""
+    rng = np.random.default_rng(2)
+    keep = np.array([[True] * 6 + [False] * 2])
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["scores"], name="scores"),
+            helper.make_node("Where", ["keep", "zero", "minus_inf"], ["mask"], name="mask"),
+            helper.make_node("Add", ["scores", "mask"], ["masked"], name="masked"),
+            helper.make_node("Softmax", ["masked"], ["weights"], name="softmax", axis=-1),
+            helper.make_node("MatMul", ["weights", "w2"], ["y"], name="out"),
+        ],
+        "masked_scores",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [
+            numpy_helper.from_array(rng.normal(size=(8, 8)).astype(np.float32), "w1"),
+            numpy_helper.from_array(keep, "keep"),
+            numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero"),
+            numpy_helper.from_array(np.array(-np.inf, dtype=np.float32), "minus_inf"),
+            numpy_helper.from_array(rng.normal(size=(8, 4)).astype(np.float32), "w2"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return bytes(model.SerializeToString())
+
+
+@pytest.mark.parametrize("calibration", ["minmax", "percentile", "entropy"])
+def test_a_masked_activation_stays_in_float_and_the_rest_calibrates(calibration: str) -> None:
+    """-inf in an activation (an attention mask added to the scores) has no int8 range: the
+    nodes that produce or read it stay in float, every quantized activation gets a finite
+    range, and (by min/max or percentile, which keep the softmax's full range) the int8
+    model stays close to the float one."""
+    import onnxruntime
+
+    inputs = np.random.default_rng(3).normal(size=(128, 8)).astype(np.float32)
+    model_bytes = quantize_onnx_int8_static(
+        masked_scores_model(), inputs, settings=StaticSettings(calibration=calibration)
+    )
+    model = onnx.load_model_from_string(model_bytes)
+    scales = [initializer(model, q.input[1]) for q in activation_quantizers(model)]
+    assert scales and all(np.isfinite(scale).all() and (scale > 0).all() for scale in scales)
+    quantized = {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    assert not quantized.intersection({"mask", "masked"}) and {"scores", "weights"} <= quantized
+    if calibration == "entropy":
+        return  # its KL search may clip the softmax's outputs: closeness is not its promise
+
+    def run(model: bytes) -> np.ndarray:
+        session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+        return np.asarray(session.run(None, {"x": inputs})[0])
+
+    reference, int8 = run(masked_scores_model()), run(model_bytes)
+    assert np.abs(int8 - reference).max() < 0.1 * np.abs(reference).max()
