@@ -8,7 +8,6 @@ import os
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -17,7 +16,6 @@ import numpy as np
 
 from autotune.core.artifacts import software_versions
 from autotune.core.contract import (
-    MAX_TRACEBACK_CHARS,
     Contention,
     HeadToHeadSpec,
     Provenance,
@@ -37,6 +35,7 @@ from autotune.core.errors import (
 from autotune.core.knobs import ENGINES
 from autotune.core.knobs.config import TrialConfig
 from autotune.core.stats import median_ci_relative_half_width
+from autotune.core.tracebacks import story
 from workers.building.failures import is_out_of_memory
 from workers.building.runtimes import Session, helper_pids, machine_profile, opened
 from workers.cache import LoadedWorkload, WorkloadCache, default_cache
@@ -113,12 +112,6 @@ def classify_failure(error: Exception) -> tuple[TrialStatus, str]:
     if is_out_of_memory(error):
         return "oom", f"{type(error).__name__}: {error}"
     return "error", f"{type(error).__name__}: {error}"
-
-
-def story(error: BaseException) -> str:
-    """The error's traceback, its last frames where it is long."""
-    text = "".join(traceback.format_exception(error))
-    return text[-MAX_TRACEBACK_CHARS:]
 
 
 def is_device_fault(error: Exception) -> bool:

@@ -33,6 +33,7 @@ from autotune.execution.ray_membership import Membership
 from autotune.execution.ray_slots import (
     Running,
     Slot,
+    failed_task,
     marked,
     shard_degree,
     split_cores,
@@ -420,11 +421,9 @@ class RayExecutor:
             result: TrialResult = self._ray.get(ref)
             return result
         except self._ray.exceptions.RayTaskError as exc:
-            reason = f"worker raised: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-            return TrialResult.for_spec(spec, "error", reason)
+            return failed_task(spec, "error", "worker raised", exc, str(exc.cause))
         except self._ray.exceptions.RayError as exc:
-            reason = f"worker died: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-            return TrialResult.for_spec(spec, "lost", reason)
+            return failed_task(spec, "lost", "worker died", exc, str(exc))
 
     def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
         """On the first slot's actor; past `timeout_s` the actor is replaced and the

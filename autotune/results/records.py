@@ -9,15 +9,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from autotune.core.contract import ConfigValue, Provenance, TrialMetrics, TrialStatus
 from autotune.core.knobs import ENGINE_KEY, ENGINES, defines_variant, engine_options, variant_key
+from autotune.core.tracebacks import traceback_tail
 
 # Where a trial stands in the study: waiting to be asked, being measured, ended.
 TrialState = Literal["waiting", "running", "complete", "pruned", "failed"]
 # The fields of a trial's record: one stored value, written when the trial ends.
 RECORD_KEY = "record"
+# How much of an `error` trial's traceback the study keeps (its last frames): enough to read
+# where it raised; the trial's MLflow run keeps the longer tail the worker sent.
+STORED_TRACEBACK_CHARS = 8_000
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,9 @@ class TrialRecord(Strict):
         default=None,
         description="why its batch scan was read again and how the call times changed",
     )
+    traceback: str | None = Field(
+        default=None, description="where an `error` trial raised: its traceback's tail"
+    )
 
     @property
     def ended(self) -> bool:
@@ -133,6 +140,7 @@ class TrialRecord(Strict):
                 "call_ms_by_batch": outcome.call_ms_by_batch,
                 "interrupted": outcome.interrupted,
                 "rescanned": outcome.rescanned,
+                "traceback": outcome.traceback,
             }
         )
 
@@ -177,6 +185,19 @@ class Outcome(Strict):
     call_ms_by_batch: dict[int, float] = Field(default_factory=dict)
     interrupted: str | None = None
     rescanned: str | None = None
+    traceback: str | None = Field(
+        default=None,
+        description="an `error` trial's traceback, its last STORED_TRACEBACK_CHARS characters; "
+        "dropped for any other status",
+    )
+
+    @field_validator("traceback")
+    @classmethod
+    def _kept_for_errors(cls, text: str | None, info: ValidationInfo) -> str | None:
+        """Only an error's traceback says something of the candidate worth keeping."""
+        if text is None or info.data.get("status") != "error":
+            return None
+        return traceback_tail(text, STORED_TRACEBACK_CHARS)
 
     @property
     def failed(self) -> bool:

@@ -72,6 +72,7 @@ class Teller:
             call_ms_by_batch=result.call_ms_by_batch,
             interrupted=result.interrupted,
             rescanned=result.rescanned,
+            traceback=result.traceback,
         )
         self.store.tell(record.number, outcome, values)
         self.keep_sensitivity(result, measured=reused_from is None)
