@@ -18,8 +18,9 @@ from autotune.core.contract import ConfigValue, Workload
 from autotune.core.contract.trials import NodeSensitivity, SensitivityKey, SensitivityTable
 from autotune.core.errors import RequestError
 from autotune.core.knobs.config import TrialConfig, parse_config
+from workers.building.calibration import calibration_subset
 from workers.building.ort_session import OnnxRuntimeSession
-from workers.building.quantization import calibration_subset, node_op_types
+from workers.building.quantization import node_op_types
 from workers.building.runtimes import Session, build_session, check_runtime
 from workers.building.sensitivity import SENSITIVITY_SAMPLES, Sensitivity, measure_sensitivity
 from workers.building.sharding import ModelSource

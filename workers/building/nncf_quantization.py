@@ -47,11 +47,10 @@ import numpy as np
 from autotune.core.errors import Unsupported
 from autotune.core.int8_fallback import STATIC_OP_TYPES
 from autotune.core.knobs.openvino import nncf_calibration_refusal
+from workers.building.calibration import calibration_feeds, calibration_subset
 from workers.building.failures import is_out_of_memory
 from workers.building.quantization import (
     StaticSettings,
-    calibration_feeds,
-    calibration_subset,
     refuse_unquantized,
     with_float_nodes,
     with_node_names,

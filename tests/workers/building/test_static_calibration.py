@@ -16,12 +16,11 @@ from autotune.core.contract import ConfigValue
 from autotune.core.knobs.config import parse_config
 from tests.workers.conftest import digits_workload, spec_for
 from workers import run_trial
+from workers.building.calibration import calibration_reader, calibration_subset
 from workers.building.knobs import precision_of
 from workers.building.knobs.precisions import most_sensitive, static_settings
 from workers.building.quantization import (
     StaticSettings,
-    calibration_reader,
-    calibration_subset,
     quantize_onnx_int8_static,
     with_node_names,
 )

@@ -276,7 +276,7 @@ def test_a_tuned_artifact_of_such_a_model_predicts_from_named_arrays(
 def test_a_dimension_written_as_minus_one_is_dynamic() -> None:
     """Paddle2ONNX writes a dynamic batch as the value -1: no fixed batch, so static int8's
     calibration feeds are the samples' own batches (a batch of -1 fed nothing)."""
-    from workers.building.quantization import calibration_feeds
+    from workers.building.calibration import calibration_feeds
     from workers.loading.feeds import graph_inputs, model_fixed_batch
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "h", 4])
