@@ -360,7 +360,7 @@ class TrialResult(Strict):
         default=None,
         max_length=MAX_TRACEBACK_CHARS,
         description="where a failing trial raised (its last frames), for the trial's MLflow "
-        "run; never shown to an API user",
+        "run and `autotune report --trial`; never shown through the service's API",
     )
     device_fault: bool = Field(
         default=False,
