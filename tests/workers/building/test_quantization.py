@@ -19,15 +19,14 @@ from autotune.core.knobs.config import TrialConfig, parse_config
 from tests.workers.conftest import digits_workload, export_digits_onnx, spec_for
 from workers import evaluate_artifact, export_artifact, run_trial
 from workers.building import quantization, transforms
-from workers.building.knobs import precision_of
-from workers.building.ort_session import OnnxRuntimeSession
-from workers.building.quantization import (
+from workers.building.calibration import (
     CALIBRATION_SAMPLES,
     calibration_reader,
     calibration_subset,
-    convert_onnx_fp16,
-    quantize_onnx_int8_static,
 )
+from workers.building.knobs import precision_of
+from workers.building.ort_session import OnnxRuntimeSession
+from workers.building.quantization import convert_onnx_fp16, quantize_onnx_int8_static
 from workers.building.runtimes import machine_target
 from workers.building.variants import BuildContext, OnnxVariant, TorchVariant
 from workers.cache import WorkloadCache
