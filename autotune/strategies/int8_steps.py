@@ -38,6 +38,7 @@ from autotune.core.metrics import ACCURACY, LATENCY_P95, Metric
 from autotune.results.optuna_store import producible
 from autotune.strategies.batch_sizes import as_number
 from autotune.strategies.designed import changed, config_key
+from autotune.strategies.steps import figure
 
 if TYPE_CHECKING:
     from autotune.strategies.autotune import Ledger
@@ -252,11 +253,7 @@ def accuracy_drop(ledger: Ledger, config: dict[str, ConfigValue]) -> float | Non
 def measured_figure(ledger: Ledger, config: dict[str, ConfigValue], metric: Metric) -> float | None:
     """`metric` as the configuration's measurement gave it: a trial measured whole, or one
     its short window screened out (its accuracy is the full evaluation's)."""
-    outcome = ledger.finished.get(config_key(config))
-    if outcome is None or outcome.status not in ("ok", "screened") or outcome.metrics is None:
-        return None
-    value = getattr(outcome.metrics, metric.name, None)
-    return None if value is None else float(value)
+    return figure(ledger, config, metric, statuses=("ok", "screened"))
 
 
 def ranking(ledger: Ledger, config: dict[str, ConfigValue]) -> SensitivityTable | None:

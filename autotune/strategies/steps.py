@@ -95,10 +95,16 @@ def _best(
     return pick(figures, key=lambda pair: pair[0])[1]
 
 
-def figure(ledger: Ledger, config: dict[str, ConfigValue], metric: Metric) -> float | None:
-    """`metric` as the configuration's measurement gave it (None: not measured)."""
+def figure(
+    ledger: Ledger,
+    config: dict[str, ConfigValue],
+    metric: Metric,
+    statuses: tuple[str, ...] = ("ok",),
+) -> float | None:
+    """`metric` as the configuration's measurement gave it, where its trial ended in one of
+    `statuses` (None: not measured so)."""
     outcome = ledger.finished.get(config_key(config))
-    if outcome is None or outcome.status != "ok" or outcome.metrics is None:
+    if outcome is None or outcome.status not in statuses or outcome.metrics is None:
         return None
     value = getattr(outcome.metrics, metric.name, None)
     return None if value is None else float(value)
