@@ -79,12 +79,16 @@ class Tuning:
                 pytest.fail(f"never said {text!r}: {self.output[-3000:]}")
             time.sleep(0.2)
 
-    def wait_inside_a_trial(self, counted_at_least: int, running_at_least: int = 1) -> None:
-        """Until that many trials count and run (and so are measuring): with as many running
-        as there are slots, each node is inside a trial."""
+    def wait_inside_a_trial(
+        self, counted_at_least: int, running_at_least: int = 1, nodes_at_least: int = 1
+    ) -> None:
+        """Until that many trials count and run (and so are measuring), measured on that many
+        nodes: with as many running as there are slots, each node is inside a trial."""
         deadline = time.monotonic() + 300
         while not (
-            counted(self.storage) >= counted_at_least and running(self.storage) >= running_at_least
+            counted(self.storage) >= counted_at_least
+            and running(self.storage) >= running_at_least
+            and len(measuring_nodes(self.storage)) >= nodes_at_least
         ):
             if time.monotonic() > deadline or self.process.poll() is not None:
                 pytest.fail(f"no trial running after {counted_at_least}: {self.output[-3000:]}")
@@ -120,20 +124,26 @@ def running(storage: str) -> int:
     return sum(t.state == "running" for t in trials(storage))  # type: ignore[attr-defined]
 
 
+def measuring_nodes(storage: str) -> set[str]:
+    """The nodes that have measured a trial so far."""
+    return {t.provenance.node_id for t in trials(storage) if t.measured and t.provenance}  # type: ignore[attr-defined]
+
+
 def test_a_node_lost_mid_trial_is_rerun_on_the_other_node(
     cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
     cluster.add_node("a", [0])
     cluster.add_node("b", [1])
-    write_request(tmp_path, trials=8, node_wait_s=60)
+    write_request(tmp_path, trials=10, node_wait_s=60)
     tuning = Tuning(cluster, tmp_path, "--workers", "2")
-    tuning.wait_inside_a_trial(counted_at_least=2, running_at_least=2)
+    # Both nodes have measured (the baseline may run alone first) and both are inside a trial.
+    tuning.wait_inside_a_trial(counted_at_least=2, running_at_least=2, nodes_at_least=2)
     cluster.kill_node("b")
     assert tuning.finish() == 0, tuning.output[-3000:]
 
     stored = trials(tuning.storage)
     states = [t.state for t in stored]  # type: ignore[attr-defined]
-    assert sum(t.counted for t in stored) == 8  # type: ignore[attr-defined]
+    assert sum(t.counted for t in stored) == 10  # type: ignore[attr-defined]
     assert "failed" not in states and "running" not in states, states
     interrupted = [t for t in stored if t.interrupted]  # type: ignore[attr-defined]
     assert len(interrupted) <= 1
