@@ -2,9 +2,9 @@
 
 from autotune.results.optuna_store import OptunaStore, opened_store, producible
 from autotune.results.records import (
-    Outcome,
     StoredRevalidation,
     StudyIdentity,
+    TrialEnding,
     TrialMarks,
     TrialRecord,
 )
@@ -12,10 +12,10 @@ from autotune.results.store import ResultStore
 
 __all__ = [
     "OptunaStore",
-    "Outcome",
     "ResultStore",
     "StoredRevalidation",
     "StudyIdentity",
+    "TrialEnding",
     "TrialMarks",
     "TrialRecord",
     "opened_store",

@@ -3,7 +3,7 @@ Optuna's in-memory storage (fast tests, one process). This is the only module th
 writes a study's attributes; everything it stores has a type in `autotune.results.records`.
 
 Each trial costs two transactions: a trial the strategy proposed is created running with its
-parameters, marks and owner in one; its outcome, constraints, values and state are another
+parameters, marks and owner in one; its ending, constraints, values and state are another
 (`optuna_api` writes the rows Optuna's RDB storage would). A SQLite study runs in WAL mode
 with `synchronous=NORMAL`: a commit does not wait for the disk, and the database stays
 consistent when the process dies.
@@ -27,9 +27,9 @@ from autotune.results.leases import Owner, lock_engine, owner_is_dead, schema_lo
 from autotune.results.records import (
     RECORD_KEY,
     Census,
-    Outcome,
     StoredRevalidation,
     StudyIdentity,
+    TrialEnding,
     TrialMarks,
     TrialRecord,
     TrialState,
@@ -304,28 +304,28 @@ class OptunaStore:
             attempt=marks.attempt,
         )
 
-    def tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None:
-        """The trial's outcome; `values` (the objectives) when it has metrics, in one write.
+    def tell(self, number: int, ending: TrialEnding, values: list[float] | None) -> None:
+        """The trial's ending; `values` (the objectives) when it has metrics, in one write.
         Safe to repeat (after a lost connection, or once another coordinator told it): a trial
         that ended is left as it is."""
-        retrying(self._tell, number, outcome, values)
+        retrying(self._tell, number, ending, values)
         self._trial_ids.pop(number, None)
 
-    def _tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None:
+    def _tell(self, number: int, ending: TrialEnding, values: list[float] | None) -> None:
         trial_id = self._trial_ids.get(number)
         if trial_id is None:  # another coordinator's trial, reaped
             storage = optuna_api.storage_of(self.study)
             trial_id = storage.get_trial_id_from_study_id_trial_number(
                 optuna_api.study_id(self.study), number
             )
-        measured = values is not None and outcome.violations is not None
+        measured = values is not None and ending.violations is not None
         optuna_api.finish_trial(
             self.study,
             trial_id,
             values if measured else None,
-            outcome.failed,
-            {RECORD_KEY: _dump(outcome)},
-            optuna_api.constraint_attrs(outcome.violations or {}) if measured else {},
+            ending.failed,
+            {RECORD_KEY: _dump(ending)},
+            optuna_api.constraint_attrs(ending.violations or {}) if measured else {},
         )
 
     def save_revalidation(self, stored: StoredRevalidation) -> None:
@@ -426,7 +426,7 @@ def record_of(trial: optuna.trial.FrozenTrial) -> TrialRecord:
     attrs = trial.user_attrs
     marks = _marks(attrs)
     stored = attrs.get(RECORD_KEY)
-    outcome = Outcome.model_validate(stored) if stored is not None else _old_outcome(attrs)
+    ending = TrialEnding.model_validate(stored) if stored is not None else _old_ending(attrs)
     state = _STATE_NAMES[trial.state.name]
     params = trial.system_attrs.get("fixed_params", {}) if state == "waiting" else trial.params
     config = {parameter_key(name): value for name, value in params.items()}
@@ -441,7 +441,7 @@ def record_of(trial: optuna.trial.FrozenTrial) -> TrialRecord:
         ended_at=trial.datetime_complete,
         owner=trial.system_attrs.get(TRIAL_OWNER_KEY),
     )
-    return record if outcome is None else record.with_outcome(outcome)
+    return record if ending is None else record.with_ending(ending)
 
 
 def _marks(attrs: dict[str, Any]) -> TrialMarks:
@@ -458,10 +458,10 @@ def _old_marks(attrs: dict[str, Any]) -> TrialMarks:
     )
 
 
-def _old_outcome(attrs: dict[str, Any]) -> Outcome | None:
+def _old_ending(attrs: dict[str, Any]) -> TrialEnding | None:
     if "status" not in attrs or "config" not in attrs:
         return None
-    return Outcome(
+    return TrialEnding(
         config=attrs["config"],
         attempt=int(attrs.get("attempt", 0)),
         status=attrs["status"],

@@ -48,7 +48,7 @@ class TrialMarks(Strict):
 
 
 class TrialRecord(Strict):
-    """A trial as the study holds it. `outcome` fields are None until the trial ends."""
+    """A trial as the study holds it. The fields of its `TrialEnding` are None until it ends."""
 
     number: int
     state: TrialState
@@ -114,33 +114,33 @@ class TrialRecord(Strict):
         """Ended by its short window: `metrics` holds that window's figures, never a front's."""
         return self.status == "screened" and self.metrics is not None
 
-    def told(self, outcome: Outcome) -> TrialRecord:
-        """This trial's record once `outcome` is told."""
+    def told(self, ending: TrialEnding) -> TrialRecord:
+        """This trial's record once `ending` is told."""
         state: TrialState = "pruned"
-        if outcome.failed:
+        if ending.failed:
             state = "failed"
-        elif outcome.metrics is not None and outcome.violations is not None:
+        elif ending.metrics is not None and ending.violations is not None:
             state = "complete"
-        return self.with_outcome(outcome, state)
+        return self.with_ending(ending, state)
 
-    def with_outcome(self, outcome: Outcome, state: TrialState | None = None) -> TrialRecord:
+    def with_ending(self, ending: TrialEnding, state: TrialState | None = None) -> TrialRecord:
         return self.model_copy(
             update={
                 "state": state or self.state,
-                "config": outcome.config,
-                "attempt": outcome.attempt,
-                "status": outcome.status,
-                "variant_key": outcome.variant_key,
-                "reason": outcome.reason,
-                "metrics": outcome.metrics,
-                "violations": outcome.violations or self.violations,
-                "provenance": outcome.provenance,
-                "reused_from": outcome.reused_from,
-                "measured": outcome.measured,
-                "call_ms_by_batch": outcome.call_ms_by_batch,
-                "interrupted": outcome.interrupted,
-                "rescanned": outcome.rescanned,
-                "traceback": outcome.traceback,
+                "config": ending.config,
+                "attempt": ending.attempt,
+                "status": ending.status,
+                "variant_key": ending.variant_key,
+                "reason": ending.reason,
+                "metrics": ending.metrics,
+                "violations": ending.violations or self.violations,
+                "provenance": ending.provenance,
+                "reused_from": ending.reused_from,
+                "measured": ending.measured,
+                "call_ms_by_batch": ending.call_ms_by_batch,
+                "interrupted": ending.interrupted,
+                "rescanned": ending.rescanned,
+                "traceback": ending.traceback,
             }
         )
 
@@ -169,7 +169,7 @@ class TrialRecord(Strict):
         )
 
 
-class Outcome(Strict):
+class TrialEnding(Strict):
     """What ending a trial writes: everything of its record that is known only then."""
 
     config: dict[str, ConfigValue]

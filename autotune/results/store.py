@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Protocol
 from autotune.core.contract import ConfigValue
 from autotune.results.records import (
     Census,
-    Outcome,
     StoredRevalidation,
+    TrialEnding,
     TrialMarks,
     TrialRecord,
     TrialState,
@@ -67,7 +67,7 @@ class ResultStore(Protocol):
         owner: Owner,
     ) -> TrialRecord: ...
 
-    def tell(self, number: int, outcome: Outcome, values: list[float] | None) -> None: ...
+    def tell(self, number: int, ending: TrialEnding, values: list[float] | None) -> None: ...
 
     def revalidation(self) -> StoredRevalidation | None: ...
 

@@ -32,7 +32,7 @@ from autotune.search.inputs import Events, Tuning
 from autotune.search.int8_outlook import int8_outlook_notes
 from autotune.search.interrupts import stop_on_signals
 from autotune.search.quiet import QuietWaits
-from autotune.search.reaping import MAX_ATTEMPTS, Reaper
+from autotune.search.reaping import MAX_ATTEMPTS, StaleTrialReaper
 from autotune.search.report import check_failures, sensitivity_note, study_summary
 from autotune.search.rescan import Rescans
 from autotune.search.state import BATCH, SearchState
@@ -94,7 +94,7 @@ class Coordinator:
             self.state,
             self.warm_start,
         )
-        self.reaper = Reaper(
+        self.reaper = StaleTrialReaper(
             self.store,
             self.tuning.space,
             self.teller,

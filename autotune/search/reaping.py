@@ -32,7 +32,7 @@ KILLED_REASON = (
 
 
 @dataclass
-class Reaper:
+class StaleTrialReaper:
     store: ResultStore
     space: EffectiveSpace
     teller: Teller

@@ -1,5 +1,5 @@
 """Telling a result: its metrics against the baseline's accuracy, the request's constraints
-and objectives, one outcome into the result store, one record to the tracker."""
+and objectives, one `TrialEnding` into the result store, one record to the tracker."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from autotune.core.contract import TrialResult, TrialSpec
 from autotune.core.contract.trials import SensitivityKey
 from autotune.core.metrics import OBJECTIVES, constraint_violations, derived
 from autotune.requests.request import TuningRequest
-from autotune.results.records import Outcome, TrialRecord
+from autotune.results.records import TrialEnding, TrialRecord
 from autotune.search.report import as_repeat
 from autotune.search.state import SearchState
 from autotune.tracking import trial_log
@@ -58,7 +58,7 @@ class Teller:
             violations = constraint_violations(bounds, metrics)
             values = [float(metrics[OBJECTIVES[o].name]) for o in request.objectives]
         reused_from = state.reused_from.pop(record.number, None)
-        outcome = Outcome(
+        ending = TrialEnding(
             config=spec.config,
             attempt=spec.attempt,
             status=result.status,
@@ -74,9 +74,9 @@ class Teller:
             rescanned=result.rescanned,
             traceback=result.traceback,
         )
-        self.store.tell(record.number, outcome, values)
+        self.store.tell(record.number, ending, values)
         self.keep_sensitivity(result, measured=reused_from is None)
-        told = record.told(outcome)
+        told = record.told(ending)
         state.counted += told.counted
         state.told(told)
         logged, tags = trial_log(told, result, self.store.name)

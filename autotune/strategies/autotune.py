@@ -132,7 +132,7 @@ def make_strategy_sampler(seed: int | None, fixed: dict[str, ConfigValue] | None
 
 
 @dataclass(frozen=True)
-class Outcome:
+class PastResult:
     """What measuring a configuration gave, to answer a repeat of it."""
 
     trial_number: int
@@ -163,30 +163,30 @@ class Ledger:
     space: EffectiveSpace
     designed: list[dict[str, ConfigValue]]
     request: TuningRequest | None = None
-    finished: dict[ConfigKey, Outcome] = field(default_factory=dict)
+    finished: dict[ConfigKey, PastResult] = field(default_factory=dict)
     in_flight: dict[ConfigKey, int] = field(default_factory=dict)
     proposed: set[ConfigKey] = field(default_factory=set)
-    unsupported: dict[ConfigKey, Outcome] = field(default_factory=dict)
-    unconvertible: dict[ConfigKey, Outcome] = field(default_factory=dict)
+    unsupported: dict[ConfigKey, PastResult] = field(default_factory=dict)
+    unconvertible: dict[ConfigKey, PastResult] = field(default_factory=dict)
     retries: list[list[dict[str, ConfigValue]]] = field(default_factory=list)
     # The int8 sensitivity rankings learnt, by ranked model and mode (`learn_sensitivity`).
     sensitivity: dict[SensitivityKey, SensitivityTable] = field(default_factory=dict)
     _searched: int = 0
 
     def load(self, records: list[TrialRecord]) -> None:
-        """The outcomes a resumed study already holds."""
+        """The past results a resumed study already holds."""
         for record in records:
             if not record.counted or record.status in (None, "lost", "skipped"):
                 continue
-            outcome = Outcome(
+            past = PastResult(
                 record.number,
                 record.status,
                 record.reason,
                 record.measured_metrics(),
                 record.provenance,
             )
-            self.finished.setdefault(config_key(record.config), outcome)
-            self._rule_out(record.config, outcome)
+            self.finished.setdefault(config_key(record.config), past)
+            self._rule_out(record.config, past)
 
     def settle(self, number: int, spec: TrialSpec, result: TrialResult) -> None:
         """Record how trial `number` ended."""
@@ -197,9 +197,9 @@ class Ledger:
             self._retry_smaller(spec.config, result.slow_call_ms)
         if result.status not in ("lost", "skipped"):
             figures = result.metrics or result.screening
-            outcome = Outcome(number, result.status, result.reason, figures, result.provenance)
-            self.finished.setdefault(key, outcome)
-            self._rule_out(spec.config, outcome)
+            past = PastResult(number, result.status, result.reason, figures, result.provenance)
+            self.finished.setdefault(key, past)
+            self._rule_out(spec.config, past)
         self.learn_sensitivity(result.sensitivity)
 
     def learn_sensitivity(self, tables: list[SensitivityTable]) -> None:
@@ -218,19 +218,19 @@ class Ledger:
         if smaller:
             self.retries.append([changed(self.space, config, {BATCH: b}) for b in smaller])
 
-    def _rule_out(self, config: dict[str, ConfigValue], outcome: Outcome) -> None:
+    def _rule_out(self, config: dict[str, ConfigValue], past: PastResult) -> None:
         """What an unsupported or deterministically failing trial says of its siblings (see
         the module's docstring)."""
-        if outcome.status == "error" and error_signature(outcome.reason) is not None:
-            self.unsupported.setdefault(_build_key(config), outcome)
-        if outcome.status != "unsupported":
+        if past.status == "error" and error_signature(past.reason) is not None:
+            self.unsupported.setdefault(_build_key(config), past)
+        if past.status != "unsupported":
             return
-        if engine_that_cannot_convert(outcome.reason) == config.get(ENGINE_KEY):
-            self.unconvertible.setdefault(_conversion_key(config), outcome)
-        elif refuses_batch_only(outcome.reason):
-            self.unsupported.setdefault(_build_key(config, keep_batch=True), outcome)
+        if engine_that_cannot_convert(past.reason) == config.get(ENGINE_KEY):
+            self.unconvertible.setdefault(_conversion_key(config), past)
+        elif refuses_batch_only(past.reason):
+            self.unsupported.setdefault(_build_key(config, keep_batch=True), past)
         else:
-            self.unsupported.setdefault(_build_key(config), outcome)
+            self.unsupported.setdefault(_build_key(config), past)
 
     def next_proposal(
         self,
@@ -282,7 +282,7 @@ class Ledger:
             return False
         return producible(self.space, config)
 
-    def unsupported_like(self, config: dict[str, ConfigValue]) -> Outcome | None:
+    def unsupported_like(self, config: dict[str, ConfigValue]) -> PastResult | None:
         """A finished trial that could not be built (or failed with a deterministic error)
         and differs from `config` only in throughput dimensions (only in threads, where its
         batch size alone was refused), or, where its engine could not convert the model, also
@@ -375,7 +375,7 @@ def _build_key(config: dict[str, ConfigValue], keep_batch: bool = False) -> Conf
     return config_key({k: v for k, v in config.items() if k not in ignored})
 
 
-def _like(unbuildable: Outcome) -> str:
+def _like(unbuildable: PastResult) -> str:
     """Why a configuration the `unbuildable` trial rules out is skipped."""
     if unbuildable.status == "error":
         return (
@@ -450,9 +450,9 @@ class AutotuneStrategy(Strategy):
         if beyond is not None:
             return Answer(TrialResult.for_spec(spec, "skipped", beyond))
         key = config_key(spec.config)
-        outcome = self.ledger.finished.get(key)
-        if outcome is not None:
-            return Answer(outcome.result_for(spec), f"{study}#{outcome.trial_number}")
+        past = self.ledger.finished.get(key)
+        if past is not None:
+            return Answer(past.result_for(spec), f"{study}#{past.trial_number}")
         if key in self.ledger.in_flight:
             return Answer(wait_for=self.ledger.in_flight[key])
         self.ledger.in_flight[key] = spec.trial_number

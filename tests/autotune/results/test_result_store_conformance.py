@@ -21,9 +21,9 @@ from autotune.core.errors import RequestError
 from autotune.core.knobs import variant_key
 from autotune.results import (
     OptunaStore,
-    Outcome,
     StoredRevalidation,
     StudyIdentity,
+    TrialEnding,
     TrialMarks,
     TrialRecord,
     optuna_store,
@@ -128,7 +128,7 @@ def outcome_of(
     drop: float = 0.0,
     accuracy: float | None = None,
     **fields: Any,
-) -> Outcome:
+) -> TrialEnding:
     """An outcome as the coordinator tells it: with status 'ok', the table's metrics (but
     `accuracy` where given) with their accuracy drop, and the violation of an accuracy bound
     of 0.01."""
@@ -141,7 +141,7 @@ def outcome_of(
         violations = {"max_accuracy_drop": drop - 0.01}
         spec = TrialSpec(study=STUDY, trial_number=0, workload=WORKLOAD, config=config)
         provenance = scripted_provenance(spec)
-    return Outcome(
+    return TrialEnding(
         config=config,
         attempt=fields.pop("attempt", 0),
         status=status,
@@ -154,13 +154,13 @@ def outcome_of(
     )
 
 
-def values_of(outcome: Outcome) -> list[float]:
+def values_of(outcome: TrialEnding) -> list[float]:
     assert outcome.metrics is not None
     return [outcome.metrics["accuracy"], outcome.metrics["latency_p95_ms"]]
 
 
 def told(
-    store: OptunaStore, config: dict[str, ConfigValue], outcome: Outcome, values: bool = True
+    store: OptunaStore, config: dict[str, ConfigValue], outcome: TrialEnding, values: bool = True
 ) -> TrialRecord:
     """A trial of `config` created and told `outcome`, as the store reads it back."""
     record = store.create(SPACE, config, TrialMarks(), Owner())
@@ -432,7 +432,7 @@ def test_a_trial_lost_with_an_in_process_owner_says_so(store: OptunaStore) -> No
 
 
 def old_format_trial(
-    config: dict[str, ConfigValue], outcome: Outcome, marks: dict[str, Any]
+    config: dict[str, ConfigValue], outcome: TrialEnding, marks: dict[str, Any]
 ) -> optuna.trial.FrozenTrial:
     """A trial as autotune stored it before typed records: each field an attribute."""
     from optuna.trial import TrialState
@@ -477,7 +477,7 @@ def old_format_trial(
     ids=["complete", "pruned"],
 )
 def test_a_trial_of_the_older_format_reads_as_one_of_today(
-    store: OptunaStore, outcome: Outcome
+    store: OptunaStore, outcome: TrialEnding
 ) -> None:
     marks = TrialMarks(baseline=True, attempt=1, retry_of=0)
     store.study.add_trial(

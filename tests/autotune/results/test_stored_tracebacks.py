@@ -4,11 +4,11 @@ trial that ended any other way (a lost worker's text says nothing of the candida
 from __future__ import annotations
 
 from autotune.core.contract import TrialStatus
-from autotune.results.records import STORED_TRACEBACK_CHARS, Outcome, TrialRecord
+from autotune.results.records import STORED_TRACEBACK_CHARS, TrialEnding, TrialRecord
 
 
 def told(status: TrialStatus, traceback: str) -> TrialRecord:
-    outcome = Outcome(
+    outcome = TrialEnding(
         config={"batch.size": 8},
         attempt=0,
         status=status,
@@ -17,7 +17,7 @@ def told(status: TrialStatus, traceback: str) -> TrialRecord:
         measured=True,
         traceback=traceback,
     )
-    stored = Outcome.model_validate(outcome.model_dump(mode="json", exclude_defaults=True))
+    stored = TrialEnding.model_validate(outcome.model_dump(mode="json", exclude_defaults=True))
     return TrialRecord(number=3, state="running", config={}).told(stored)
 
 

@@ -13,7 +13,7 @@ from autotune.core.contract import TrialMetrics, TrialSpec, TrialStatus, TrialTi
 from autotune.core.errors import AutotuneError
 from autotune.core.knobs import variant_key
 from autotune.core.metrics import OBJECTIVES, Study, derived
-from autotune.results import Outcome, TrialMarks
+from autotune.results import TrialEnding, TrialMarks
 from autotune.results.leases import Owner
 from autotune.search.budget import Budget
 from autotune.search.reaping import KILLED_REASON, MAX_ATTEMPTS
@@ -608,7 +608,7 @@ def test_results_held_for_another_coordinators_baseline_are_told_once_it_is() ->
 
     def baseline_lands(spec: TrialSpec) -> None:
         if other.state == "running" and store.records(("running",))[0].number == other.number:
-            outcome = Outcome(
+            outcome = TrialEnding(
                 config=BASELINE,
                 attempt=0,
                 status="ok",
