@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.execution import config as execution_config
+from autotune.execution.config import ExecutorConfig
 from autotune.execution.ray_cluster import Workers
 from autotune.kinds_at_once import KindDisplay
 from autotune.search.warm_start import WarmStart
@@ -26,6 +28,7 @@ class TuneOptions:
     ray_address: str | None = None
     # Trial slots on each kind of node, or 'auto': every slot the nodes hold.
     workers: Workers = 1
+    # 'ray' or 'inprocess' (`executor_config` is what they and `replay` configure)
     executor: str = "ray"
     # The kind of node to tune for where the slots span several (`select_kinds`); replaces
     # the request's `target`.
@@ -62,6 +65,15 @@ class TuneOptions:
     # label; without it, a kind's notes and phases go to on_note and on_phase with its label
     # in front, and its trials to the progress given.
     kind_display: Callable[[str], KindDisplay] | None = None
+
+    def __post_init__(self) -> None:
+        self.executor_config()  # bad executor flags are refused before anything runs
+
+    def executor_config(self) -> ExecutorConfig:
+        """Where the trials run, as the executor flags configure it."""
+        return execution_config.executor_config(
+            self.executor, self.ray_address, self.workers, self.replay
+        )
 
     def overrides(self) -> dict[str, Any]:
         pairs = {

@@ -13,15 +13,12 @@ from autotune.conclusion.conclude import TuneOutcome, closest_to_bounds
 from autotune.conclusion.front import front_of
 from autotune.conclusion.tuned_file import ConstraintOutcome
 from autotune.core.contract import ModelInfo, NodeKind, Workload
-from autotune.core.contract.hardware import FINGERPRINT
 from autotune.core.errors import Interrupted, RequestError
 from autotune.core.metrics import OBJECTIVES
-from autotune.execution.base import Executor, trial_memory_limit_mb
-from autotune.execution.in_process import InProcessExecutor
-from autotune.execution.ray_cluster import RayCluster
-from autotune.execution.ray_executor import RayExecutor
+from autotune.execution.base import Executor
+from autotune.execution.build import make_executors
+from autotune.execution.config import InProcessConfig, RayConfig, ReplayConfig
 from autotune.execution.replay import ReplayExecutor
-from autotune.execution.replay_table import ReplayTable
 from autotune.kinds_at_once import (
     KindEnd,
     KindStudy,
@@ -33,14 +30,14 @@ from autotune.kinds_at_once import (
     write_index,
 )
 from autotune.requests.checks import check_workload
-from autotune.requests.request import DEFAULT_NODE_WAIT_S, TuningRequest, load_request
+from autotune.requests.request import TuningRequest, load_request
 from autotune.results import OptunaStore, StudyIdentity, opened_store
 from autotune.results.leases import schema_lock
 from autotune.results.records import Candidate
 from autotune.search.budget import Budget
 from autotune.search.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
 from autotune.search.warm_start import WarmStart
-from autotune.space.hardware import describe_kind, one_kind, select_kinds
+from autotune.space.hardware import describe_kind
 from autotune.space.search_space import (
     EffectiveSpace,
     effective_space,
@@ -62,53 +59,6 @@ from autotune.tracking import (
     is_database_store,
 )
 from autotune.tune_options import TuneOptions
-
-
-def make_executors(
-    options: TuneOptions,
-    target: str | None = None,
-    several: bool = True,
-    node_wait_s: float = DEFAULT_NODE_WAIT_S,
-) -> list[Executor]:
-    """One executor for each kind of node the trials run on (`target` keeps one of them).
-    Without `several`, nodes of several kinds and no target are bad input, refused before
-    any trial slot starts. A target that is a kind's fingerprint (a job's kind, fixed when it
-    was accepted) is waited for up to `node_wait_s` while no node of it is there."""
-    if options.executor == "inprocess":
-        in_process = InProcessExecutor()
-        select_kinds(in_process.kinds(), target)  # a target that is not this machine is refused
-        return [in_process]
-    if options.executor != "ray":
-        raise RequestError("executor", "must be 'ray' or 'inprocess'", options.executor)
-    # On this machine each slot's actor gets its share of the memory available now; a
-    # cluster's nodes are not this machine's to share out.
-    slots = options.workers if isinstance(options.workers, int) else 1
-    limit = None if options.ray_address else trial_memory_limit_mb(slots)
-    cluster = RayCluster(options.ray_address, options.workers)
-    executors: list[Executor] = []
-    cluster.acquire()  # held while the executors start: a failed start stops a Ray started here
-    try:
-        if target is not None and FINGERPRINT.fullmatch(target):
-            cluster.await_kind(target, node_wait_s, options.on_note)
-        kinds = (
-            select_kinds(cluster.kinds, target) if several else [one_kind(cluster.kinds, target)]
-        )
-        for kind in kinds:
-            executors.append(
-                RayExecutor(
-                    memory_limit_mb=limit,
-                    target=kind.fingerprint,
-                    cluster=cluster,
-                    node_wait_s=node_wait_s,
-                )
-            )
-    except BaseException:
-        for executor in executors:
-            executor.close()
-        raise
-    finally:
-        cluster.release()
-    return executors
 
 
 def _no_progress(total: int | None) -> AbstractContextManager[Callable[[int, Any], None]]:
@@ -177,7 +127,11 @@ class Tuned:
 
 
 def _measured_plans(
-    request: TuningRequest, base_dir: Path, options: TuneOptions, several: bool
+    request: TuningRequest,
+    base_dir: Path,
+    options: TuneOptions,
+    config: RayConfig | InProcessConfig,
+    several: bool,
 ) -> list[_Plan]:
     space_path = resolve_space_path(options.space or request.search_space)
     space_file = load_space(space_path)
@@ -190,26 +144,23 @@ def _measured_plans(
         )
 
     if options.on_note is not None:
-        where = "the Ray cluster" if options.ray_address else "Ray"
-        starting = "" if options.executor == "inprocess" else f"starting {where}, "
-        options.on_note(f"start: {starting}probing the trial nodes' hardware")
+        options.on_note(config.start_note())
     executors = make_executors(
-        options, request.target, several, node_wait_s=request.cluster.node_wait_s
+        config, request.target, several, request.cluster.node_wait_s, options.on_note
     )
     return [_Plan(workload, executor, space) for executor in executors]
 
 
-def _replay_plan(replay: Path, options: TuneOptions) -> _Plan:
+def _replay_plan(config: ReplayConfig, options: TuneOptions) -> _Plan:
     """Trials answered from a recorded table on simulated slots: nothing is probed, loaded
     or measured, and the space is the table's unless a space file is given."""
-    table = ReplayTable.load(replay)
+    (executor,) = make_executors(config)
+    table = executor.table
     if options.space is None:
-        space = table.space(replay.name)
+        space = table.space(config.table.name)
     else:
         space_path = resolve_space_path(options.space)
         space = table.space_from(load_space(space_path), str(space_path))
-    workers = options.workers if isinstance(options.workers, int) else 1
-    executor = ReplayExecutor(table, workers)
     return _Plan(table.workload(), executor, lambda info, kind: space)
 
 
@@ -238,10 +189,11 @@ def tune_kinds(
     the tuned file (`tuned.yaml`) lists how each ended, whatever that was."""
     if options.sampler not in STRATEGIES:
         raise RequestError("sampler", f"must be one of {strategy_names()}", options.sampler)
-    if options.replay is None:
-        plans = _measured_plans(request, base_dir, options, several)
+    config = options.executor_config()
+    if isinstance(config, ReplayConfig):
+        plans = [_replay_plan(config, options)]
     else:
-        plans = [_replay_plan(options.replay, options)]
+        plans = _measured_plans(request, base_dir, options, config, several)
     study_name = options.study or request.name
     out_dir, kinds_dir = output_dirs(options, study_name)
     out_file = options.out or out_dir / "tuned.yaml"

@@ -146,8 +146,6 @@ def serve_command(
     with _exit_codes():
         if mlflow_ui_url is not None:
             check_web_url("mlflow-ui-url", mlflow_ui_url)
-        if executor not in (None, "ray", "inprocess"):
-            raise RequestError("executor", "must be 'ray' or 'inprocess'", executor)
         if workers is not None:
             given["workers"] = parse_workers(workers)
         if not (api or runners or scheduler):

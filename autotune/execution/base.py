@@ -123,6 +123,32 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+class Nodes(Protocol):
+    """The nodes an executor configuration reaches, before any trial runs on them: the kinds
+    they are of, and an executor on the nodes of one kind. Choosing the kinds a tuning runs on
+    (`autotune.execution.build.make_executors`) asks nothing more, whatever runs the trials."""
+
+    @property
+    def kinds(self) -> list[NodeKind]:
+        """The kinds of node the slots would run on, as the data plane probed them there."""
+        ...
+
+    def await_kind(self, fingerprint: str, on_note: Callable[[str], None] | None) -> None:
+        """Return once a node of the kind `fingerprint` names is there, waiting for one as
+        long as these nodes' configuration says (`NodesGone` past it); where nodes never
+        come or go, at once."""
+        ...
+
+    def executor(self, kind: NodeKind) -> Executor:
+        """An executor whose slots are on the nodes of `kind`, one of `kinds`."""
+        ...
+
+    def release(self) -> None:
+        """The nodes are no longer needed but by the executors made on them: whatever no
+        executor holds stops."""
+        ...
+
+
 class FixedSlots:
     """For executors whose slots never come or go (this process, a recorded table): no node
     event ever happens, and a slot is always alive."""

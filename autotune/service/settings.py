@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from autotune.core.errors import RequestError
+from autotune.execution import config as execution_config
+from autotune.execution.config import ExecutorConfig
 from autotune.execution.ray_cluster import Workers
 
 if TYPE_CHECKING:
@@ -62,7 +64,7 @@ class ServiceSettings:
     # A request body must arrive within this time, and a second more for each MiB of it (a
     # large upload on a slow link); past that it is refused (408).
     body_timeout_s: float = 30.0
-    executor: str = "ray"
+    executor: str = "ray"  # 'ray' or 'inprocess' (`executor_config`)
     ray_address: str | None = None
     workers: Workers = 1  # trial slots on each kind of node, or 'auto'
 
@@ -79,6 +81,13 @@ class ServiceSettings:
     hardware_ttl_s: float = 60.0
     # Serve /docs, /redoc and /openapi.json without a token.
     public_docs: bool = False
+
+    def __post_init__(self) -> None:
+        self.executor_config()  # bad executor settings are refused before anything starts
+
+    def executor_config(self) -> ExecutorConfig:
+        """Where the jobs' trials run, as the executor settings configure it."""
+        return execution_config.executor_config(self.executor, self.ray_address, self.workers)
 
     @property
     def uploads_dir(self) -> Path:
@@ -103,10 +112,10 @@ class ServiceSettings:
     @cached_property
     def hardware(self) -> HardwareSurvey:
         """The hardware of the nodes that run this service's trials (the workers' probes)."""
-        from autotune.execution.ray_executor import survey_kinds
+        from autotune.execution.build import survey
 
-        ray_address = self.ray_address if self.executor == "ray" else None
-        return HardwareSurvey(lambda: survey_kinds(ray_address, self.workers), self.hardware_ttl_s)
+        config = self.executor_config()
+        return HardwareSurvey(lambda: survey(config), self.hardware_ttl_s)
 
     def job_hardware(self, target: str | None) -> str:
         """The fingerprint of the kind of node a job with this `target` runs on: identical

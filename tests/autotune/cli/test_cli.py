@@ -210,7 +210,7 @@ def test_bad_model_exits_2_with_one_line_before_ray_starts(
     (tmp_path / "notes.onnx").write_text("these are notes about a model, not a model\n" * 40)
     module = "import no_such_dependency_of_the_model\n\n\ndef build():\n    return None\n"
     (tmp_path / "unimportable_model.py").write_text(module)
-    monkeypatch.setattr("autotune.tuning.RayExecutor", _RayMustNotStart)
+    monkeypatch.setattr("autotune.execution.ray_executor.RayExecutor", _RayMustNotStart)
     result = runner.invoke(app, ["tune", str(write_request(model=model))])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()

@@ -14,13 +14,13 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from autotune import tuning
 from autotune.conclusion.conclude import TuneOutcome
 from autotune.conclusion.front import dominates
 from autotune.core.contract import TrialSpec
 from autotune.core.errors import RequestError
 from autotune.core.knobs import variant_key
 from autotune.core.metrics import OBJECTIVES, Direction, Metric
+from autotune.execution import build
 from autotune.execution.in_process import InProcessExecutor
 from autotune.results import TrialRecord
 from autotune.results.records import Candidate
@@ -92,7 +92,7 @@ def submitted(monkeypatch: pytest.MonkeyPatch) -> list[TrialSpec]:
             specs.append(spec)
             super().submit(spec)
 
-    monkeypatch.setattr(tuning, "InProcessExecutor", Recording)
+    monkeypatch.setattr(build, "InProcessExecutor", Recording)
     return specs
 
 
