@@ -128,7 +128,6 @@ class Nodes(Protocol):
     they are of, and an executor on the nodes of one kind. Choosing the kinds a tuning runs on
     (`autotune.execution.build.make_executors`) asks nothing more, whatever runs the trials."""
 
-    @property
     def kinds(self) -> list[NodeKind]:
         """The kinds of node the slots would run on, as the data plane probed them there."""
         ...

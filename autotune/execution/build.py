@@ -29,7 +29,6 @@ class OneExecutor:
     made: Executor
     handed_out: bool = field(default=False, init=False)
 
-    @property
     def kinds(self) -> list[NodeKind]:
         return self.made.kinds()
 
@@ -54,7 +53,6 @@ class RayNodes:
     memory_limit_mb: int | None
     node_wait_s: float
 
-    @property
     def kinds(self) -> list[NodeKind]:
         return self.cluster.kinds
 
@@ -130,7 +128,7 @@ def make_executors(
     try:
         if target is not None and FINGERPRINT.fullmatch(target):
             nodes.await_kind(target, on_note)
-        for kind in choose_kinds(nodes.kinds, target, several):
+        for kind in choose_kinds(nodes.kinds(), target, several):
             executors.append(nodes.executor(kind))
     except BaseException:
         for executor in executors:
