@@ -34,7 +34,7 @@ from autotune.requests.request import TuningRequest, load_request
 from autotune.results import OptunaStore, StudyIdentity, opened_store
 from autotune.results.leases import schema_lock
 from autotune.results.records import Candidate
-from autotune.search.budget import Budget
+from autotune.search.budget import SearchBudget
 from autotune.search.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
 from autotune.search.warm_start import WarmStart
 from autotune.space.hardware import describe_kind
@@ -356,7 +356,7 @@ def run_study(
             strategy,
             executor,
             tracker,
-            Budget(settings.n_trials, settings.timeout_s),
+            SearchBudget(settings.n_trials, settings.timeout_s),
             warm_start=options.warm_start,
             previous_tuned=options.previous_tuned,
             events=events,

@@ -48,7 +48,7 @@ from autotune.core.metrics import OBJECTIVES  # noqa: E402
 from autotune.execution.base import FixedSlots  # noqa: E402
 from autotune.requests.request import TuningRequest, parse_request  # noqa: E402
 from autotune.results import OptunaStore, StudyIdentity  # noqa: E402
-from autotune.search.budget import Budget  # noqa: E402
+from autotune.search.budget import SearchBudget  # noqa: E402
 from autotune.search.coordinator import Coordinator, Tuning  # noqa: E402
 from autotune.space.search_space import (  # noqa: E402
     EffectiveSpace,
@@ -170,7 +170,7 @@ def run_autotune(trials: int, storage: str, tracking: str, space: EffectiveSpace
     tracker = MlflowTracker(tracking, "overhead", study)
     tuning = Tuning(request, request.workload(REPO), INFO, space, probe(), Path(tempfile.mkdtemp()))
     coordinator = Coordinator(
-        tuning, store, strategy, TableExecutor(), tracker, Budget(trials, None),
+        tuning, store, strategy, TableExecutor(), tracker, SearchBudget(trials, None),
         stop=threading.Event(),
     )  # fmt: skip
     coordinator.search()

@@ -22,7 +22,7 @@ MAX_SKIPS_IN_A_ROW = 100
 
 
 @dataclass
-class Budget:
+class SearchBudget:
     trials: int | None
     timeout_s: float | None
     started: float = field(default_factory=time.monotonic)

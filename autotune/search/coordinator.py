@@ -1,7 +1,7 @@
 """The coordinator: ask -> submit -> wait -> tell, over injected parts.
 
 A `ResultStore` holds the study, a `Strategy` proposes and answers what needs no
-measurement, an `Executor` measures, a `Tracker` shows it; `Budget` says when to stop.
+measurement, an `Executor` measures, a `Tracker` shows it; `SearchBudget` says when to stop.
 The baseline (the unmodified model) runs first; results that arrive before its accuracy is
 known wait for it; a baseline whose batch scan ran under load scans again once the machine is
 quiet (`autotune.search.rescan`). Trials lost to a dead worker are retried; trials of dead
@@ -27,7 +27,7 @@ from autotune.core.metrics import ACCURACY, OBJECTIVES, Direction
 from autotune.results.leases import Heartbeat, Owner
 from autotune.results.records import TrialMarks, TrialRecord
 from autotune.search.answers import Answers
-from autotune.search.budget import Budget
+from autotune.search.budget import SearchBudget
 from autotune.search.inputs import Events, Tuning
 from autotune.search.int8_outlook import int8_outlook_notes
 from autotune.search.interrupts import stop_on_signals
@@ -59,7 +59,7 @@ class Coordinator:
     strategy: Strategy
     executor: Executor
     tracker: Tracker
-    budget: Budget
+    budget: SearchBudget
     warm_start: WarmStart | None = None
     previous_tuned: dict[str, Any] | None = None
     events: Events = field(default_factory=Events)

@@ -40,7 +40,7 @@ from autotune.core.metrics import OBJECTIVES
 from autotune.execution.base import FixedSlots, require_idle_slot
 from autotune.requests.request import TuningRequest, parse_request
 from autotune.results import OptunaStore, StudyIdentity, TrialMarks, TrialRecord
-from autotune.search.budget import Budget
+from autotune.search.budget import SearchBudget
 from autotune.search.coordinator import Coordinator, Events, Tuning
 from autotune.space.search_space import EffectiveDimension, EffectiveSpace
 from autotune.strategies import Strategy, make_strategy
@@ -402,7 +402,7 @@ def make_rig(
         chosen,
         executor,
         tracker,
-        Budget(trials, timeout_s),
+        SearchBudget(trials, timeout_s),
         events=Events(on_note=notes.append),
     )
     return Rig(coordinator, store, executor, tracker, notes)

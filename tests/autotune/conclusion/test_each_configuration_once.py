@@ -18,7 +18,7 @@ from autotune.conclusion.conclude import TuneOutcome
 from autotune.conclusion.front import front_of
 from autotune.core.contract import ArtifactInfo, TrialSpec
 from autotune.results import TrialMarks
-from autotune.search.budget import Budget
+from autotune.search.budget import SearchBudget
 from autotune.search.coordinator import Coordinator, Events, Tuning
 from autotune.search.report import trial_text
 from autotune.strategies import make_strategy
@@ -88,7 +88,7 @@ def tuned_with_a_repeat(
     tuning = Tuning(request, WORKLOAD, INFO, space, PROFILE, directory / "artifacts")
     lines = executor.lines
     shown = Events(on_progress=lambda done, total, result: lines.append(trial_text(result)))
-    budget = Budget(3, None)
+    budget = SearchBudget(3, None)
     coordinator = Coordinator(tuning, store, strategy, executor, tracker, budget, events=shown)
     store.enqueue(space, BASELINE, TrialMarks(baseline=True))
     store.enqueue(space, EIGHT, TrialMarks())

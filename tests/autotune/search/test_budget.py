@@ -4,7 +4,7 @@ skipped trials in a row end a search that would otherwise never end."""
 from __future__ import annotations
 
 from autotune.core.contract import TrialResult, TrialSpec
-from autotune.search.budget import Budget
+from autotune.search.budget import SearchBudget
 from autotune.strategies import Answer
 from tests.autotune.coordinator_support import Rig, make_rig
 
@@ -62,7 +62,7 @@ def test_a_resumed_study_knows_its_skipped_trials() -> None:
 
 
 def test_a_measured_trial_breaks_a_run_of_skips_and_a_lost_one_does_not() -> None:
-    budget = Budget(trials=2, timeout_s=None, max_skips_in_a_row=3)
+    budget = SearchBudget(trials=2, timeout_s=None, max_skips_in_a_row=3)
     assert budget.told("skipped") is None
     assert budget.told("lost") is None
     assert budget.told("skipped") is None

@@ -15,7 +15,7 @@ from autotune.core.knobs import variant_key
 from autotune.core.metrics import OBJECTIVES, Study, derived
 from autotune.results import TrialEnding, TrialMarks
 from autotune.results.leases import Owner
-from autotune.search.budget import Budget
+from autotune.search.budget import SearchBudget
 from autotune.search.reaping import KILLED_REASON, MAX_ATTEMPTS
 from autotune.strategies.autotune import ACCURACY_VIOLATION, UNSUPPORTED_LIKE
 from tests.autotune.coordinator_support import (
@@ -452,7 +452,7 @@ def test_the_time_budget_keeps_what_the_head_to_head_and_export_need() -> None:
 
 
 def test_a_budget_allows_trials_while_more_than_its_reserve_is_left() -> None:
-    budget = Budget(trials=None, timeout_s=60.0)
+    budget = SearchBudget(trials=None, timeout_s=60.0)
     assert budget.allows(0)
     budget.reserve_s = 59.0
     assert budget.allows(0)

@@ -11,7 +11,7 @@ import pytest
 
 from autotune.core.contract import ConfigValue, TrialMetrics, TrialSpec
 from autotune.requests.request import parse_request
-from autotune.search.budget import Budget
+from autotune.search.budget import SearchBudget
 from autotune.search.coordinator import Coordinator, Tuning
 from autotune.space.search_space import EffectiveSpace
 from autotune.strategies import make_strategy
@@ -99,7 +99,7 @@ def measured(objectives: list[str], trials: int) -> list[tuple[str, dict[str, An
         strategy,
         executor,
         RecordingTracker(),
-        Budget(trials, None),
+        SearchBudget(trials, None),
     )
     with deadline(30.0):
         coordinator.search()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from autotune.core.contract import ConfigValue, ModelRef, TrialResult, TrialSpec
 from autotune.core.errors import CannotConvert
-from autotune.search.budget import Budget
+from autotune.search.budget import SearchBudget
 from autotune.search.coordinator import Coordinator, Tuning
 from autotune.space.search_space import EffectiveSpace
 from autotune.strategies import Strategy, make_strategy
@@ -108,7 +108,7 @@ def test_a_study_builds_one_openvino_configuration_per_variant() -> None:
     store = open_store(request, strategy, space)
     tuning = Tuning(request, WORKLOAD, INFO, space, PROFILE, Path("unused-artifacts"))
     coordinator = Coordinator(
-        tuning, store, strategy, executor, RecordingTracker(), Budget(24, None)
+        tuning, store, strategy, executor, RecordingTracker(), SearchBudget(24, None)
     )
     with deadline(30.0):
         coordinator.search()
