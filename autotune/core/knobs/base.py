@@ -97,13 +97,17 @@ class Knob:
 
 
 class Precision(Knob):
-    """A numeric format, and the engines that run it (`engines`). Its data-plane
+    """A numeric format. The engines that run it say so (`Engine.precisions`). Its data-plane
     implementation turns a variant (fp32, already pruned, in the format its engine runs) into
     this precision; an engine that applies a precision itself at run time
     (`Engine.applies_precisions`) gets the variant unchanged."""
 
     key = PRECISION_KEY
-    engines: ClassVar[frozenset[str]]
+
+    @property
+    def engines(self) -> frozenset[str]:
+        """The registered engines that declare they run this mode."""
+        return frozenset(name for name, engine in ENGINES.items() if self.name in engine.precisions)
 
 
 class Pruning(Knob):
@@ -120,14 +124,15 @@ class Pruning(Knob):
 
 class Engine(Knob):
     """A runtime that runs variants in one format (`model_format`: a torch model is exported
-    to ONNX for an ONNX engine). The precisions it runs are those that name it
-    (`Precision.engines`); `applies` the shared kernel and sharding fields of `TrialConfig`
+    to ONNX for an ONNX engine) in the precision modes it declares (`precisions`); `applies`
+    the shared kernel and sharding fields of `TrialConfig`
     it honours (any other must keep its default); `software` the distributions whose
     versions the provenance records; `provides` the capabilities its implementation's
     `probe` may report."""
 
     key = ENGINE_KEY
     model_format: ClassVar[ModelKind]
+    precisions: ClassVar[frozenset[str]]
     applies_precisions: ClassVar[frozenset[str]] = frozenset()
     applies: ClassVar[frozenset[str]] = frozenset()
     software: ClassVar[tuple[str, ...]] = ()
@@ -142,17 +147,12 @@ class Engine(Knob):
     def supports(self, config: TrialConfig, target: Target) -> str | None:
         if self.model_format == "torch" and target.model_kind == "onnx":
             return f"{self.key}={self.name} runs torch models only; this model is ONNX"
-        if self.name not in PRECISIONS[config.precision].engines:
+        if config.precision not in self.precisions:
             return (
                 f"{PRECISION_KEY}={config.precision} does not run on {self.key}={self.name} "
-                f"(it runs {', '.join(sorted(self.precisions))})"
+                f"(it runs {', '.join(sorted(self.precisions & PRECISIONS.keys()))})"
             )
         return super().supports(config, target)
-
-    @property
-    def precisions(self) -> list[str]:
-        """The modes this engine runs."""
-        return [name for name, mode in PRECISIONS.items() if self.name in mode.engines]
 
     def on_cuda(self, config: TrialConfig) -> bool:
         """Whether the session runs on CUDA devices."""

@@ -118,6 +118,7 @@ TORCH_INT8_MODE = "int8_dynamic"
 
 class TorchEngine(Engine):
     model_format = "torch"
+    precisions = frozenset({"fp32", "bf16", "fp16", "int8_dynamic", "fp8"})
     software = ("torch",)
     served_as = "files"  # MLflow's pytorch flavour would pickle the module
     hints: ClassVar[dict[str, str]] = {}
@@ -206,6 +207,7 @@ class TorchCompile(TorchEngine):
 class OnnxRuntime(Engine):
     name = "onnxruntime"
     model_format = "onnx"
+    precisions = frozenset({"fp32", "fp16", "int8_dynamic", "int8_static", "int4_weight_only"})
     options = (ORT_PROVIDER, ORT_GRAPH_OPT, *STATIC_INT8_OPTIONS)
     applies = frozenset({"fallback"})
     needs = ("ort.cpu|ort.cuda|ort.tensorrt",)

@@ -44,6 +44,7 @@ NNCF_LACKS_CALIBRATION = {
 class OpenVino(Engine):
     name = "openvino"
     model_format = "onnx"
+    precisions = frozenset(OV_PRECISIONS)
     applies_precisions = OV_HINTED_PRECISIONS
     applies = frozenset({"fallback"})
     options = (OV_PERFORMANCE_HINT, OV_STREAMS, *STATIC_INT8_OPTIONS)

@@ -1,6 +1,6 @@
-"""The precision modes, declared: the engines that run each mode and the hardware it needs on
-each device. How a mode builds a variant is its implementation in
-`workers.building.knobs.precisions`."""
+"""The precision modes, declared: the hardware each mode needs on each device (the engines say
+which modes they run, `Engine.precisions`). How a mode builds a variant is its implementation
+in `workers.building.knobs.precisions`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ from autotune.core.knobs.base import ENGINES, Precision, Target, register
 
 if TYPE_CHECKING:
     from autotune.core.knobs.config import TrialConfig
-
-TORCH = frozenset({"torch_eager", "torch_compile"})
 
 
 class DevicePrecision(Precision):
@@ -30,20 +28,17 @@ class DevicePrecision(Precision):
 @register
 class Fp32(DevicePrecision):
     name = "fp32"
-    engines = TORCH | {"onnxruntime", "openvino"}
 
 
 @register
 class Bf16(DevicePrecision):
     name = "bf16"
-    engines = TORCH | {"openvino"}
     needs_on = {"cpu": ("cpu.bf16",), "cuda": ("cuda.bf16",)}
 
 
 @register
 class Fp16(DevicePrecision):
     name = "fp16"
-    engines = TORCH | {"onnxruntime"}
 
 
 @register
@@ -53,7 +48,6 @@ class Int8Dynamic(DevicePrecision):
     accuracy says so."""
 
     name = "int8_dynamic"
-    engines = TORCH | {"onnxruntime"}
     needs_on = {"cpu": ("cpu.avx2",)}
 
 
@@ -64,7 +58,6 @@ class Int8Static(DevicePrecision):
     quantization for openvino."""
 
     name = "int8_static"
-    engines = frozenset({"onnxruntime", "openvino"})
     needs_on = {"cpu": ("cpu.avx2",)}
 
 
@@ -73,7 +66,6 @@ class Fp8(DevicePrecision):
     """torchao's float8 Linear layers, on CUDA with compute capability >= 8.9."""
 
     name = "fp8"
-    engines = TORCH
 
     def supports(self, config: TrialConfig, target: Target) -> str | None:
         if config.device != "cuda" or "cuda.fp8" not in target.capabilities:
@@ -88,4 +80,3 @@ class Int4WeightOnly(DevicePrecision):
     MatMul weights dominate (transformers). Not in the shipped spaces: a space names it."""
 
     name = "int4_weight_only"
-    engines = frozenset({"onnxruntime"})

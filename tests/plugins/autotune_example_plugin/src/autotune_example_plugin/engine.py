@@ -1,16 +1,13 @@
 """The declaration of `ort_tuned_session` (entry point group `autotune.engines`): ONNX Runtime
 on its CPU provider with two session options autotune's own `onnxruntime` engine leaves at
 ONNX Runtime's defaults, the execution mode and the memory pattern planner. Both planes import
-this module; it imports no runtime.
-
-A precision mode names the engines that run it (`Precision.engines`), so an engine that runs
-a built-in mode adds its name to that mode's set (`RUNS_PRECISIONS`)."""
+this module; it imports no runtime. It runs fp32 alone, and says so (`Engine.precisions`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.core.knobs import PRECISIONS, Engine, Option, Target, register
+from autotune.core.knobs import Engine, Option, Target, register
 from autotune.core.knobs.engines import foreign_setting
 
 if TYPE_CHECKING:
@@ -23,7 +20,6 @@ EXECUTION_MODE = Option("ort_tuned.execution_mode", ("sequential", "parallel"), 
 # Whether ONNX Runtime plans the model's memory from the first run's allocations.
 MEM_PATTERN = Option("ort_tuned.mem_pattern", (True, False), True)
 PARALLEL_INTER_OP_THREADS = 2
-RUNS_PRECISIONS = ("fp32",)
 
 
 @register
@@ -33,6 +29,7 @@ class OrtTunedSession(Engine):
 
     name = NAME
     model_format = "onnx"
+    precisions = frozenset({"fp32"})
     options = (EXECUTION_MODE, MEM_PATTERN)
     needs = ("ort.cpu",)
     software = ("onnxruntime", "onnx")
@@ -44,8 +41,3 @@ class OrtTunedSession(Engine):
         if reason is None and config.device != "cpu":
             return f"runtime.device={config.device}: {self.key}={self.name} runs on the CPU only"
         return reason
-
-
-for _mode in RUNS_PRECISIONS:
-    _precision = type(PRECISIONS[_mode])
-    _precision.engines = _precision.engines | {NAME}
