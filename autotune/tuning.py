@@ -119,6 +119,9 @@ class Tuned:
 
     ends: list[KindEnd]
     path: Path
+    # What the studies are named after (`--study`, else the request's name), and so the
+    # tuned model's registered name.
+    name: str
 
     @property
     def kinds(self) -> list[KindTuned]:
@@ -207,7 +210,7 @@ def tune_kinds(
     try:
         if len(plans) == 1:
             only = _tune_kind(plans[0], request, study_name, out_dir, out_file, options, progress)
-            return Tuned([only], out_file)
+            return Tuned([only], out_file, study_name)
         stop = options.stop or threading.Event()
         options = replace(options, stop=stop)
         studies = [
@@ -217,7 +220,7 @@ def tune_kinds(
     finally:
         close()
     write_index(out_file, ends)
-    return Tuned(ends, out_file)
+    return Tuned(ends, out_file, study_name)
 
 
 def _kind_study(

@@ -139,14 +139,15 @@ def tune(
     if as_json:
         shown = [t.outcome.tuned.model_dump(mode="json") for t in tuned_kinds if t.outcome.tuned]
         for kind in tuned_kinds:
-            _register(kind.outcome.tuned, several)
+            _register(kind.outcome.tuned, tuned.name, several)
         print(json.dumps(shown if several else shown[0], indent=2))
     else:
         for kind in tuned_kinds:
             if several:
                 header = f"\n[bold]Kind {escape(describe_kind(kind.kind))}[/bold]"
                 out.print(header, soft_wrap=True)
-            _print_tuned(kind.outcome, kind.path, _register(kind.outcome.tuned, several))
+            registered = _register(kind.outcome.tuned, tuned.name, several)
+            _print_tuned(kind.outcome, kind.path, registered)
     if several:
         _print_kinds(tuned, err if as_json else out)
         code = kinds_exit_code(tuned.ends)
@@ -244,35 +245,24 @@ def searched_baseline(outcome: TuneOutcome) -> Candidate:
     return next(c for c in outcome.candidates if c.trial_number == number)
 
 
-def _register(tuned: Any, per_kind: bool = False) -> str | None:
-    """The tuned model as a version of the registered model named like the study, under the
-    alias `tuned` (`models:/NAME@tuned`); with several kinds of node, each kind's version of
-    the request's model under `tuned-FINGERPRINT`. What went wrong where the store has no
-    registry or the name is not one MLflow takes. A replayed study exports no model (None)."""
+def _register(tuned: Any, name: str, of_several_kinds: bool) -> str | None:
+    """The tuned model registered (`autotune.tracking.registry.register_tuned_model`) and
+    how to name it, or what went wrong where the store has no registry or the name is not one
+    MLflow takes. A replayed study exports no model (None)."""
     from mlflow.exceptions import MlflowException
 
     from autotune.core.errors import RequestError
-    from autotune.tracking.registry import register_tuned
+    from autotune.tracking.registry import register_tuned_model
 
-    artifact = Path(tuned.artifact)
-    if artifact.suffix == ".json":
-        return None
-    study = tuned.study["name"]
-    fingerprint = tuned.hardware["fingerprint"]
-    name, alias = (
-        (study.partition("@")[0], f"tuned-{fingerprint}") if per_kind else (study, "tuned")
-    )
     try:
-        version = register_tuned(
-            tuned.mlflow["tracking_uri"],
-            name,
-            tuned.model_dump(mode="json"),
-            {"autotune.study": study, "autotune.hardware_fingerprint": fingerprint},
-            alias=alias,
+        registered = register_tuned_model(
+            tuned.model_dump(mode="json"), name, of_several_kinds=of_several_kinds
         )
     except (MlflowException, RequestError) as error:
         return f"not registered ({type(error).__name__}: {str(error).splitlines()[0]})"
-    return f"models:/{name}@{alias} (version {version})"
+    if registered is None:
+        return None
+    return f"{registered.uri} (version {registered.version})"
 
 
 def _ui_command(tracking_uri: str, port: int, cwd: Path | None = None) -> str:

@@ -197,29 +197,21 @@ class JobRunner:
         options.warm_start = load_warm_start(previous.study_name, self.settings.storage)
         options.previous_tuned = previous.result
 
-    def _register(self, job: Job, name: str, tuned: dict[str, Any]) -> dict[str, Any]:
+    def _register(self, job: Job, name: str, tuned: dict[str, Any]) -> dict[str, Any] | None:
         """The tuned artifact becomes a version of the registered model, under the alias, in
-        the job's team's namespace: `uri` is what the team names it by in requests,
-        `mlflow_name` its name in MLflow."""
-        from autotune.tracking.registry import register_tuned, registered_name
+        the job's team's namespace (`register_tuned_model`, the command line's rule): `uri`
+        is what the team names it by in requests, `mlflow_name` its name in MLflow."""
+        from autotune.tracking.registry import register_tuned_model
 
-        alias = self.settings.registered_alias
-        namespace = self.store.namespace(job)
-        version = register_tuned(
-            self.settings.tracking_uri,
-            name,
+        registered = register_tuned_model(
             tuned,
-            {"autotune.job": job.id, "autotune.study": job.study_name},
-            alias=alias,
-            namespace=namespace,
+            name,
+            alias=self.settings.registered_alias,
+            namespace=self.store.namespace(job),
+            tags={"autotune.job": job.id},
+            tracking_uri=self.settings.tracking_uri,
         )
-        return {
-            "name": name,
-            "version": version,
-            "alias": alias,
-            "uri": f"models:/{name}@{alias}",
-            "mlflow_name": registered_name(name, namespace),
-        }
+        return None if registered is None else registered.document()
 
     def _progress(self, job: Job, request: Any) -> Callable[[int | None], Any]:
         """Progress for the job's status: trials done, and the best feasible so far; each

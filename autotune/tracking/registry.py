@@ -210,3 +210,68 @@ def version_description(tuned: dict[str, Any]) -> str:
             f"{study['n_trials']}: [its MLflow run]({run_link}).",
         ]
     )
+
+
+@dataclass(frozen=True)
+class TunedRegistration:
+    """Where a tuned model was registered: `uri` is how a request names it
+    (`models:/NAME@ALIAS`), `mlflow_name` its name in MLflow (inside its namespace)."""
+
+    name: str
+    alias: str
+    version: str
+    mlflow_name: str
+
+    @property
+    def uri(self) -> str:
+        return f"models:/{self.name}@{self.alias}"
+
+    def document(self) -> dict[str, str]:
+        """What a job's status shows as its `registered_model`."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "alias": self.alias,
+            "uri": self.uri,
+            "mlflow_name": self.mlflow_name,
+        }
+
+
+def tuned_model_alias(alias: str, fingerprint: str, of_several_kinds: bool) -> str:
+    """The alias of a tuned version: `alias` itself, or `ALIAS-FINGERPRINT` for one kind of
+    node among several tuned at once (each kind has its own version of the model)."""
+    return f"{alias}-{fingerprint}" if of_several_kinds else alias
+
+
+def register_tuned_model(
+    tuned: dict[str, Any],
+    name: str,
+    *,
+    alias: str = "tuned",
+    of_several_kinds: bool = False,
+    namespace: str | None = None,
+    tags: dict[str, str] | None = None,
+    tracking_uri: str | None = None,
+) -> TunedRegistration | None:
+    """Register a tuning's optimized model (`tuned`, a tuned file's document) as a version of
+    registered model `name`, the name the tuning was asked under (the request's name, or the
+    study name given in its place): the one rule of the command line and the service. The
+    version is tagged with the study, the kind of node and `tags`, and `alias`
+    (`tuned_model_alias`) points at it. A replayed study exports no model: None."""
+    if Path(tuned["artifact"]).suffix == ".json":
+        return None
+    fingerprint = tuned["hardware"]["fingerprint"]
+    chosen_alias = tuned_model_alias(alias, fingerprint, of_several_kinds)
+    version = register_tuned(
+        tracking_uri or tuned["mlflow"]["tracking_uri"],
+        name,
+        tuned,
+        {
+            "autotune.study": tuned["study"]["name"],
+            "autotune.hardware_fingerprint": fingerprint,
+            **(tags or {}),
+        },
+        alias=chosen_alias,
+        namespace=namespace,
+    )
+    return TunedRegistration(name, chosen_alias, version, registered_name(name, namespace))
