@@ -9,8 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autotune.conclusion.conclude import TuneOutcome, closest_to_bounds
-from autotune.conclusion.front import front_of
+from autotune.conclusion.conclude import Conclusion, TuneOutcome, closest_to_bounds
 from autotune.conclusion.tuned_file import ConstraintOutcome
 from autotune.core.contract import ModelInfo, NodeKind, Workload
 from autotune.core.errors import Interrupted, RequestError
@@ -36,6 +35,7 @@ from autotune.results.leases import schema_lock
 from autotune.results.records import Candidate
 from autotune.search.budget import SearchBudget
 from autotune.search.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
+from autotune.search.front import front_of
 from autotune.search.warm_start import WarmStart
 from autotune.space.hardware import describe_kind
 from autotune.space.search_space import (
@@ -361,14 +361,43 @@ def run_study(
             tracker,
             SearchBudget(settings.n_trials, settings.timeout_s),
             warm_start=options.warm_start,
-            previous_tuned=options.previous_tuned,
             events=events,
             stop=options.stop or threading.Event(),
             stale_after_s=options.stale_after_s or STALE_AFTER_S,
         )
-        return coordinator.run()
+        return search_then_conclude(coordinator, options.previous_tuned)
     finally:
         store.close()
+
+
+def search_then_conclude(
+    coordinator: Coordinator, previous_tuned: dict[str, Any] | None = None
+) -> TuneOutcome:
+    """The coordinator's search, then the study's conclusion (`Conclusion.conclude`: the
+    finalists head to head, the export, the tuned file), measured against `previous_tuned`
+    on a re-tune. A study that fails or is stopped, in either, finishes its tracker so."""
+    tuning, tracker = coordinator.tuning, coordinator.tracker
+    try:
+        baseline = coordinator.run()
+        conclusion = Conclusion(
+            tuning.request,
+            tuning.workload,
+            tuning.model_info,
+            tuning.profile,
+            coordinator.executor,
+            coordinator.store,
+            tracker,
+            tuning.artifact_dir,
+            coordinator.events.on_phase,
+            previous_tuned,
+        )
+        return conclusion.conclude(baseline.candidate())
+    except Interrupted:
+        tracker.finish("KILLED")
+        raise
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
 
 
 def open_study_store(tuning: Tuning, settings: TuneSettings, strategy: Strategy) -> OptunaStore:

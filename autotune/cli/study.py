@@ -97,8 +97,8 @@ class StoredStudy:
 
 
 def _read_study(study_name: str, storage: str) -> StoredStudy:
-    from autotune.conclusion.front import front_of
     from autotune.results import opened_store
+    from autotune.search.front import front_of
 
     with opened_store(study_name, storage, "study", "--storage") as store:
         baseline = next(

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.conclusion.decision import headline_metrics
-from autotune.conclusion.front import pareto_front
 from autotune.conclusion.head_to_head import Revalidation, Revalidator
 from autotune.conclusion.previous import PreviousChoice, previous_choice
 from autotune.conclusion.tuned_file import (
@@ -25,6 +24,7 @@ from autotune.core.errors import NoFeasibleConfiguration
 from autotune.core.metrics import BOUNDS, OBJECTIVES, TOP1_AGREEMENT
 from autotune.requests.request import TuningRequest
 from autotune.results.records import Candidate
+from autotune.search.front import pareto_front
 from autotune.tracking import is_number
 
 if TYPE_CHECKING:

@@ -5,8 +5,8 @@ measurement, an `Executor` measures, a `Tracker` shows it; `SearchBudget` says w
 The baseline (the unmodified model) runs first; results that arrive before its accuracy is
 known wait for it; a baseline whose batch scan ran under load scans again once the machine is
 quiet (`autotune.search.rescan`). Trials lost to a dead worker are retried; trials of dead
-coordinators are reaped and enqueued again. After the search, `autotune.conclusion.conclude`
-concludes the study.
+coordinators are reaped and enqueued again. The search ends with the baseline's record;
+`autotune.tuning.run_study` then concludes the study (`autotune.conclusion`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,8 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from autotune.conclusion.conclude import Conclusion, TuneOutcome
-from autotune.conclusion.front import RunningFront, by_contribution, value_of
-from autotune.conclusion.unmet import unmet_note
 from autotune.core.contract import ConfigValue, Screen, ScreenObjective, TrialResult, TrialSpec
 from autotune.core.errors import AutotuneError, Interrupted, NodesGone
 from autotune.core.knobs import variant_key
@@ -28,6 +25,7 @@ from autotune.results.leases import Heartbeat, Owner
 from autotune.results.records import TrialMarks, TrialRecord
 from autotune.search.answers import Answers
 from autotune.search.budget import SearchBudget
+from autotune.search.front import RunningFront, by_contribution, value_of
 from autotune.search.inputs import Events, Tuning
 from autotune.search.int8_outlook import int8_outlook_notes
 from autotune.search.interrupts import stop_on_signals
@@ -37,6 +35,7 @@ from autotune.search.report import check_failures, sensitivity_note, study_summa
 from autotune.search.rescan import Rescans
 from autotune.search.state import BATCH, SearchState
 from autotune.search.telling import Teller
+from autotune.search.unmet import unmet_note
 from autotune.strategies.reasons import staged
 
 if TYPE_CHECKING:
@@ -61,7 +60,6 @@ class Coordinator:
     tracker: Tracker
     budget: SearchBudget
     warm_start: WarmStart | None = None
-    previous_tuned: dict[str, Any] | None = None
     events: Events = field(default_factory=Events)
     # Set from a signal handler or another thread: stop asking, let running trials end.
     stop: threading.Event = field(default_factory=threading.Event)
@@ -118,44 +116,27 @@ class Coordinator:
         if note is not None:
             self.events.on_note(note)
 
-    def run(self) -> TuneOutcome:
-        request = self.tuning.request
+    def run(self) -> TrialRecord:
+        """Search until the budget is spent or the study is stopped, then tell what it found;
+        the baseline's record. A stopped study raises `Interrupted`, one where most trials
+        failed `MostTrialsFailed`."""
         started = time.monotonic()
-        try:
-            with (
-                Heartbeat(lambda: self.store.beat(self.owner)),
-                stop_on_signals(self.stop) as received,
-            ):
-                baseline = self.search()
-            records = self.store.records()
-            self.events.on_note(f"study {self.store.name}: {study_summary(records)}")
-            self._note_sensitivity(records, time.monotonic() - started)
-            if self.stop.is_set():
-                by = received[0] if received else "the user"
-                raise Interrupted(
-                    f"stopped by {by} after the running trials; run the same command to "
-                    f"resume {self.store.name!r}"
-                )
-            check_failures(records)
-            conclusion = Conclusion(
-                request,
-                self.tuning.workload,
-                self.tuning.model_info,
-                self.tuning.profile,
-                self.executor,
-                self.store,
-                self.tracker,
-                self.tuning.artifact_dir,
-                self.events.on_phase,
-                self.previous_tuned,
+        with (
+            Heartbeat(lambda: self.store.beat(self.owner)),
+            stop_on_signals(self.stop) as received,
+        ):
+            baseline = self.search()
+        records = self.store.records()
+        self.events.on_note(f"study {self.store.name}: {study_summary(records)}")
+        self._note_sensitivity(records, time.monotonic() - started)
+        if self.stop.is_set():
+            by = received[0] if received else "the user"
+            raise Interrupted(
+                f"stopped by {by} after the running trials; run the same command to "
+                f"resume {self.store.name!r}"
             )
-            return conclusion.conclude(baseline.candidate())
-        except Interrupted:
-            self.tracker.finish("KILLED")
-            raise
-        except BaseException:
-            self.tracker.finish("FAILED")
-            raise
+        check_failures(records)
+        return baseline
 
     def _note_sensitivity(self, records: list[TrialRecord], search_s: float) -> None:
         """Where the int8 sensitivity time went, and what the rankings say of each int8 mode

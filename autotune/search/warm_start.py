@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from autotune.conclusion.front import front_of
 from autotune.core.contract import Provenance, TrialMetrics, TrialResult, TrialSpec
 from autotune.core.knobs import variant_key
 from autotune.results.optuna_store import opened_store, producible
 from autotune.results.records import Candidate, configuration_key
+from autotune.search.front import front_of
 from autotune.space.search_space import EffectiveSpace
 from autotune.strategies import Answer
 

@@ -15,15 +15,16 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.conclusion.conclude import TuneOutcome
-from autotune.conclusion.front import front_of
 from autotune.core.contract import ArtifactInfo, TrialSpec
 from autotune.results import TrialMarks
 from autotune.search.budget import SearchBudget
 from autotune.search.coordinator import Coordinator, Events, Tuning
+from autotune.search.front import front_of
 from autotune.search.report import trial_text
 from autotune.strategies import make_strategy
 from autotune.tracking import PARENT_TAG, TRIAL_TAG, MlflowTracker
 from autotune.tracking.mlflow import NOTE_TAG
+from autotune.tuning import search_then_conclude
 from tests.autotune.conclusion.test_head_to_head import Comparing
 from tests.autotune.coordinator_support import (
     BASELINE,
@@ -94,7 +95,7 @@ def tuned_with_a_repeat(
     store.enqueue(space, EIGHT, TrialMarks())
     store.enqueue(space, EIGHT, TrialMarks())
     with deadline(30.0):
-        outcome = coordinator.run()
+        outcome = search_then_conclude(coordinator)
     return outcome, coordinator, executor
 
 

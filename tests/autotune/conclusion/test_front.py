@@ -1,17 +1,17 @@
 import numpy as np
 import pytest
 
-from autotune.conclusion.front import (
-    Candidate,
+from autotune.conclusion.front import select
+from autotune.core.metrics import OBJECTIVES, THROUGHPUT, selection_objective
+from autotune.requests.request import Selection
+from autotune.results.records import Candidate
+from autotune.search.front import (
     RunningFront,
     by_contribution,
     dominates,
     hypervolume,
     pareto_front,
-    select,
 )
-from autotune.core.metrics import OBJECTIVES, THROUGHPUT, selection_objective
-from autotune.requests.request import Selection
 
 OBJ = [OBJECTIVES["accuracy"], OBJECTIVES["latency"], OBJECTIVES["energy"]]
 

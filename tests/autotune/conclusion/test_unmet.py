@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.conclusion.unmet import figure, infeasible_message, unmet_bounds, unmet_note
+from autotune.conclusion.unmet import infeasible_message
 from autotune.core.metrics import BOUNDS, constraint_violations
 from autotune.results.records import Candidate
+from autotune.search.unmet import figure, unmet_bounds, unmet_note
 
 CONSTRAINTS = {"min_throughput_per_s": 1500.0, "max_accuracy_drop": 0.02}
 

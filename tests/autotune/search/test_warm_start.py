@@ -15,7 +15,6 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from autotune.conclusion.conclude import TuneOutcome
-from autotune.conclusion.front import dominates
 from autotune.core.contract import TrialSpec
 from autotune.core.errors import RequestError
 from autotune.core.knobs import variant_key
@@ -24,6 +23,7 @@ from autotune.execution import build
 from autotune.execution.in_process import InProcessExecutor
 from autotune.results import TrialRecord
 from autotune.results.records import Candidate
+from autotune.search.front import dominates
 from autotune.search.warm_start import PreviousTrial, WarmStart, load_warm_start, selection_order
 from autotune.space.search_space import effective_space, load_space, resolve_space_path
 from autotune.tracking import PARENT_TAG, TRIAL_TAG
