@@ -88,8 +88,24 @@ def _print_profile(profile: HardwareProfile) -> None:
     out.print(f"gpus:         {gpus or 'none'}")
     out.print(f"ort providers: {', '.join(profile.onnxruntime_providers) or '-'}")
     out.print(f"capabilities: {', '.join(sorted(profile.capabilities()))}")
+    for hint in install_hints(profile):
+        out.print(f"missing:      {hint}", markup=False, highlight=False)
     for note in profile.notes:
         out.print(f"note:         {note}")
+
+
+def install_hints(profile: HardwareProfile) -> list[str]:
+    """For each knob whose package is not installed on the node, what would let it be
+    searched there: 'install autotune[cpu] to search runtime.engine=openvino (openvino is not
+    installed)'."""
+    from autotune.core.knobs import all_knobs
+
+    return [
+        f"{knob.package.install_hint(f'{knob.key}={knob.name}')} "
+        f"({knob.package.module} is not installed)"
+        for knob in all_knobs()
+        if knob.package is not None and knob.package.module in profile.missing_modules
+    ]
 
 
 def space(

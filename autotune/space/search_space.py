@@ -271,7 +271,8 @@ def effective_space(
     Without `apply_knob_rules` (a replayed table, which says itself what ran) the knobs'
     rules are not applied."""
     caps = profile.capabilities() | _model_capabilities(model)
-    target = Target(frozenset(caps), model.kind if model is not None else None)
+    kind = model.kind if model is not None else None
+    target = Target(frozenset(caps), kind, frozenset(profile.missing_modules))
     dims: list[EffectiveDimension] = []
     excluded: list[Exclusion] = []
     for dim in space.dimensions:

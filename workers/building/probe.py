@@ -43,6 +43,7 @@ def probe() -> HardwareProfile:
         gpus=gpus,
         onnxruntime_providers=_ort_providers(notes),
         engines=_engine_capabilities(notes),
+        missing_modules=missing_modules(),
         torch_version=torch_version,
         cuda_version=cuda_version,
         cudnn_version=cudnn_version,
@@ -92,6 +93,22 @@ def _engine_capabilities(notes: list[str]) -> list[str]:
         except Exception as error:  # a broken install raises what its own code raises
             notes.append(f"runtime.engine={engine.name} is not usable here ({error})")
     return sorted(capabilities)
+
+
+def missing_modules() -> list[str]:
+    """The modules the declared knobs need (`Knob.package`) that are not installed here (or
+    are hidden from this process)."""
+    from autotune.core.knobs import all_knobs
+
+    needed = {knob.package.module for knob in all_knobs() if knob.package is not None}
+    return sorted(module for module in needed if not _installed(module))
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def _ort_providers(notes: list[str]) -> list[str]:

@@ -43,6 +43,12 @@ class HardwareProfile(Strict):
     engines: list[str] = Field(
         default=[], description="capabilities the installed engines offer (their own probes)"
     )
+    missing_modules: list[str] = Field(
+        default=[],
+        description="modules the declared knobs need (their `Package`) that are not installed "
+        "here; what the engines can run already says what they cost, so the fingerprint "
+        "leaves them out",
+    )
     notes: list[str] = Field(default=[], description="what the probe could not see, and why")
 
     @property

@@ -41,11 +41,13 @@ DEFAULTS: dict[str, str] = {DEVICE_KEY: "cpu", PRECISION_KEY: "fp32", PRUNE_KEY:
 @dataclass(frozen=True)
 class Target:
     """What a configuration is judged against before anything is built: the hardware's
-    capabilities (`autotune.core.contract.CAPABILITIES` names and the engines' own) and the
-    model's format (None while planning without a model: anything a model could use)."""
+    capabilities (`autotune.core.contract.CAPABILITIES` names and the engines' own), the
+    model's format (None while planning without a model: anything a model could use) and the
+    modules the knobs need that are not installed there (`Package.module`)."""
 
     capabilities: frozenset[str]
     model_kind: ModelKind | None = None
+    missing_modules: frozenset[str] = frozenset()
 
     def unmet(self, needs: Sequence[str]) -> str | None:
         """'needs a, b or c' for the needs this target does not meet ('b|c' is met by either
@@ -82,18 +84,38 @@ class Option:
         return flags and not isinstance(value, bool)
 
 
+@dataclass(frozen=True)
+class Package:
+    """A module a knob's implementation imports that autotune's own dependencies leave out,
+    and the extras of autotune that install it (`pyproject.toml`'s optional dependencies)."""
+
+    module: str
+    extras: tuple[str, ...]
+
+    def install_hint(self, subject: str) -> str:
+        """'install autotune[a] or autotune[b] to search <subject>'."""
+        extras = " or ".join(f"autotune[{extra}]" for extra in self.extras)
+        return f"install {extras} to search {subject}"
+
+
 class Knob:
-    """One value of a selecting dimension; subclasses are registered by name."""
+    """One value of a selecting dimension; subclasses are registered by name. `package` is
+    what must be installed for it to run at all (None: autotune's own dependencies)."""
 
     key: ClassVar[str]
     name: ClassVar[str]
     options: ClassVar[tuple[Option, ...]] = ()
     needs: ClassVar[tuple[str, ...]] = ()
+    package: ClassVar[Package | None] = None
 
     def supports(self, config: TrialConfig, target: Target) -> str | None:
         """Why this knob cannot run `config` on `target`, or None."""
+        package = self.package
+        subject = f"{self.key}={self.name}"
+        if package is not None and package.module in target.missing_modules:
+            return f"{subject}: {package.module} is not installed; {package.install_hint(subject)}"
         unmet = target.unmet(self.needs)
-        return None if unmet is None else f"{self.key}={self.name} {unmet}"
+        return None if unmet is None else f"{subject} {unmet}"
 
 
 class Precision(Knob):

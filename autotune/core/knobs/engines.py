@@ -29,6 +29,7 @@ from autotune.core.knobs.base import (
     PRECISION_KEY,
     Engine,
     Option,
+    Package,
     Target,
     option_default,
     register,
@@ -211,6 +212,7 @@ class OnnxRuntime(Engine):
     options = (ORT_PROVIDER, ORT_GRAPH_OPT, *STATIC_INT8_OPTIONS)
     applies = frozenset({"fallback"})
     needs = ("ort.cpu|ort.cuda|ort.tensorrt",)
+    package = Package("onnxruntime", ("cpu", "gpu"))
     software = ("onnxruntime", "onnx")
     concurrent_calls = True
     served_as = "onnx"

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.core.knobs.base import DEVICE_KEY, PRECISION_KEY, Engine, Option, Target, register
+from autotune.core.knobs.base import (
+    DEVICE_KEY,
+    PRECISION_KEY,
+    Engine,
+    Option,
+    Package,
+    Target,
+    register,
+)
 from autotune.core.knobs.engines import (
     CALIBRATION,
     STATIC_INT8_OPTIONS,
@@ -49,6 +57,7 @@ class OpenVino(Engine):
     applies = frozenset({"fallback"})
     options = (OV_PERFORMANCE_HINT, OV_STREAMS, *STATIC_INT8_OPTIONS)
     needs = ("openvino",)
+    package = Package("openvino", ("cpu", "gpu"))
     provides = ("openvino",)
     software = ("openvino",)
     concurrent_calls = True  # one compiled model, one infer request per calling thread

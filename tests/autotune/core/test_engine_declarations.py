@@ -1,14 +1,26 @@
 """An engine's declaration is the whole of what the knobs know of it: the precision modes it
-runs, with no precision naming it."""
+runs, with no precision naming it, and the package it needs, with the extras of autotune that
+install it."""
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterator
 
 import pytest
 
-from autotune.core.knobs import ENGINES, PRECISIONS, Engine, Target, register, supports
+from autotune.core.knobs import (
+    ENGINES,
+    PRECISIONS,
+    Engine,
+    Package,
+    Target,
+    all_knobs,
+    register,
+    supports,
+)
 from autotune.core.knobs.config import parse_config
+from tests.conftest import REPO
 
 ANYWHERE = Target(frozenset({"cpu", "cpu.avx2", "cpu.bf16"}), "onnx")
 
@@ -59,3 +71,37 @@ def test_a_precision_runs_on_the_engines_that_declare_it() -> None:
         "fp8": {"torch_eager", "torch_compile"},
         "int4_weight_only": {"onnxruntime"},
     }
+
+
+class AbsentPackageEngine(ExampleEngine):
+    name = "example_absent_package"
+    package = Package("autotune_example_absent_module", ("cpu",))
+
+
+def test_an_engine_whose_package_is_missing_says_what_to_install() -> None:
+    register(AbsentPackageEngine)
+    try:
+        config = parse_config({"runtime.engine": AbsentPackageEngine.name}, "onnx")
+        missing = Target(
+            ANYWHERE.capabilities, "onnx", frozenset({"autotune_example_absent_module"})
+        )
+        assert supports(config, missing) == (
+            "runtime.engine=example_absent_package: autotune_example_absent_module is not "
+            "installed; install autotune[cpu] to search runtime.engine=example_absent_package"
+        )
+        assert supports(config, ANYWHERE) is None
+    finally:
+        del ENGINES[AbsentPackageEngine.name]
+
+
+def test_every_declared_package_names_extras_of_autotune() -> None:
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    declared = {knob.name: knob.package for knob in all_knobs() if knob.package is not None}
+    assert {"onnxruntime", "openvino"} <= declared.keys()
+    for name, package in declared.items():
+        assert package.extras and set(package.extras) <= extras.keys(), name
+        for extra in package.extras:
+            requirements = " ".join(extras[extra])
+            assert package.module in requirements, (name, extra)
