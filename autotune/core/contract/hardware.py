@@ -70,7 +70,14 @@ class HardwareProfile(Strict):
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def capabilities(self) -> set[str]:
-        return {name for name, has in CAPABILITIES.items() if has(self)} | set(self.engines)
+        """What the device offers (`CAPABILITIES`) and what the engines offer on it: those
+        their probes reported (`engines`) and those each registered engine reads off this
+        profile (`Engine.offered`)."""
+        from autotune.core.knobs import ENGINES
+
+        offered = {capability for e in ENGINES.values() for capability in e.offered(self)}
+        device = {name for name, has in CAPABILITIES.items() if has(self)}
+        return device | set(self.engines) | offered
 
 
 def _min_cc(major: int, minor: int) -> Callable[[HardwareProfile], bool]:
@@ -81,11 +88,8 @@ def _any_flag(*flags: str) -> Callable[[HardwareProfile], bool]:
     return lambda p: any(f in p.cpu_flags for f in flags)
 
 
-def _provider(name: str) -> Callable[[HardwareProfile], bool]:
-    return lambda p: name in p.onnxruntime_providers
-
-
-# Every capability a search space may require, and how a profile shows it.
+# What the device offers whatever runs on it, and how a profile shows it; an engine's own
+# capabilities are its declaration's (`Engine.provides`, `Engine.offered`).
 CAPABILITIES: dict[str, Callable[[HardwareProfile], bool]] = {
     "cpu": lambda p: True,
     "cpu.avx2": _any_flag("avx2"),
@@ -98,13 +102,9 @@ CAPABILITIES: dict[str, Callable[[HardwareProfile], bool]] = {
     "cuda.fp8": _min_cc(8, 9),
     "cuda.sparse24": _min_cc(8, 0),
     "multi_gpu": lambda p: len(p.gpus) >= 2,
-    "torch.compile": lambda p: p.torch_compile,
     "sdpa.flash": _min_cc(8, 0),
     "sdpa.efficient": _min_cc(5, 0),
     "sdpa.cudnn": lambda p: _min_cc(8, 0)(p) and (p.cudnn_version or 0) >= 90000,
-    "ort.cpu": _provider("CPUExecutionProvider"),
-    "ort.cuda": _provider("CUDAExecutionProvider"),
-    "ort.tensorrt": _provider("TensorrtExecutionProvider"),
 }
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 from autotune.core.errors import Unsupported
 
 if TYPE_CHECKING:
+    from autotune.core.contract import HardwareProfile
     from autotune.core.knobs.config import TrialConfig
 
 # A configuration value: what a search space dimension takes.
@@ -149,8 +150,9 @@ class Engine(Knob):
     to ONNX for an ONNX engine) in the precision modes it declares (`precisions`); `applies`
     the shared kernel and sharding fields of `TrialConfig`
     it honours (any other must keep its default); `software` the distributions whose
-    versions the provenance records; `provides` the capabilities its implementation's
-    `probe` may report."""
+    versions the provenance records; `provides` the capabilities it may offer on a node,
+    which its implementation's `probe` reports there (`offered` reads them off the node's
+    profile)."""
 
     key = ENGINE_KEY
     model_format: ClassVar[ModelKind]
@@ -179,6 +181,12 @@ class Engine(Knob):
     def on_cuda(self, config: TrialConfig) -> bool:
         """Whether the session runs on CUDA devices."""
         return config.device == "cuda"
+
+    def offered(self, profile: HardwareProfile) -> set[str]:
+        """The capabilities of `provides` a node's profile shows: those its probe reported
+        (`HardwareProfile.engines`); an engine whose probe fills a field of the profile of its
+        own reads them from there."""
+        return set(self.provides) & set(profile.engines)
 
 
 K = TypeVar("K", bound=Knob)

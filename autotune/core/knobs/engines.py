@@ -36,6 +36,7 @@ from autotune.core.knobs.base import (
 )
 
 if TYPE_CHECKING:
+    from autotune.core.contract import HardwareProfile
     from autotune.core.knobs.config import TrialConfig
 
 # Shared TrialConfig fields an engine may apply: field -> (configuration key, default).
@@ -188,6 +189,7 @@ class TorchCompile(TorchEngine):
     name = "torch_compile"
     options = (COMPILE_MODE,)
     needs = ("torch.compile",)
+    provides = ("torch.compile",)
     applies = frozenset({"sdpa_backend", "cudnn_benchmark", "data_parallel", "fallback"})
     hints = {
         "cuda_graphs": "; runtime.compile_mode=reduce-overhead captures CUDA graphs",
@@ -203,6 +205,11 @@ class TorchCompile(TorchEngine):
             )
         return super().supports(config, target)
 
+    def offered(self, profile: HardwareProfile) -> set[str]:
+        """torch.compile where inductor can build kernels on the node
+        (`HardwareProfile.torch_compile`)."""
+        return set(self.provides) if profile.torch_compile else set()
+
 
 @register
 class OnnxRuntime(Engine):
@@ -212,6 +219,7 @@ class OnnxRuntime(Engine):
     options = (ORT_PROVIDER, ORT_GRAPH_OPT, *STATIC_INT8_OPTIONS)
     applies = frozenset({"fallback"})
     needs = ("ort.cpu|ort.cuda|ort.tensorrt",)
+    provides = tuple(f"ort.{provider}" for provider in ORT_PROVIDERS)
     package = Package("onnxruntime", ("cpu", "gpu"))
     software = ("onnxruntime", "onnx")
     concurrent_calls = True
@@ -248,6 +256,15 @@ class OnnxRuntime(Engine):
 
     def on_cuda(self, config: TrialConfig) -> bool:
         return config.option(ORT_PROVIDER.key) in ("cuda", "tensorrt")
+
+    def offered(self, profile: HardwareProfile) -> set[str]:
+        """ort.<provider> for each runtime.provider whose execution provider the node's ONNX
+        Runtime has (`HardwareProfile.onnxruntime_providers`)."""
+        return {
+            f"ort.{provider}"
+            for provider, chain in ORT_PROVIDERS.items()
+            if chain[0] in profile.onnxruntime_providers
+        }
 
 
 def static_int8_setting(config: TrialConfig) -> str | None:

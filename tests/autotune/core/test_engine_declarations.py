@@ -1,6 +1,6 @@
 """An engine's declaration is the whole of what the knobs know of it: the precision modes it
-runs, with no precision naming it, and the package it needs, with the extras of autotune that
-install it."""
+runs, with no precision naming it, the package it needs, with the extras of autotune that
+install it, and the capabilities it offers on a node, read off the node's profile."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from autotune.core.contract import CAPABILITIES, HardwareProfile
 from autotune.core.knobs import (
     ENGINES,
     PRECISIONS,
@@ -21,6 +22,8 @@ from autotune.core.knobs import (
 )
 from autotune.core.knobs.config import parse_config
 from tests.conftest import REPO
+
+PROFILES = REPO / "search_spaces" / "profiles"
 
 ANYWHERE = Target(frozenset({"cpu", "cpu.avx2", "cpu.bf16"}), "onnx")
 
@@ -105,3 +108,53 @@ def test_every_declared_package_names_extras_of_autotune() -> None:
         for extra in package.extras:
             requirements = " ".join(extras[extra])
             assert package.module in requirements, (name, extra)
+
+
+def saved_profile(name: str) -> HardwareProfile:
+    return HardwareProfile.model_validate_json((PROFILES / f"{name}.json").read_text())
+
+
+def test_the_contract_holds_no_engines_own_capabilities() -> None:
+    """ONNX Runtime's providers and torch.compile are their engines' declarations, not
+    entries of the device's table."""
+    provided = {capability for engine in ENGINES.values() for capability in engine.provides}
+    assert {"ort.cpu", "ort.cuda", "ort.tensorrt", "torch.compile", "openvino"} <= provided
+    assert not provided & CAPABILITIES.keys()
+
+
+def test_engines_read_their_capabilities_off_a_profile() -> None:
+    a100 = saved_profile("a100")
+    assert {"ort.cpu", "ort.cuda", "ort.tensorrt", "torch.compile"} <= a100.capabilities()
+    bare = a100.model_copy(update={"onnxruntime_providers": [], "torch_compile": False})
+    assert not {"ort.cpu", "ort.cuda", "ort.tensorrt", "torch.compile"} & bare.capabilities()
+    cpu_only = saved_profile("cpu-only").capabilities()
+    assert "ort.cpu" in cpu_only and "ort.cuda" not in cpu_only
+
+
+class ProbedEngine(ExampleEngine):
+    name = "example_probed"
+    provides = ("example.fast_path",)
+
+
+def test_a_new_engine_offers_what_its_probe_reported() -> None:
+    register(ProbedEngine)
+    try:
+        profile = saved_profile("cpu-only")
+        assert "example.fast_path" not in profile.capabilities()
+        probed = profile.model_copy(update={"engines": ["example.fast_path"]})
+        assert "example.fast_path" in probed.capabilities()
+    finally:
+        del ENGINES[ProbedEngine.name]
+
+
+@pytest.mark.parametrize(
+    ("name", "fingerprint"),
+    [
+        ("a100", "3207142d370f1062"),
+        ("cpu-only", "5556b409b82d701d"),
+        ("h200x8", "795cb0e456e25dfd"),
+    ],
+)
+def test_saved_profiles_keep_their_fingerprints(name: str, fingerprint: str) -> None:
+    """A tuned file names the kind of node it was tuned on by this fingerprint."""
+    assert saved_profile(name).fingerprint == fingerprint
