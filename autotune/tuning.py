@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,8 +34,9 @@ from autotune.results import OptunaStore, StudyIdentity, opened_store
 from autotune.results.leases import schema_lock
 from autotune.results.records import Candidate
 from autotune.search.budget import SearchBudget
-from autotune.search.coordinator import STALE_AFTER_S, Coordinator, Events, Tuning
+from autotune.search.coordinator import STALE_AFTER_S, Coordinator, Tuning
 from autotune.search.front import front_of
+from autotune.search.observers import Observer, TrialTold
 from autotune.search.warm_start import WarmStart
 from autotune.space.hardware import describe_kind
 from autotune.space.search_space import (
@@ -79,6 +80,7 @@ def run_tune_kinds(
     options: TuneOptions,
     progress: ProgressFactory | None = None,
     several: bool = True,
+    observers: Sequence[Observer] = (),
 ) -> Tuned:
     """Validate everything and tune each kind of node the trials run on, one study each."""
     request = load_request(request_file, options.overrides(), replay=options.replay is not None)
@@ -86,7 +88,7 @@ def run_tune_kinds(
         # A time budget alone on the command line replaces the request's trial count.
         budget = request.budget.model_copy(update={"trials": None})
         request = request.model_copy(update={"budget": budget})
-    return tune_kinds(request, request_file.parent, options, progress, several)
+    return tune_kinds(request, request_file.parent, options, progress, several, observers)
 
 
 @dataclass
@@ -172,10 +174,14 @@ def tune_request(
     base_dir: Path,
     options: TuneOptions,
     progress: ProgressFactory | None = None,
+    observers: Sequence[Observer] = (),
 ) -> tuple[TuneOutcome, Path]:
     """Tune a validated request, whose relative paths are relative to `base_dir`, on one kind
-    of node (where the slots span several, the request's or the options' target chooses)."""
-    (only,) = tune_kinds(request, base_dir, options, progress, several=False).kinds
+    of node (where the slots span several, the request's or the options' target chooses);
+    `observers` are told its trials, front and phases after its tracker."""
+    (only,) = tune_kinds(
+        request, base_dir, options, progress, several=False, observers=observers
+    ).kinds
     return only.outcome, only.path
 
 
@@ -185,11 +191,13 @@ def tune_kinds(
     options: TuneOptions,
     progress: ProgressFactory | None = None,
     several: bool = True,
+    observers: Sequence[Observer] = (),
 ) -> Tuned:
     """Tune a validated request on each kind of node its executor's slots run on, one study
     and one tuned file per kind. One kind: its outcome, or the exception that ended its study.
     Several: the studies, named `NAME@FINGERPRINT`, run at once, each on its kind's nodes;
-    the tuned file (`tuned.yaml`) lists how each ended, whatever that was."""
+    the tuned file (`tuned.yaml`) lists how each ended, whatever that was. Every kind's study
+    tells `observers` (`TrialTold.study` says which)."""
     if options.sampler not in STRATEGIES:
         raise RequestError("sampler", f"must be one of {strategy_names()}", options.sampler)
     config = options.executor_config()
@@ -209,12 +217,15 @@ def tune_kinds(
 
     try:
         if len(plans) == 1:
-            only = _tune_kind(plans[0], request, study_name, out_dir, out_file, options, progress)
+            only = _tune_kind(
+                plans[0], request, study_name, out_dir, out_file, options, progress, observers
+            )
             return Tuned([only], out_file, study_name)
         stop = options.stop or threading.Event()
         options = replace(options, stop=stop)
         studies = [
-            _kind_study(plan, request, study_name, kinds_dir, options, progress) for plan in plans
+            _kind_study(plan, request, study_name, kinds_dir, options, progress, observers)
+            for plan in plans
         ]
         ends = tune_at_once(studies, stop, close)
     finally:
@@ -230,6 +241,7 @@ def _kind_study(
     kinds_dir: Path,
     options: TuneOptions,
     progress: ProgressFactory | None,
+    observers: Sequence[Observer],
 ) -> KindStudy:
     """One kind's study among several: its own directory and display."""
     (kind,) = plan.executor.kinds()
@@ -245,7 +257,9 @@ def _kind_study(
 
     def run() -> KindTuned:
         tuned_file = kind_dir / "tuned.yaml"
-        return _tune_kind(plan, request, name, kind_dir, tuned_file, told, display.trials)
+        return _tune_kind(
+            plan, request, name, kind_dir, tuned_file, told, display.trials, observers
+        )
 
     def closest() -> dict[str, ConstraintOutcome]:
         constraints = request.constraints.model_dump(exclude_none=True)
@@ -291,6 +305,7 @@ def _tune_kind(
     out_file: Path,
     options: TuneOptions,
     progress: ProgressFactory | None,
+    observers: Sequence[Observer],
 ) -> KindTuned:
     settings = TuneSettings(
         study_name=study_name,
@@ -317,11 +332,9 @@ def _tune_kind(
         tuning = Tuning(
             request, plan.workload, model_info, space, kind.profile, settings.artifact_dir
         )
-        events = Events(on_progress=lambda done, total, result: update(done, result))
-        events.on_note = options.on_note or events.on_note
-        events.on_phase = options.on_phase or events.on_phase
+        shown = _Display(update, options.on_note, options.on_phase)
         tracker = None if options.track else NullTracker(settings.study_name)
-        outcome = run_study(tuning, settings, executor, options, events, tracker)
+        outcome = run_study(tuning, settings, executor, options, [shown, *observers], tracker)
     if isinstance(executor, ReplayExecutor):
         outcome.notes.append(_replay_note(executor))
     assert outcome.tuned is not None
@@ -335,11 +348,12 @@ def run_study(
     settings: TuneSettings,
     executor: Executor,
     options: TuneOptions,
-    events: Events,
+    observers: list[Observer],
     tracker: Tracker | None = None,
 ) -> TuneOutcome:
-    """Open (or resume) the study and its tracking, and run the coordinator on it. Without a
-    `tracker`, the study is tracked in the request's MLflow experiment."""
+    """Open (or resume) the study and its tracking, run the coordinator on it, then conclude
+    it (`search_then_conclude`); the tracker and then `observers` are told as it goes.
+    Without a `tracker`, the study is tracked in the request's MLflow experiment."""
     request = tuning.request
     strategy = make_strategy(settings.sampler, tuning.space, request, settings.seed)
     store = open_study_store(tuning, settings, strategy)
@@ -361,7 +375,7 @@ def run_study(
             tracker,
             SearchBudget(settings.n_trials, settings.timeout_s),
             warm_start=options.warm_start,
-            events=events,
+            observers=observers,
             stop=options.stop or threading.Event(),
             stale_after_s=options.stale_after_s or STALE_AFTER_S,
         )
@@ -388,7 +402,7 @@ def search_then_conclude(
             coordinator.store,
             tracker,
             tuning.artifact_dir,
-            coordinator.events.on_phase,
+            coordinator.told_to.on_phase,
             previous_tuned,
         )
         return conclusion.conclude(baseline.candidate())
@@ -440,6 +454,30 @@ def log_study_inputs(
         },
         tags=tags,
     )
+
+
+@dataclass
+class _Display(Observer):
+    """A display given as callables (`TuneOptions`' notes and phases, a `ProgressFactory`'s
+    trial updates) as an observer."""
+
+    trials: Callable[[int, Any], None]
+    note: Callable[[str], None] | None
+    phase: Callable[[str], None] | None
+
+    def on_start(self, done: int, total: int | None) -> None:
+        self.trials(done, None)
+
+    def on_trial(self, trial: TrialTold) -> None:
+        self.trials(trial.done, trial.shown)
+
+    def on_note(self, note: str) -> None:
+        if self.note is not None:
+            self.note(note)
+
+    def on_phase(self, phase: str) -> None:
+        if self.phase is not None:
+            self.phase(phase)
 
 
 def _replay_note(executor: ReplayExecutor) -> str:

@@ -1,7 +1,9 @@
 """The coordinator: ask -> submit -> wait -> tell, over injected parts.
 
 A `ResultStore` holds the study, a `Strategy` proposes and answers what needs no
-measurement, an `Executor` measures, a `Tracker` shows it; `SearchBudget` says when to stop.
+measurement, an `Executor` measures; its observers (`autotune.search.observers`: the
+`Tracker` first, then the ones it is given) are told each trial, the running front and the
+notes; `SearchBudget` says when to stop.
 The baseline (the unmodified model) runs first; results that arrive before its accuracy is
 known wait for it; a baseline whose batch scan ran under load scans again once the machine is
 quiet (`autotune.search.rescan`). Trials lost to a dead worker are retried; trials of dead
@@ -26,9 +28,10 @@ from autotune.results.records import TrialMarks, TrialRecord
 from autotune.search.answers import Answers
 from autotune.search.budget import SearchBudget
 from autotune.search.front import RunningFront, by_contribution, value_of
-from autotune.search.inputs import Events, Tuning
+from autotune.search.inputs import Tuning
 from autotune.search.int8_outlook import int8_outlook_notes
 from autotune.search.interrupts import stop_on_signals
+from autotune.search.observers import Observer, Observers, TrackerObserver, TrialTold
 from autotune.search.quiet import QuietWaits
 from autotune.search.reaping import MAX_ATTEMPTS, StaleTrialReaper
 from autotune.search.report import check_failures, sensitivity_note, study_summary
@@ -60,7 +63,8 @@ class Coordinator:
     tracker: Tracker
     budget: SearchBudget
     warm_start: WarmStart | None = None
-    events: Events = field(default_factory=Events)
+    # Told after the tracker, in this order.
+    observers: list[Observer] = field(default_factory=list)
     # Set from a signal handler or another thread: stop asking, let running trials end.
     stop: threading.Event = field(default_factory=threading.Event)
     stale_after_s: float = STALE_AFTER_S
@@ -76,12 +80,14 @@ class Coordinator:
         self.quiet = QuietWaits(self.tuning.request.measurement)
         self.rescans = Rescans()
         self._running_front = RunningFront([OBJECTIVES[o] for o in self.tuning.request.objectives])
+        self._told_front: list[int] | None = None
+        self.told_to = Observers([TrackerObserver(self.tracker), *self.observers])
         self.teller = Teller(
             self.tuning.request,
             self.store,
-            self.tracker,
             self.state,
             self._told,
+            self.told_to.on_sensitivity,
         )
         self.answers = Answers(
             self.tuning.request,
@@ -101,20 +107,30 @@ class Coordinator:
             self.stale_after_s,
             self.stop,
         )
-        self.executor.on_node_event(lambda event: self.events.on_note(event.describe()))
+        self.executor.on_node_event(lambda event: self.told_to.on_note(event.describe()))
 
-    def _told(self, counted: int, result: TrialResult) -> None:
-        """A trial told: the progress (skipped trials aside: they do not count toward the
-        budget), why the search ends where skips did, then each bound no configuration meets
-        so far."""
+    def _told(self, told: TrialRecord, result: TrialResult) -> None:
+        """A trial told: to the observers with the progress (skipped trials aside: they do
+        not count toward the budget), then the front where it changed, why the search ends
+        where skips did, and each bound no configuration meets so far."""
         ended_by_skips = self.budget.told(result.status)
-        self.events.on_progress(counted - self.budget.skipped, self.budget.trials, result)
+        done = self.state.counted - self.budget.skipped
+        self.told_to.on_trial(TrialTold(self.store.name, told, result, done, self.budget.trials))
+        self._tell_front()
         if ended_by_skips is not None:
-            self.events.on_note(ended_by_skips)
+            self.told_to.on_note(ended_by_skips)
         constraints = self.tuning.request.constraints.model_dump(exclude_none=True)
         note = unmet_note(self.state.completed.values(), constraints)
         if note is not None:
-            self.events.on_note(note)
+            self.told_to.on_note(note)
+
+    def _tell_front(self) -> None:
+        """The feasible front to the observers, where it is not the one they were told."""
+        front = self._running_front.update(self.state.completed)
+        numbers = [c.trial_number for c in front]
+        if front and numbers != self._told_front:
+            self._told_front = numbers
+            self.told_to.on_front(front)
 
     def run(self) -> TrialRecord:
         """Search until the budget is spent or the study is stopped, then tell what it found;
@@ -127,7 +143,7 @@ class Coordinator:
         ):
             baseline = self.search()
         records = self.store.records()
-        self.events.on_note(f"study {self.store.name}: {study_summary(records)}")
+        self.told_to.on_note(f"study {self.store.name}: {study_summary(records)}")
         self._note_sensitivity(records, time.monotonic() - started)
         if self.stop.is_set():
             by = received[0] if received else "the user"
@@ -147,7 +163,7 @@ class Coordinator:
         for line in ([] if note is None else [note]) + int8_outlook_notes(
             records, tables, max_drop
         ):
-            self.events.on_note(line)
+            self.told_to.on_note(line)
 
     def search(self) -> TrialRecord:
         """Keep every slot busy until the budget is spent; return the baseline's record."""
@@ -160,8 +176,9 @@ class Coordinator:
         done = state.counted - self.budget.skipped
         if done:
             of = "" if self.budget.trials is None else f" of {self.budget.trials}"
-            self.events.on_note(f"study {self.store.name}: {done}{of} trials done, re-using them")
-            self.events.on_progress(done, self.budget.trials, None)
+            self.told_to.on_note(f"study {self.store.name}: {done}{of} trials done, re-using them")
+        self.told_to.on_start(done, self.budget.trials)
+        self._tell_front()
         last_reap = -REAP_EVERY_S
         while True:
             if time.monotonic() - last_reap >= REAP_EVERY_S:
@@ -346,10 +363,10 @@ class Coordinator:
         result = _with_stage(self._of_this_kind(spec, result))
         gave_up_waiting = self.quiet.told(result)
         if gave_up_waiting is not None:
-            self.events.on_note(gave_up_waiting)
+            self.told_to.on_note(gave_up_waiting)
         if self.rescans.scanning(record.number):
             spec, result = self.rescans.merged(result)
-            self.events.on_note(str(result.rescanned))
+            self.told_to.on_note(str(result.rescanned))
         elif record.marks.baseline and self.rescans.wanted(spec, result):
             again = self.rescans.spec(spec, result)  # before anything else is proposed
             state.running[record.number] = (record, again)

@@ -1,5 +1,6 @@
 """Telling a result: its metrics against the baseline's accuracy, the request's constraints
-and objectives, one `TrialEnding` into the result store, one record to the tracker."""
+and objectives, one `TrialEnding` into the result store; the told record to the coordinator,
+which tells its observers."""
 
 from __future__ import annotations
 
@@ -8,30 +9,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autotune.core.contract import TrialResult, TrialSpec
-from autotune.core.contract.trials import SensitivityKey
+from autotune.core.contract.trials import SensitivityKey, SensitivityTable
 from autotune.core.metrics import OBJECTIVES, constraint_violations, derived
 from autotune.requests.request import TuningRequest
 from autotune.results.records import TrialEnding, TrialRecord
-from autotune.search.report import as_repeat
 from autotune.search.state import SearchState
-from autotune.tracking import trial_log
 
 if TYPE_CHECKING:
     from autotune.results.store import ResultStore
-    from autotune.tracking import Tracker
-
-
-# The file of a failed trial's MLflow run that holds where it raised.
-TRACEBACK_FILE = "traceback.txt"
 
 
 @dataclass
 class Teller:
     request: TuningRequest
     store: ResultStore
-    tracker: Tracker
     state: SearchState
-    on_told: Callable[[int, TrialResult], None]  # the study's counted trials, and the result
+    on_told: Callable[[TrialRecord, TrialResult], None]  # the told record, and its result
+    on_sensitivity: Callable[[SensitivityTable], None]  # a ranking the study kept
     # Seconds this run's trials spent measuring int8 sensitivity rankings, by mode.
     sensitivity_seconds: dict[str, float] = field(default_factory=dict)
     _kept_sensitivity: set[SensitivityKey] | None = None
@@ -43,7 +37,7 @@ class Teller:
         result: TrialResult,
         baseline_accuracy: float | None = None,
     ) -> TrialRecord:
-        """The result into the study and the tracker; returns the trial's record. Metrics
+        """The result into the study, then to `on_told`; returns the trial's record. Metrics
         are measured against `baseline_accuracy`, by default the study's baseline's."""
         state, request = self.state, self.request
         metrics = violations = values = None
@@ -79,16 +73,11 @@ class Teller:
         told = record.told(ending)
         state.counted += told.counted
         state.told(told)
-        logged, tags = trial_log(told, result, self.store.name)
-        texts = {TRACEBACK_FILE: result.traceback} if result.traceback else None
-        self.tracker.log_trial(
-            told.number, spec.attempt, spec.config, logged, tags, result.duration_s, texts
-        )
-        self.on_told(state.counted, as_repeat(result, told.repeat_of(self.store.name)))
+        self.on_told(told, result)
         return told
 
     def keep_sensitivity(self, result: TrialResult, measured: bool) -> None:
-        """The result's int8 sensitivity rankings into the study and the tracker, once per
+        """The result's int8 sensitivity rankings into the study and `on_sensitivity`, once per
         ranked model and mode; the seconds of those its worker measured for it counted."""
         if self._kept_sensitivity is None:
             self._kept_sensitivity = {table.key for table in self.store.sensitivities()}
@@ -100,4 +89,4 @@ class Teller:
                 continue
             self._kept_sensitivity.add(table.key)
             self.store.save_sensitivity(table.model_copy(update={"computed": True}))
-            self.tracker.log_sensitivity(table)
+            self.on_sensitivity(table)

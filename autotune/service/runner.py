@@ -17,10 +17,7 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +29,6 @@ from autotune.service.settings import ServiceSettings
 
 log = logging.getLogger("autotune.runner")
 
-# The best-so-far summary is refreshed at most this often (it reads the whole study).
-PROGRESS_EVERY_S = 2.0
 # A job's error message, as its status shows it, is cut to this length.
 MAX_ERROR_CHARS = 1000
 
@@ -159,6 +154,7 @@ class JobRunner:
 
     def _tune(self, job: Job, stop: threading.Event) -> dict[str, Any]:
         from autotune.requests.request import parse_request
+        from autotune.service.progress import JobProgress
         from autotune.tuning import TuneOptions, tune_request
 
         # The kind it was accepted for, whatever kinds the cluster has now.
@@ -175,8 +171,8 @@ class JobRunner:
             on_note=lambda text: log.info("job %s: %s", job.id, text),
         )
         self._warm_start(job, options)
-        progress = self._progress(job, request)
-        outcome, _ = tune_request(request, Path(job.base_dir), options, progress)
+        progress = JobProgress(self.store, job.id, self.owner, request.selection)
+        outcome, _ = tune_request(request, Path(job.base_dir), options, observers=[progress])
         assert outcome.tuned is not None
         tuned = outcome.tuned.model_dump(mode="json")
         best = {"trial": tuned["study"]["trial_number"], "config": tuned["config"]}
@@ -212,37 +208,6 @@ class JobRunner:
             tracking_uri=self.settings.tracking_uri,
         )
         return None if registered is None else registered.document()
-
-    def _progress(self, job: Job, request: Any) -> Callable[[int | None], Any]:
-        """Progress for the job's status: trials done, and the best feasible so far; each
-        trial's line (its reason, where it did not end ok) in the log."""
-        from autotune.conclusion.front import select
-        from autotune.search.report import trial_text
-        from autotune.tuning import study_front
-
-        store, owner, storage = self.store, self.owner, self.settings.storage
-        last: dict[str, Any] = {"at": 0.0, "best": None}
-
-        def update(done: int, result: Any) -> None:
-            if result is not None:
-                log.info("job %s: %s", job.id, trial_text(result))
-            if time.monotonic() - last["at"] >= PROGRESS_EVERY_S:
-                last["at"] = time.monotonic()
-                front = study_front(job.study_name, storage)
-                if front:
-                    chosen = select(front, request.selection)
-                    last["best"] = {
-                        "trial": chosen.trial_number,
-                        "config": chosen.config,
-                        "metrics": chosen.metrics,
-                    }
-            store.progress(job.id, owner, done, last["best"])
-
-        @contextmanager
-        def factory(total: int | None) -> Iterator[Callable[[int, Any], None]]:
-            yield update
-
-        return factory
 
 
 def job_error(error: BaseException) -> str:

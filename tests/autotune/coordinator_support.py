@@ -40,8 +40,10 @@ from autotune.core.metrics import OBJECTIVES
 from autotune.execution.base import FixedSlots, require_idle_slot
 from autotune.requests.request import TuningRequest, parse_request
 from autotune.results import OptunaStore, StudyIdentity, TrialMarks, TrialRecord
+from autotune.results.records import Candidate
 from autotune.search.budget import SearchBudget
-from autotune.search.coordinator import Coordinator, Events, Tuning
+from autotune.search.coordinator import Coordinator, Tuning
+from autotune.search.observers import Observer, TrialTold
 from autotune.space.search_space import EffectiveDimension, EffectiveSpace
 from autotune.strategies import Strategy, make_strategy
 from autotune.tracking import NullTracker
@@ -321,6 +323,28 @@ class RecordingTracker(NullTracker):
 
 
 @dataclass
+class RecordingObserver(Observer):
+    """What the coordinator told its observers, in order."""
+
+    starts: list[tuple[int, int | None]] = field(default_factory=list)
+    trials: list[TrialTold] = field(default_factory=list)
+    fronts: list[list[int]] = field(default_factory=list)  # each front's trial numbers
+    notes: list[str] = field(default_factory=list)
+
+    def on_start(self, done: int, total: int | None) -> None:
+        self.starts.append((done, total))
+
+    def on_trial(self, trial: TrialTold) -> None:
+        self.trials.append(trial)
+
+    def on_front(self, front: list[Candidate]) -> None:
+        self.fronts.append([c.trial_number for c in front])
+
+    def on_note(self, note: str) -> None:
+        self.notes.append(note)
+
+
+@dataclass
 class Rig:
     """A coordinator and the parts it was given, typed as they are for the test to inspect."""
 
@@ -328,7 +352,11 @@ class Rig:
     store: OptunaStore
     executor: ScriptedExecutor
     tracker: RecordingTracker
-    notes: list[str] = field(default_factory=list)
+    observed: RecordingObserver
+
+    @property
+    def notes(self) -> list[str]:
+        return self.observed.notes
 
     def search(self) -> TrialRecord:
         with deadline(SEARCH_DEADLINE_S):
@@ -394,7 +422,7 @@ def make_rig(
     store = store or open_store(request, chosen, space)
     executor = executor or ScriptedExecutor()
     tracker = RecordingTracker()
-    notes: list[str] = []
+    observed = RecordingObserver()
     tuning = Tuning(request, WORKLOAD, INFO, space, PROFILE, Path("unused-artifacts"))
     coordinator = Coordinator(
         tuning,
@@ -403,6 +431,6 @@ def make_rig(
         executor,
         tracker,
         SearchBudget(trials, timeout_s),
-        events=Events(on_note=notes.append),
+        observers=[observed],
     )
-    return Rig(coordinator, store, executor, tracker, notes)
+    return Rig(coordinator, store, executor, tracker, observed)

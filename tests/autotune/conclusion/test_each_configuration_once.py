@@ -18,7 +18,7 @@ from autotune.conclusion.conclude import TuneOutcome
 from autotune.core.contract import ArtifactInfo, TrialSpec
 from autotune.results import TrialMarks
 from autotune.search.budget import SearchBudget
-from autotune.search.coordinator import Coordinator, Events, Tuning
+from autotune.search.coordinator import Coordinator, Tuning
 from autotune.search.front import front_of
 from autotune.search.report import trial_text
 from autotune.strategies import make_strategy
@@ -32,6 +32,7 @@ from tests.autotune.coordinator_support import (
     PROFILE,
     STUDY,
     WORKLOAD,
+    RecordingObserver,
     ScriptedExecutor,
     config_with,
     deadline,
@@ -87,15 +88,17 @@ def tuned_with_a_repeat(
     executor = MeasuresAndCompares({0: SLOW, ORIGINAL: FAST, REPEAT: FASTER_BY_NOISE})
     tracker = MlflowTracker(uri, "tests", STUDY)
     tuning = Tuning(request, WORKLOAD, INFO, space, PROFILE, directory / "artifacts")
-    lines = executor.lines
-    shown = Events(on_progress=lambda done, total, result: lines.append(trial_text(result)))
+    observed = RecordingObserver()
     budget = SearchBudget(3, None)
-    coordinator = Coordinator(tuning, store, strategy, executor, tracker, budget, events=shown)
+    coordinator = Coordinator(
+        tuning, store, strategy, executor, tracker, budget, observers=[observed]
+    )
     store.enqueue(space, BASELINE, TrialMarks(baseline=True))
     store.enqueue(space, EIGHT, TrialMarks())
     store.enqueue(space, EIGHT, TrialMarks())
     with deadline(30.0):
         outcome = search_then_conclude(coordinator)
+    executor.lines = [trial_text(trial.shown) for trial in observed.trials]
     return outcome, coordinator, executor
 
 

@@ -56,12 +56,9 @@ class FailingEngine(ScriptedExecutor):
 def test_a_repeated_error_is_told_once_and_skipped_after_naming_the_first() -> None:
     executor = FailingEngine("onnxruntime")
     rig = make_rig("autotune", executor=executor, trials=3)
-    lines: list[str] = []
-    rig.coordinator.events.on_progress = lambda done, total, result: lines.append(
-        trial_text(result)
-    )
     rig.queue({**ONNX, "batch.size": 8}, {**ONNX, "batch.size": 64})
     rig.search()
+    lines = [trial_text(trial.shown) for trial in rig.observed.trials]
     baseline, first, second = sorted(rig.records(), key=lambda r: r.number)[:3]
     reason = "IndexError in fidelity: list index out of range"
     assert (first.status, first.reason) == ("error", reason)
