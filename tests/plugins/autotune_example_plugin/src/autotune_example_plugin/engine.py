@@ -1,13 +1,15 @@
 """The declaration of `ort_tuned_session` (entry point group `autotune.engines`): ONNX Runtime
 on its CPU provider with two session options autotune's own `onnxruntime` engine leaves at
 ONNX Runtime's defaults, the execution mode and the memory pattern planner. Both planes import
-this module; it imports no runtime. It runs fp32 alone, and says so (`Engine.precisions`)."""
+this module; it imports no runtime. It runs fp32 alone (`Engine.precisions`), where
+onnxruntime is installed (`Engine.package`: a node without it is told which extra of autotune
+installs it)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.core.knobs import Engine, Option, Target, register
+from autotune.core.knobs import Engine, Option, Package, Target, register
 from autotune.core.knobs.engines import foreign_setting
 
 if TYPE_CHECKING:
@@ -32,6 +34,7 @@ class OrtTunedSession(Engine):
     precisions = frozenset({"fp32"})
     options = (EXECUTION_MODE, MEM_PATTERN)
     needs = ("ort.cpu",)
+    package = Package("onnxruntime", ("cpu", "gpu"))
     software = ("onnxruntime", "onnx")
     concurrent_calls = True
     served_as = "files"
