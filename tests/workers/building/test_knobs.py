@@ -16,6 +16,7 @@ from workers.building.knobs import (
     pruning_of,
     unimplemented,
 )
+from workers.building.probe import probe
 
 
 def test_every_declared_knob_is_implemented_by_a_subclass_of_its_declaration() -> None:
@@ -35,6 +36,22 @@ def test_every_engine_states_how_the_registry_serves_it_and_exports_its_artifact
     for name, engine in ENGINES.items():
         assert engine.served_as in ("onnx", "autotune", "files"), name
         assert type(engine_of(name)).export is not EngineImplementation.export, name
+
+
+def test_what_an_engine_probes_here_is_what_it_declares_it_may_offer() -> None:
+    """A node's profile is read by the declarations (`Engine.offered`): a probe that reported
+    a capability its declaration does not provide would leave it unknown to every space."""
+    profile = probe()
+    for name, engine in ENGINES.items():
+        assert engine_of(name).probe() <= set(engine.provides), name
+        assert engine.offered(profile) <= set(engine.provides), name
+    offered = {capability for engine in ENGINES.values() for capability in engine.offered(profile)}
+    assert offered <= profile.capabilities()
+
+
+def test_every_engine_runs_registered_precisions() -> None:
+    for name, engine in ENGINES.items():
+        assert engine.precisions and engine.precisions <= PRECISIONS.keys(), name
 
 
 def test_a_declared_knob_without_an_implementation_is_named() -> None:
