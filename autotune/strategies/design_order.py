@@ -20,7 +20,7 @@ points likely to reach the front come first.
   engine's precisions from another's. Then each engine's point at batch 1 (the per-call
   selection's), in the precision that gave that engine its best figure of the selection's
   objective at the designed batch size.
-- Last, the pairs the knobs declare refused (`Precision.engines`): the worker's own check
+- Last, the pairs the knobs declare refused (`Engine.precisions`): the worker's own check
   turns them away, so they tell nothing until then.
 """
 
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from autotune.core.contract import ConfigValue
-from autotune.core.knobs import ENGINE_KEY, PRECISIONS, variant_key
+from autotune.core.knobs import ENGINE_KEY, ENGINES, variant_key
 from autotune.core.metrics import OBJECTIVES, Metric, selection_objective
 from autotune.results.optuna_store import producible
 from autotune.strategies.batch_sizes import BATCH, BatchSteps, as_number
@@ -164,10 +164,10 @@ def _batch_siblings(
 
 
 def declared_to_run(config: dict[str, ConfigValue]) -> bool:
-    """Whether the knobs declare the configuration's precision to run on its engine
-    (`Precision.engines`); a pair they do not is refused by the worker's own check."""
-    precision = PRECISIONS.get(str(config.get(PRECISION)))
-    return precision is None or ENGINE_KEY not in config or config[ENGINE_KEY] in precision.engines
+    """Whether the configuration's engine declares it runs the configuration's precision
+    (`Engine.precisions`); a pair it does not is refused by the worker's own check."""
+    engine = ENGINES.get(str(config.get(ENGINE_KEY)))
+    return engine is None or PRECISION not in config or str(config[PRECISION]) in engine.precisions
 
 
 def _planned(ledger: Ledger, excluded: set[str]) -> list[dict[str, ConfigValue]]:

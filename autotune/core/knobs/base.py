@@ -127,11 +127,6 @@ class Precision(Knob):
 
     key = PRECISION_KEY
 
-    @property
-    def engines(self) -> frozenset[str]:
-        """The registered engines that declare they run this mode."""
-        return frozenset(name for name, engine in ENGINES.items() if self.name in engine.precisions)
-
 
 class Pruning(Knob):
     """A way of removing weights, applied to the fp32 model in its own format (before an
