@@ -96,8 +96,8 @@ def _print_profile(profile: HardwareProfile) -> None:
 
 def install_hints(profile: HardwareProfile) -> list[str]:
     """For each knob whose package is not installed on the node, what would let it be
-    searched there: 'install autotune[cpu] to search runtime.engine=openvino (openvino is not
-    installed)'."""
+    searched there: 'install autotune[openvino] to search runtime.engine=openvino (openvino is
+    not installed)'."""
     from autotune.core.knobs import all_knobs
 
     return [

@@ -57,7 +57,7 @@ class OpenVino(Engine):
     applies = frozenset({"fallback"})
     options = (OV_PERFORMANCE_HINT, OV_STREAMS, *STATIC_INT8_OPTIONS)
     needs = ("openvino",)
-    package = Package("openvino", ("cpu", "gpu"))
+    package = Package("openvino", ("openvino",))
     provides = ("openvino",)
     software = ("openvino",)
     concurrent_calls = True  # one compiled model, one infer request per calling thread

@@ -86,7 +86,7 @@ def test_a_saved_profile_of_a_node_without_openvino_says_what_to_install() -> No
 
     assert openvino_reason(saved) == "runtime.engine=openvino needs openvino"
     assert openvino_reason(lacking) == (
-        "runtime.engine=openvino: openvino is not installed; install autotune[cpu] or "
-        "autotune[gpu] to search runtime.engine=openvino"
+        "runtime.engine=openvino: openvino is not installed; install autotune[openvino] to "
+        "search runtime.engine=openvino"
     )
     assert lacking.fingerprint == saved.fingerprint
