@@ -197,7 +197,8 @@ def tune_kinds(
     and one tuned file per kind. One kind: its outcome, or the exception that ended its study.
     Several: the studies, named `NAME@FINGERPRINT`, run at once, each on its kind's nodes;
     the tuned file (`tuned.yaml`) lists how each ended, whatever that was. Every kind's study
-    tells `observers` (`TrialTold.study` says which)."""
+    tells `observers`, from its own thread where there are several (`TrialTold.study` says
+    which)."""
     if options.sampler not in STRATEGIES:
         raise RequestError("sampler", f"must be one of {strategy_names()}", options.sampler)
     config = options.executor_config()

@@ -24,7 +24,7 @@ from autotune.core.errors import AutotuneError, Interrupted, NodesGone
 from autotune.core.knobs import variant_key
 from autotune.core.metrics import ACCURACY, OBJECTIVES, Direction
 from autotune.results.leases import Heartbeat, Owner
-from autotune.results.records import TrialMarks, TrialRecord
+from autotune.results.records import Candidate, TrialMarks, TrialRecord
 from autotune.search.answers import Answers
 from autotune.search.budget import SearchBudget
 from autotune.search.front import RunningFront, by_contribution, value_of
@@ -80,7 +80,7 @@ class Coordinator:
         self.quiet = QuietWaits(self.tuning.request.measurement)
         self.rescans = Rescans()
         self._running_front = RunningFront([OBJECTIVES[o] for o in self.tuning.request.objectives])
-        self._told_front: list[int] | None = None
+        self._told_front: list[Candidate] = []
         self.told_to = Observers([TrackerObserver(self.tracker), *self.observers])
         self.teller = Teller(
             self.tuning.request,
@@ -127,9 +127,8 @@ class Coordinator:
     def _tell_front(self) -> None:
         """The feasible front to the observers, where it is not the one they were told."""
         front = self._running_front.update(self.state.completed)
-        numbers = [c.trial_number for c in front]
-        if front and numbers != self._told_front:
-            self._told_front = numbers
+        if front != self._told_front:  # its trials, or a trial's figures
+            self._told_front = front
             self.told_to.on_front(front)
 
     def run(self) -> TrialRecord:
