@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from autotune.conclusion.front import hypervolume
 from autotune.core.errors import MostTrialsFailed
 from autotune.core.metrics import Study, constraint_violations, derived
 from autotune.execution.replay_table import ReplayTable
 from autotune.requests.request import TuningRequest, load_request
 from autotune.results import TrialRecord, opened_store
+from autotune.search.front import hypervolume
 from autotune.space.search_space import load_space
 from autotune.strategies import DEFAULT_STRATEGY, strategy_names
 from autotune.tuning import TuneOptions, run_tune

@@ -12,7 +12,6 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from autotune.cli.shared import out
-from autotune.conclusion.unmet import figure
 from autotune.core.metrics import (
     DIMENSIONLESS,
     LATENCY_PER_SAMPLE,
@@ -21,6 +20,7 @@ from autotune.core.metrics import (
     Metric,
     with_derived,
 )
+from autotune.search.unmet import figure
 
 if TYPE_CHECKING:
     from autotune.results.records import Candidate

@@ -7,10 +7,7 @@ from collections.abc import Mapping, Sequence
 from autotune.core.metrics import ACCURACY, OBJECTIVES, selection_objective
 from autotune.requests.request import Selection
 from autotune.results.records import Candidate
-from autotune.search.front import front_of, hypervolume, oriented
-
-# Still imported from here by the result store's conformance tests and the search benchmark.
-__all__ = ["front_of", "hypervolume", "select"]
+from autotune.search.front import oriented
 
 
 def select(front: Sequence[Candidate], selection: Selection) -> Candidate:

@@ -6,10 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from autotune.results.records import Candidate
-from autotune.search.unmet import figure, unmet_bounds
-
-# `figure` is still imported from here by the command line's tables.
-__all__ = ["figure", "infeasible_message"]
+from autotune.search.unmet import unmet_bounds
 
 
 def infeasible_message(candidates: list[Candidate], constraints: Mapping[str, float]) -> str:

@@ -14,7 +14,6 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune.conclusion.front import front_of
 from autotune.core.contract import ConfigValue, TrialSpec, TrialStatus
 from autotune.core.contract.trials import NodeSensitivity, SensitivityTable
 from autotune.core.errors import RequestError
@@ -30,6 +29,7 @@ from autotune.results import (
 )
 from autotune.results.leases import Owner
 from autotune.results.optuna_store import distributions
+from autotune.search.front import front_of
 from tests.autotune.coordinator_support import (
     BASELINE,
     WORKLOAD,
