@@ -16,7 +16,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
+
 ROOTS = ("autotune", "workers")
 
 Graph = dict[str, set[str]]

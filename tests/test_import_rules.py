@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
+
 HEAVY_PACKAGES = ("torch", "onnxruntime", "mlflow", "ray", "optuna")
 # Never imported as modules: Alembic runs the migrations, and __main__ runs the CLI.
 NOT_IMPORTED = ("autotune.service.migrations", "autotune.__main__")

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from experiments.gpu_check import DIGITS_PATHS, ENCODER_PATHS, integrate, not_run_on_hardware
+from tests.conftest import REPO
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "gpu_check.py"
+SCRIPT = REPO / "experiments" / "gpu_check.py"
 # What the GPU machine does not have: a module of these imported anywhere fails the run.
 ABSENT = [
     "ray",

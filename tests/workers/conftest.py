@@ -20,8 +20,8 @@ from autotune.core.contract import (
     TrialSpec,
     Workload,
 )
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 DIGITS_MODEL = "experiments.digits.model:build_model"
 DIGITS_DATA = "experiments.digits.model:eval_data"
 # Measured at once and marked when the machine is busy ('warn'): the default waits up to

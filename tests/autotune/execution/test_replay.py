@@ -23,7 +23,7 @@ from autotune.execution.replay_table import NOT_IN_TABLE, ReplayTable
 from autotune.results import TrialRecord
 from autotune.space.search_space import load_space
 from autotune.tuning import TuneOptions, run_tune
-from tests.conftest import stored_trials
+from tests.conftest import REPO, stored_trials
 
 runner = CliRunner()
 
@@ -373,7 +373,7 @@ def test_table_columns_must_be_known(tmp_path: Path, columns: list[str], field: 
     assert info.value.field == field
 
 
-TABLES = Path(__file__).resolve().parents[3] / "experiments" / "tables"
+TABLES = REPO / "experiments" / "tables"
 
 
 def test_per_sample_latency_is_derived_from_the_throughput(tmp_path: Path) -> None:

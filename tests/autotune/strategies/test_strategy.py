@@ -38,9 +38,9 @@ from tests.autotune.execution.test_replay import (
     write_request,
     write_table,
 )
-from tests.conftest import stored_trials
+from tests.conftest import REPO, stored_trials
 
-BENCHMARK = Path(__file__).resolve().parents[3] / "experiments" / "search_benchmark.py"
+BENCHMARK = REPO / "experiments" / "search_benchmark.py"
 
 
 def tune(

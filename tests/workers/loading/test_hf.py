@@ -13,6 +13,7 @@ import torch
 
 from autotune.core.contract import DataRef, MetricRef, ModelRef, Workload
 from autotune.core.errors import RequestError
+from tests.conftest import REPO
 from tests.workers.conftest import spec_for
 from tests.workers.hf_models import (
     SENTENCES,
@@ -173,7 +174,7 @@ def test_a_model_and_data_that_do_not_go_together_are_refused_before_any_trial(
     }
     bad = Workload(
         model=ModelRef(**model), data=refs[data], metric=MetricRef(kind="fidelity"),
-        python_path=[str(Path(__file__).resolve().parents[3])],
+        python_path=[str(REPO)],
     )  # fmt: skip
     with pytest.raises(RequestError) as raised:
         inspect_workload(bad, WorkloadCache())
