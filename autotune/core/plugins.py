@@ -1,4 +1,5 @@
-"""Plugins: installed packages that add engines, energy meters and search strategies.
+"""Plugins: installed packages that add engines, energy meters, search strategies and
+executors.
 
 A plugin names its modules in entry points (`[project.entry-points."<group>"]` of its
 pyproject.toml), one group per kind of registry:
@@ -10,13 +11,15 @@ pyproject.toml), one group per kind of registry:
 - `autotune.meters`: a module of energy meter factories (`@register_meter` of
   `workers.measuring.energy`);
 - `autotune.strategies`: a module of search strategies (`@register_strategy` of
-  `autotune.strategies`).
+  `autotune.strategies`);
+- `autotune.executors`: a module of executor kinds (`register_executor` of
+  `autotune.execution.registry`), loaded by the control plane only.
 
 The convention: an entry point's value is a module (`package.module`, no `:attribute`), and
-importing it is the whole of loading it: its decorators register what it defines, exactly as
-the project's own modules do. Each registry loads its group once per process, at the end of
-the module that completes it (after the project's own entries), so a plugin cannot take a
-built-in name. A plugin that fails to import, or whose registration raises (a name already
+importing it is the whole of loading it: its decorators (or calls) register what it defines,
+exactly as the project's own modules do. Each registry loads its group once per process, at the
+end of the module that completes it (after the project's own entries), so a plugin cannot take
+a built-in name. A plugin that fails to import, or whose registration raises (a name already
 registered included), is a `PluginWarning` naming the entry point, its group, its distribution
 and the error; the process goes on without it. What such a module registered before the error
 stays registered.
@@ -34,7 +37,14 @@ ENGINES_GROUP = "autotune.engines"
 ENGINE_IMPLEMENTATIONS_GROUP = "autotune.engine_implementations"
 METERS_GROUP = "autotune.meters"
 STRATEGIES_GROUP = "autotune.strategies"
-GROUPS = (ENGINES_GROUP, ENGINE_IMPLEMENTATIONS_GROUP, METERS_GROUP, STRATEGIES_GROUP)
+EXECUTORS_GROUP = "autotune.executors"
+GROUPS = (
+    ENGINES_GROUP,
+    ENGINE_IMPLEMENTATIONS_GROUP,
+    METERS_GROUP,
+    STRATEGIES_GROUP,
+    EXECUTORS_GROUP,
+)
 
 _loaded_groups: set[str] = set()
 

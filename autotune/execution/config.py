@@ -1,13 +1,17 @@
-"""Where trials run, as typed configuration: one model per kind of executor, told apart by
-`type`. The command line's and the service's flags become one of these in `executor_config`;
+"""Where trials run, as typed configuration: one model per kind of executor, each a
+`BaseExecutorConfig` named by its `type` (the name its kind is registered under,
+`autotune.execution.registry`, where plugins add kinds of their own and
+`parse_executor_config` reads any of them). The command line's and the service's flags become
+one of autotune's own in `executor_config`;
 `autotune.execution.build.make_executors` makes the executors a configuration names."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.core.errors import RequestError
 
@@ -17,11 +21,23 @@ SlotCount = Annotated[int, Field(ge=1)] | Literal["auto"]
 # The names `--executor` takes (a replay is asked for with `--replay`).
 EXECUTOR_NAMES = ("ray", "inprocess")
 
+ConfigT = TypeVar("ConfigT", bound="BaseExecutorConfig")
 
-class RayConfig(BaseModel):
-    """Trials on Ray actors: a cluster joined at `address`, or a Ray started on this machine."""
+
+class BaseExecutorConfig(BaseModel):
+    """What every kind of executor's configuration is: a model that refuses fields it does not
+    have, whose `type` (`type: Literal["<name>"] = "<name>"` in each kind) says which kind."""
 
     model_config = ConfigDict(extra="forbid")
+
+    type: str
+
+    def start_note(self) -> str:
+        return "start: probing the trial nodes' hardware"
+
+
+class RayConfig(BaseExecutorConfig):
+    """Trials on Ray actors: a cluster joined at `address`, or a Ray started on this machine."""
 
     type: Literal["ray"] = "ray"
     address: str | None = None
@@ -32,40 +48,32 @@ class RayConfig(BaseModel):
         return f"start: starting {where}, probing the trial nodes' hardware"
 
 
-class InProcessConfig(BaseModel):
+class InProcessConfig(BaseExecutorConfig):
     """Trials in the coordinator's own process, one at a time (tests, debugging)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: Literal["in_process"] = "in_process"
 
-    def start_note(self) -> str:
-        return "start: probing the trial nodes' hardware"
 
-
-class ReplayConfig(BaseModel):
+class ReplayConfig(BaseExecutorConfig):
     """Trials answered from a recorded table on `workers` simulated slots."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: Literal["replay"] = "replay"
     table: Path
     workers: Annotated[int, Field(ge=1)] = 1
 
 
-ExecutorConfig = Annotated[RayConfig | InProcessConfig | ReplayConfig, Field(discriminator="type")]
+# autotune's own configurations: those the flags name.
+ExecutorConfig = RayConfig | InProcessConfig | ReplayConfig
 
-_ADAPTER: TypeAdapter[ExecutorConfig] = TypeAdapter(ExecutorConfig)
 
-
-def parse_executor_config(raw: Any) -> ExecutorConfig:
-    """An executor configuration from a mapping; the first problem found is a RequestError
-    naming the field (`executor.workers`), the rule and the value."""
+def validated(config: type[ConfigT], raw: Mapping[str, Any]) -> ConfigT:
+    """`raw` as a `config`; the first problem found is a RequestError naming the field
+    (`executor.ray.workers`), the rule and the value."""
     try:
-        return _ADAPTER.validate_python(raw)
+        return config.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(["executor", *(str(part) for part in first["loc"])])
+        field = ".".join(["executor", str(raw["type"]), *(str(part) for part in first["loc"])])
         raise RequestError(field, first["msg"], first.get("input")) from None
 
 
@@ -83,7 +91,7 @@ def executor_config(
         raise RequestError("executor", rule, executor)
     if replay is not None:
         slots = workers if isinstance(workers, int) else 1
-        return parse_executor_config({"type": "replay", "table": replay, "workers": slots})
+        return validated(ReplayConfig, {"type": "replay", "table": replay, "workers": slots})
     if executor == "inprocess":
         return InProcessConfig()
-    return parse_executor_config({"type": "ray", "address": address, "workers": workers})
+    return validated(RayConfig, {"type": "ray", "address": address, "workers": workers})
