@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 
 from autotune.service import Database, ServiceSettings, create_app
 from autotune.service.tokens import create_token
-from tests.autotune.requests.test_sources import tiny_onnx
 from tests.autotune.service.support import sqlite_settings
+from tests.onnx_models import tiny_onnx
 
 
 def bearer(token: str) -> dict[str, str]:

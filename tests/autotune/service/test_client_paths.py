@@ -20,9 +20,9 @@ from autotune.service.client_paths import ClientPaths
 from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
 from autotune.service.tokens import create_token
-from tests.autotune.requests.test_sources import tiny_onnx
 from tests.autotune.service.conftest import bearer
 from tests.autotune.service.support import service_request, sqlite_settings
+from tests.onnx_models import tiny_onnx
 
 SHA = "ab" * 32
 

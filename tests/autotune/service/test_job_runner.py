@@ -22,7 +22,7 @@ from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
 from autotune.service.submission import prepare_job
 from autotune.service.tokens import Principal
-from tests.autotune.requests.test_sources import tiny_onnx, tuned_document
+from tests.autotune.requests.test_sources import tuned_document
 from tests.autotune.service.support import (
     job_states,
     principal,
@@ -33,6 +33,7 @@ from tests.autotune.service.support import (
     wait_for,
 )
 from tests.conftest import postgres_databases, stored_trials
+from tests.onnx_models import tiny_onnx
 
 
 @pytest.mark.slow

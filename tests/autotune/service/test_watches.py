@@ -23,7 +23,6 @@ from autotune.service.watches import Scheduler, WatchStore, next_run, parse_ever
 from autotune.space.hardware import load_profile
 from autotune.space.search_space import SPACES_DIR
 from experiments.digits.model import export_weights
-from tests.autotune.requests.test_sources import tiny_onnx
 from tests.autotune.service.conftest import Notices
 from tests.autotune.service.support import (
     principal,
@@ -33,6 +32,7 @@ from tests.autotune.service.support import (
     wait_for,
 )
 from tests.conftest import postgres_databases, stored_trials
+from tests.onnx_models import tiny_onnx
 
 PROFILES = SPACES_DIR / "profiles"
 
