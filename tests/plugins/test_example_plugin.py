@@ -1,6 +1,6 @@
 """Plugins by installation (`autotune.core.plugins`): the loader's failure behaviour, and the
 example plugin (tests/plugins/autotune_example_plugin) installed into a virtual environment of
-its own, where its engine, meter and strategy run a study."""
+its own, where its engine, meter, strategy and executor run studies."""
 
 from __future__ import annotations
 
@@ -21,13 +21,17 @@ import yaml
 from onnx import TensorProto, helper, numpy_helper
 
 from autotune.core import plugins
+from autotune.core.errors import RequestError
 from autotune.core.plugins import (
+    EXECUTORS_GROUP,
     METERS_GROUP,
     STRATEGIES_GROUP,
     PluginWarning,
     load_entry_points,
     load_plugins,
 )
+from autotune.execution import build, registry
+from autotune.execution.in_process import InProcessExecutor
 from autotune.strategies import STRATEGIES
 from autotune.strategies.optuna_samplers import Random
 from tests.conftest import FAST_MEASUREMENT, FAST_VALIDATION, REPO, copy_mlflow_store
@@ -36,6 +40,7 @@ EXAMPLE = Path(__file__).resolve().parent / "autotune_example_plugin"
 ENGINE = "ort_tuned_session"
 METER = "example_cpu_time"
 STRATEGY = "example_random"
+EXECUTOR = "example_in_process"
 
 
 def test_a_plugin_that_cannot_be_imported_is_a_warning_naming_it() -> None:
@@ -86,6 +91,36 @@ def test_a_group_is_loaded_once_per_process(monkeypatch: pytest.MonkeyPatch) -> 
     assert asked == [METERS_GROUP]
     with pytest.raises(ValueError, match="'autotune.trackers' is not a plugin group"):
         load_plugins("autotune.trackers")
+
+
+@pytest.fixture
+def example_on_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The example's sources importable, and what they register forgotten afterwards."""
+    monkeypatch.setattr(registry, "_KINDS", dict(registry._KINDS))
+    monkeypatch.syspath_prepend(str(EXAMPLE / "src"))
+    yield
+    for name in [name for name in sys.modules if name.startswith("autotune_example_plugin")]:
+        del sys.modules[name]
+
+
+def test_the_example_executor_registers_its_type_and_runs_trials_in_this_process(
+    example_on_path: None,
+) -> None:
+    entry = EntryPoint(EXECUTOR, "autotune_example_plugin.executor", EXECUTORS_GROUP)
+    assert load_entry_points([entry]) == [EXECUTOR]
+    config = registry.parse_executor_config({"type": EXECUTOR, "memory_limit_mb": 2048})
+    assert config.start_note() == (
+        "start: example_in_process runs the trials in this process, 2048 MB each"
+    )
+    (executor,) = build.make_executors(config, several=False)
+    try:
+        assert isinstance(executor, InProcessExecutor)
+        assert executor.trial_memory_mb == 2048
+    finally:
+        executor.close()
+    with pytest.raises(RequestError) as refused:
+        registry.parse_executor_config({"type": EXECUTOR, "memory_limit_mb": 1})
+    assert refused.value.field == f"executor.{EXECUTOR}.memory_limit_mb"
 
 
 # --- the example plugin, installed --------------------------------------------------------
@@ -220,7 +255,7 @@ READ_TRIALS = """
 import json, sys
 from autotune.results.optuna_store import opened_store
 
-with opened_store("plugin-study", sys.argv[1], "name") as store:
+with opened_store(sys.argv[2], sys.argv[1], "name") as store:
     print(json.dumps([
         {"config": r.config, "measured": r.measured, "metrics": r.metrics}
         for r in store.records()
@@ -238,10 +273,64 @@ def test_the_installed_plugin_adds_an_engine_a_meter_and_a_strategy_that_run_a_s
 
     tune = ["tune", str(plugin_request), "--executor", "inprocess", "--seed", "0"]
     in_plugin_venv(plugin_python, [*tune, "--sampler", STRATEGY], tmp_path)
-    read = [plugin_python, "-c", READ_TRIALS, f"sqlite:///{tmp_path / 'study.db'}"]
-    trials = json.loads(subprocess.run(read, check=True, capture_output=True, text=True).stdout)
-    measured = [t for t in trials if t["measured"] and t["metrics"]]
-    assert len(measured) == len(trials) == 4, trials
+    assert_measured_by_the_plugin(plugin_python, tmp_path / "study.db", "plugin-study", 4)
+
+
+def assert_measured_by_the_plugin(python: Path, study_db: Path, study: str, trials: int) -> None:
+    """Each of the study's `trials` measured on the plugin's engine, its energy by its meter."""
+    read = [str(python), "-c", READ_TRIALS, f"sqlite:///{study_db}", study]
+    records = json.loads(subprocess.run(read, check=True, capture_output=True, text=True).stdout)
+    measured = [t for t in records if t["measured"] and t["metrics"]]
+    assert len(measured) == len(records) == trials, records
     assert {t["config"]["runtime.engine"] for t in measured} == {ENGINE}
     assert {t["metrics"]["energy_source"] for t in measured} == {"estimate"}
     assert {t["metrics"]["energy_model"] for t in measured} == {f"{METER}:flat:12.5 W/core"}
+
+
+# Tunes the request (argv[1]) in two trials on the plugin's executor, through autotune's Python
+# API; prints the registered executor types and the notes the tuning told. TuneOptions' flags
+# name autotune's own executors; a registered type's configuration is read as a mapping.
+TUNE_ON_THE_PLUGIN_EXECUTOR = """
+import json, sys
+from dataclasses import dataclass
+from pathlib import Path
+from autotune.execution.registry import executor_types, parse_executor_config
+from autotune.tuning import TuneOptions, run_tune
+
+@dataclass
+class OnThePluginExecutor(TuneOptions):
+    def executor_config(self):
+        return parse_executor_config({"type": "example_in_process", "memory_limit_mb": 2048})
+
+notes = []
+options = OnThePluginExecutor(
+    trials=2, study="executor-study", storage=sys.argv[2], seed=0, sampler="example_random",
+    track=False, on_note=notes.append,
+)
+run_tune(Path(sys.argv[1]), options)
+print(json.dumps({"types": executor_types(), "notes": notes}))
+"""
+
+
+@pytest.mark.slow
+def test_the_installed_plugins_executor_is_registered_and_runs_a_study(
+    plugin_python: Path, plugin_request: Path, tmp_path: Path
+) -> None:
+    study_db = tmp_path / "executor-study.db"
+    tune = [
+        str(plugin_python),
+        "-c",
+        TUNE_ON_THE_PLUGIN_EXECUTOR,
+        str(plugin_request),
+        f"sqlite:///{study_db}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(tune, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "PluginWarning" not in done.stderr, done.stderr[-3000:]
+    told = json.loads(done.stdout.splitlines()[-1])
+    assert told["types"] == ["ray", "in_process", "replay", EXECUTOR]
+    assert (
+        "start: example_in_process runs the trials in this process, 2048 MB each" in told["notes"]
+    )
+    assert_measured_by_the_plugin(plugin_python, study_db, "executor-study", 2)
