@@ -64,7 +64,7 @@ def config_type(config: type[BaseExecutorConfig]) -> str:
     default and the model refuses fields it does not have."""
     declared = config.model_fields.get("type")
     literal = declared is not None and get_origin(declared.annotation) is Literal
-    if not literal or declared is None or get_args(declared.annotation) != (declared.default,):
+    if declared is None or not literal or get_args(declared.annotation) != (declared.default,):
         raise ValueError(f"{config.__name__} must declare type: Literal['<name>'] = '<name>'")
     if config.model_config.get("extra") != "forbid":
         raise ValueError(f"{config.__name__} must refuse fields it does not have (extra='forbid')")
@@ -96,6 +96,8 @@ def executor_types() -> list[str]:
 
 @dataclass
 class _OpenedSurvey:
+    """A kind's survey where it gives none: its nodes opened, asked their kinds, released."""
+
     open_nodes: Callable[[Any, float], Nodes]
 
     def __call__(self, config: BaseExecutorConfig) -> list[NodeKind]:
