@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.execution import config as execution_config
-from autotune.execution.config import ExecutorConfig
+from autotune.execution import registry
+from autotune.execution.config import BaseExecutorConfig
 from autotune.execution.ray_cluster import Workers
 from autotune.kinds_at_once import KindDisplay
 from autotune.search.warm_start import WarmStart
@@ -28,7 +28,8 @@ class TuneOptions:
     ray_address: str | None = None
     # Trial slots on each kind of node, or 'auto': every slot the nodes hold.
     workers: Workers = 1
-    # 'ray' or 'inprocess' (`executor_config` is what they and `replay` configure)
+    # 'ray', 'inprocess' or an installed plugin's executor type (`executor_config` is what
+    # they and `replay` configure)
     executor: str = "ray"
     # The kind of node to tune for where the slots span several (`select_kinds`); replaces
     # the request's `target`.
@@ -69,11 +70,9 @@ class TuneOptions:
     def __post_init__(self) -> None:
         self.executor_config()  # bad executor flags are refused before anything runs
 
-    def executor_config(self) -> ExecutorConfig:
+    def executor_config(self) -> BaseExecutorConfig:
         """Where the trials run, as the executor flags configure it."""
-        return execution_config.executor_config(
-            self.executor, self.ray_address, self.workers, self.replay
-        )
+        return registry.executor_config(self.executor, self.ray_address, self.workers, self.replay)
 
     def overrides(self) -> dict[str, Any]:
         pairs = {

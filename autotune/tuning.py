@@ -16,7 +16,7 @@ from autotune.core.errors import Interrupted, RequestError
 from autotune.core.metrics import OBJECTIVES
 from autotune.execution.base import Executor
 from autotune.execution.build import make_executors
-from autotune.execution.config import InProcessConfig, RayConfig, ReplayConfig
+from autotune.execution.config import BaseExecutorConfig, ReplayConfig
 from autotune.execution.replay import ReplayExecutor
 from autotune.kinds_at_once import (
     KindEnd,
@@ -135,7 +135,7 @@ def _measured_plans(
     request: TuningRequest,
     base_dir: Path,
     options: TuneOptions,
-    config: RayConfig | InProcessConfig,
+    config: BaseExecutorConfig,
     several: bool,
 ) -> list[_Plan]:
     space_path = resolve_space_path(options.space or request.search_space)

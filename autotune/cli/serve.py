@@ -9,6 +9,7 @@ import typer
 
 from autotune.cli.shared import ServiceDb, _exit_codes
 from autotune.core.errors import RequestError
+from autotune.execution.registry import executor_names
 
 
 def serve_command(
@@ -86,7 +87,11 @@ def serve_command(
         bool, typer.Option("--scheduler/--no-scheduler", help="run the watch scheduler")
     ] = True,
     executor: Annotated[
-        str | None, typer.Option(help="where trials run: 'ray' (default) or 'inprocess'")
+        str | None,
+        typer.Option(
+            help="where trials run: 'ray' (default), 'inprocess' or an installed plugin's "
+            f"executor; one of: {', '.join(executor_names())}"
+        ),
     ] = None,
     ray_address: Annotated[
         str | None, typer.Option(envvar="AUTOTUNE_RAY_ADDRESS", help="join this Ray cluster")

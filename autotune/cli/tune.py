@@ -28,6 +28,7 @@ from autotune.cli.shared import (
 )
 from autotune.cli.tables import _print_comparison, _print_front, _shown
 from autotune.core.errors import AutotuneError
+from autotune.execution.registry import executor_names
 from autotune.search.report import trial_text
 from autotune.space.hardware import describe_kind
 from autotune.strategies import DEFAULT_STRATEGY, strategy_names
@@ -63,7 +64,11 @@ def tune(
         ),
     ] = None,
     executor: Annotated[
-        str, typer.Option(help="'ray' (default) or 'inprocess' (no Ray; debugging)")
+        str,
+        typer.Option(
+            help="'ray' (default), 'inprocess' (no Ray; debugging) or an installed plugin's "
+            f"executor; one of: {', '.join(executor_names())}"
+        ),
     ] = "ray",
     seed: Annotated[int | None, typer.Option(help="sampler seed")] = None,
     sampler: Annotated[

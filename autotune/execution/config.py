@@ -1,8 +1,8 @@
 """Where trials run, as typed configuration: one model per kind of executor, each a
 `BaseExecutorConfig` named by its `type` (the name its kind is registered under,
 `autotune.execution.registry`, where plugins add kinds of their own and
-`parse_executor_config` reads any of them). The command line's and the service's flags become
-one of autotune's own in `executor_config`;
+`parse_executor_config` reads any of them, `executor_config` makes one from the command
+line's and the service's flags);
 `autotune.execution.build.make_executors` makes the executors a configuration names."""
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from autotune.core.errors import RequestError
 # Trial slots on each kind of node, or 'auto': every slot the nodes hold.
 SlotCount = Annotated[int, Field(ge=1)] | Literal["auto"]
 
-# The names `--executor` takes (a replay is asked for with `--replay`).
+# The names `--executor` takes for autotune's own executors (a replay is asked for with
+# `--replay`); an installed plugin's executor is named by its type.
 EXECUTOR_NAMES = ("ray", "inprocess")
+BUILT_IN_TYPES = ("ray", "in_process", "replay")
 
 ConfigT = TypeVar("ConfigT", bound="BaseExecutorConfig")
 
@@ -62,10 +64,6 @@ class ReplayConfig(BaseExecutorConfig):
     workers: Annotated[int, Field(ge=1)] = 1
 
 
-# autotune's own configurations: those the flags name.
-ExecutorConfig = RayConfig | InProcessConfig | ReplayConfig
-
-
 def validated(config: type[ConfigT], raw: Mapping[str, Any]) -> ConfigT:
     """`raw` as a `config`; the first problem found is a RequestError naming the field
     (`executor.ray.workers`), the rule and the value."""
@@ -75,23 +73,3 @@ def validated(config: type[ConfigT], raw: Mapping[str, Any]) -> ConfigT:
         first = exc.errors()[0]
         field = ".".join(["executor", str(raw["type"]), *(str(part) for part in first["loc"])])
         raise RequestError(field, first["msg"], first.get("input")) from None
-
-
-def executor_config(
-    executor: str,
-    address: str | None = None,
-    workers: int | Literal["auto"] = 1,
-    replay: Path | None = None,
-) -> ExecutorConfig:
-    """The configuration the flags name: `--executor ray|inprocess`, `--ray-address`,
-    `--workers` and `--replay` (a recorded table answers the trials, on `workers` simulated
-    slots, one where they are 'auto')."""
-    if executor not in EXECUTOR_NAMES:
-        rule = f"must be {' or '.join(repr(name) for name in EXECUTOR_NAMES)}"
-        raise RequestError("executor", rule, executor)
-    if replay is not None:
-        slots = workers if isinstance(workers, int) else 1
-        return validated(ReplayConfig, {"type": "replay", "table": replay, "workers": slots})
-    if executor == "inprocess":
-        return InProcessConfig()
-    return validated(RayConfig, {"type": "ray", "address": address, "workers": workers})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from autotune.core.contract import NodeKind
@@ -18,6 +19,8 @@ from autotune.core.plugins import EXECUTORS_GROUP, load_plugins
 from autotune.execution import ray_executor
 from autotune.execution.base import Executor, Nodes, trial_memory_limit_mb
 from autotune.execution.config import (
+    BUILT_IN_TYPES,
+    EXECUTOR_NAMES,
     BaseExecutorConfig,
     ConfigT,
     InProcessConfig,
@@ -92,6 +95,34 @@ def parse_executor_config(raw: Any) -> BaseExecutorConfig:
 def executor_types() -> list[str]:
     """The registered types, autotune's own first."""
     return list(_KINDS)
+
+
+def executor_names() -> list[str]:
+    """What `--executor` takes: 'ray', 'inprocess' and each installed plugin's executor type."""
+    return [*EXECUTOR_NAMES, *(name for name in _KINDS if name not in BUILT_IN_TYPES)]
+
+
+def executor_config(
+    executor: str,
+    address: str | None = None,
+    workers: int | Literal["auto"] = 1,
+    replay: Path | None = None,
+) -> BaseExecutorConfig:
+    """The configuration the flags name: `--executor ray|inprocess|<a plugin's type>`,
+    `--ray-address`, `--workers` and `--replay` (a recorded table answers the trials, on
+    `workers` simulated slots, one where they are 'auto'). A plugin's executor is configured
+    by its model's defaults."""
+    names = executor_names()
+    if executor not in names:
+        raise RequestError("executor", f"must be one of {', '.join(map(repr, names))}", executor)
+    if replay is not None:
+        slots = workers if isinstance(workers, int) else 1
+        return validated(ReplayConfig, {"type": "replay", "table": replay, "workers": slots})
+    if executor == "inprocess":
+        return InProcessConfig()
+    if executor == "ray":
+        return validated(RayConfig, {"type": "ray", "address": address, "workers": workers})
+    return parse_executor_config({"type": executor})
 
 
 @dataclass

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from autotune.core.errors import RequestError
-from autotune.execution import config as execution_config
-from autotune.execution.config import ExecutorConfig
+from autotune.execution import registry
+from autotune.execution.config import BaseExecutorConfig
 from autotune.execution.ray_cluster import Workers
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class ServiceSettings:
     # A request body must arrive within this time, and a second more for each MiB of it (a
     # large upload on a slow link); past that it is refused (408).
     body_timeout_s: float = 30.0
-    executor: str = "ray"  # 'ray' or 'inprocess' (`executor_config`)
+    executor: str = "ray"  # 'ray', 'inprocess' or a plugin's executor type (`executor_config`)
     ray_address: str | None = None
     workers: Workers = 1  # trial slots on each kind of node, or 'auto'
 
@@ -85,9 +85,9 @@ class ServiceSettings:
     def __post_init__(self) -> None:
         self.executor_config()  # bad executor settings are refused before anything starts
 
-    def executor_config(self) -> ExecutorConfig:
+    def executor_config(self) -> BaseExecutorConfig:
         """Where the jobs' trials run, as the executor settings configure it."""
-        return execution_config.executor_config(self.executor, self.ray_address, self.workers)
+        return registry.executor_config(self.executor, self.ray_address, self.workers)
 
     @property
     def uploads_dir(self) -> Path:

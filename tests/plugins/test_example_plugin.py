@@ -192,8 +192,10 @@ def plugin_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield python
 
 
-def in_plugin_venv(python: Path, arguments: list[str], cwd: Path) -> str:
-    """stdout of `python -m autotune ...`; fails the test with stderr's end where it exits
+def in_plugin_venv(
+    python: Path, arguments: list[str], cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """`python -m autotune ...`, run; fails the test with stderr's end where it exits
     non-zero, or where any plugin was not loaded."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
@@ -206,7 +208,7 @@ def in_plugin_venv(python: Path, arguments: list[str], cwd: Path) -> str:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "PluginWarning" not in done.stderr, done.stderr[-3000:]
-    return done.stdout
+    return done
 
 
 @pytest.fixture
@@ -267,7 +269,9 @@ with opened_store(sys.argv[2], sys.argv[1], "name") as store:
 def test_the_installed_plugin_adds_an_engine_a_meter_and_a_strategy_that_run_a_study(
     plugin_python: Path, plugin_request: Path, tmp_path: Path
 ) -> None:
-    space = in_plugin_venv(plugin_python, ["space", "--request", str(plugin_request)], tmp_path)
+    space = in_plugin_venv(
+        plugin_python, ["space", "--request", str(plugin_request)], tmp_path
+    ).stdout
     assert f"runtime.engine: {ENGINE}; baseline {ENGINE}" in space, space
     assert "ort_tuned.execution_mode: sequential, parallel" in space, space
 
@@ -287,50 +291,14 @@ def assert_measured_by_the_plugin(python: Path, study_db: Path, study: str, tria
     assert {t["metrics"]["energy_model"] for t in measured} == {f"{METER}:flat:12.5 W/core"}
 
 
-# Tunes the request (argv[1]) in two trials on the plugin's executor, through autotune's Python
-# API; prints the registered executor types and the notes the tuning told. TuneOptions' flags
-# name autotune's own executors; a registered type's configuration is read as a mapping.
-TUNE_ON_THE_PLUGIN_EXECUTOR = """
-import json, sys
-from dataclasses import dataclass
-from pathlib import Path
-from autotune.execution.registry import executor_types, parse_executor_config
-from autotune.tuning import TuneOptions, run_tune
-
-@dataclass
-class OnThePluginExecutor(TuneOptions):
-    def executor_config(self):
-        return parse_executor_config({"type": "example_in_process", "memory_limit_mb": 2048})
-
-notes = []
-options = OnThePluginExecutor(
-    trials=2, study="executor-study", storage=sys.argv[2], seed=0, sampler="example_random",
-    track=False, on_note=notes.append,
-)
-run_tune(Path(sys.argv[1]), options)
-print(json.dumps({"types": executor_types(), "notes": notes}))
-"""
-
-
 @pytest.mark.slow
 def test_the_installed_plugins_executor_is_registered_and_runs_a_study(
     plugin_python: Path, plugin_request: Path, tmp_path: Path
 ) -> None:
     study_db = tmp_path / "executor-study.db"
-    tune = [
-        str(plugin_python),
-        "-c",
-        TUNE_ON_THE_PLUGIN_EXECUTOR,
-        str(plugin_request),
-        f"sqlite:///{study_db}",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(tune, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "PluginWarning" not in done.stderr, done.stderr[-3000:]
-    told = json.loads(done.stdout.splitlines()[-1])
-    assert told["types"] == ["ray", "in_process", "replay", EXECUTOR]
-    assert (
-        "start: example_in_process runs the trials in this process, 2048 MB each" in told["notes"]
-    )
+    tune = ["tune", str(plugin_request), "--executor", EXECUTOR, "--trials", "2"]
+    tune += ["--study", "executor-study", "--storage", f"sqlite:///{study_db}"]
+    told = in_plugin_venv(plugin_python, [*tune, "--sampler", STRATEGY, "--seed", "0"], tmp_path)
+    note = "start: example_in_process runs the trials in this process, a share of the memory each"
+    assert note in told.stderr, told.stderr[-3000:]
     assert_measured_by_the_plugin(plugin_python, study_db, "executor-study", 2)

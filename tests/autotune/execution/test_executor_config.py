@@ -14,9 +14,9 @@ from autotune.cli import app
 from autotune.core.contract import NodeInfo, NodeKind
 from autotune.core.errors import RequestError
 from autotune.execution import build, ray_executor, registry
-from autotune.execution.config import InProcessConfig, RayConfig, ReplayConfig, executor_config
+from autotune.execution.config import InProcessConfig, RayConfig, ReplayConfig
 from autotune.execution.in_process import InProcessExecutor
-from autotune.execution.registry import parse_executor_config
+from autotune.execution.registry import executor_config, parse_executor_config
 from autotune.execution.replay import ReplayExecutor
 from autotune.service.settings import ServiceSettings
 from autotune.space.hardware import load_profile
@@ -107,7 +107,7 @@ def test_an_executor_name_the_flag_does_not_take_is_refused(name: str) -> None:
     with pytest.raises(RequestError) as refused:
         executor_config(name, replay=Path("digits.csv"))
     assert (refused.value.field, refused.value.value) == ("executor", name)
-    assert refused.value.rule == "must be 'ray' or 'inprocess'"
+    assert refused.value.rule == "must be one of 'ray', 'inprocess'"
 
 
 def test_tune_options_refuse_a_bad_executor_as_they_are_made() -> None:
