@@ -12,7 +12,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 EXTRA := $(if $(HAS_GPU),gpu,cpu)
 TORCH_SPEC := $(if $(HAS_GPU),torch==$(TORCH_VERSION),torch==$(TORCH_VERSION)+cpu)
 
-.PHONY: setup setup-dev demo test test-fast lint mlflow-ui clean gpu-check gpu-wheels
+.PHONY: setup setup-dev demo test test-unit test-component test-system lint mlflow-ui clean gpu-check gpu-wheels
 
 # `setup` is what running autotune needs (torch, the runtime extra, hf); `setup-dev` adds the
 # development tools (pytest, ruff, mypy, import-linter, ...) that test and lint need.
@@ -45,12 +45,23 @@ demo: setup
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 PYTEST_PARALLEL := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
+# The suite in three tiers (docs/testing.md): the unit tier runs alone first, where importing
+# a heavy package is refused, then the component and system tiers together.
 test: setup-dev
-	$(PYTEST_PARALLEL)
+	$(PYTEST_PARALLEL) tests/unit
+	$(PYTEST_PARALLEL) tests/component tests/system
 
-# The fast inner loop: everything but the real studies, Ray clusters and service processes.
-test-fast: setup-dev
-	$(PYTEST_PARALLEL) -m "not slow"
+# The inner loop: no torch, Ray, ONNX Runtime, OpenVINO or MLflow, no process started.
+test-unit: setup-dev
+	$(PYTEST_PARALLEL) tests/unit
+
+# Real models, real studies and stores, in this process.
+test-component: setup-dev
+	$(PYTEST_PARALLEL) tests/component
+
+# Ray clusters, service processes and the console scripts end to end.
+test-system: setup-dev
+	$(PYTEST_PARALLEL) tests/system
 
 lint: setup-dev
 	$(BIN)/ruff check autotune workers tests experiments

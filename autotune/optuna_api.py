@@ -1,6 +1,6 @@
 """Every use of Optuna's private API, in one place: an Optuna upgrade that moves one of
 these breaks this module's tests, and nothing else. The tables it writes rows into are pinned
-by `tests/autotune/test_optuna_private_schema.py`, which names what an upgrade moved."""
+by `tests/unit/autotune/test_optuna_private_schema.py`, which names what an upgrade moved."""
 
 from __future__ import annotations
 

@@ -263,11 +263,12 @@ def gpu_tests(check: Check) -> None:
         "-q",
         "-p",
         "no:cacheprovider",
-        "tests/workers",
+        "tests/component/workers",
+        "tests/system/workers",
     ]
     if check.dry_run:
         command.append("--collect-only")
-    with check.timed("tests", "pytest -m gpu tests/workers") as row:
+    with check.timed("tests", "pytest -m gpu tests/*/workers") as row:
         done = subprocess.run(
             command, cwd=REPO, capture_output=True, text=True, timeout=max(check.left_s() * 0.3, 60)
         )
@@ -287,7 +288,7 @@ def encoder_workload(work: Path) -> Any:
     import random
 
     from autotune.core.contract import DataRef, MetricRef, ModelRef, Workload
-    from tests.workers.hf_models import WORDS, bert_directory
+    from tests.hf_models import WORDS, bert_directory
 
     directory = work / "encoder"
     if not (directory / "config.json").exists():

@@ -3,11 +3,12 @@
     python experiments/test_suite_time.py --base REV [--rounds 2] [--full]
 
 The earlier revision is checked out into a temporary worktree and run with this checkout's
-virtual environment, by the command its README gave (`pytest -m "not slow"`, one process);
-this checkout runs `make test-fast` (pytest-xdist, one worker per core). The two alternate,
-round after round, so that both see the same machine; with --full, each whole suite runs
-once after the rounds (`pytest` there, `make test` here). Prints a markdown table of wall
-times, test counts and the machine.
+virtual environment. Each round times the inner loop of each: the base's `-m "not slow"`
+(what its `make test-fast` ran, in pytest-xdist workers) and this checkout's `make
+test-unit`; the two alternate, round after round, so that both see the same machine. With
+--full, each whole suite runs once after the rounds (the base's `pytest` in the same workers,
+this checkout's `make test`). Prints a markdown table of wall times, pytest's closing lines
+(the last one, for a run of several) and the machine.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PYTEST = REPO / ".venv" / "bin" / "pytest"
 SUMMARY = re.compile(r"\d+ passed.* in [\d.]+s")
+# What `make test` gives each pytest run: one worker per core, at most four.
+WORKERS = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "worksteal"]
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
@@ -78,12 +81,12 @@ def main() -> None:
         try:
 
             def both(suite: str, marks: list[str], target: str) -> None:
-                command = [str(PYTEST), *marks, "-q", "-p", "no:cacheprovider"]
+                command = [str(PYTEST), *WORKERS, *marks, "-q", "-p", "no:cacheprovider"]
                 rows.append((suite, args.base, *run(command, base, base_env)))
                 rows.append((suite, "this checkout", *run(["make", target], REPO, here_env)))
 
             for round_number in range(1, args.rounds + 1):
-                both(f"not slow, round {round_number}", ["-m", "not slow"], "test-fast")
+                both(f"inner loop, round {round_number}", ["-m", "not slow"], "test-unit")
             if args.full:
                 both("whole suite", [], "test")
         finally:

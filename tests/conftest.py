@@ -22,6 +22,9 @@ from tests.postgres_cluster import PrivateCluster, Unavailable, private_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The data plane's fixtures (the digits workload, its ONNX export), for every tier's tests.
+pytest_plugins = ["tests.workers_support"]
+
 # The PostgreSQL server the integration tests make their databases on (one fresh database
 # per test, dropped afterwards; the server itself is never stopped or reconfigured). Without
 # it those tests skip, unless AUTOTUNE_TEST_REQUIRE_POSTGRES=1 (CI) makes that a failure.

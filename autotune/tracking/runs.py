@@ -6,9 +6,10 @@ than in everything else. A run that is new has no history to merge, so `BulkRuns
 batch of them in one transaction into an MLflow SQL store: the rows `create_run`, `log_batch`
 and `set_terminated` would leave, checked (and long values truncated) by MLflow's own
 validators. `BulkRuns` is the only user of MLflow's private store API (its SQL models and
-session maker), pinned by `tests/autotune/tracking/test_mlflow_private_schema.py`: an MLflow
-upgrade that moves them fails there, naming what moved, and breaks nothing else. Stores that
-are not SQL (a tracking server, a file store) are written run by run.
+session maker), pinned by
+`tests/component/autotune/tracking/test_mlflow_private_schema.py`: an MLflow upgrade that
+moves them fails there, naming what moved, and breaks nothing else. Stores that are not SQL
+(a tracking server, a file store) are written run by run.
 """
 
 from __future__ import annotations

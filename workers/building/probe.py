@@ -107,7 +107,7 @@ def missing_modules() -> list[str]:
 def _installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
+    except ImportError:  # missing, or hidden from this process by an import hook
         return False
 
 
