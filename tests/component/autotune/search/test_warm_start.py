@@ -19,7 +19,7 @@ from autotune.core.contract import TrialSpec
 from autotune.core.errors import RequestError
 from autotune.core.knobs import variant_key
 from autotune.core.metrics import OBJECTIVES, Direction, Metric
-from autotune.execution import build
+from autotune.execution import registry
 from autotune.execution.in_process import InProcessExecutor
 from autotune.results import TrialRecord
 from autotune.results.records import Candidate
@@ -92,7 +92,7 @@ def submitted(monkeypatch: pytest.MonkeyPatch) -> list[TrialSpec]:
             specs.append(spec)
             super().submit(spec)
 
-    monkeypatch.setattr(build, "InProcessExecutor", Recording)
+    monkeypatch.setattr(registry, "InProcessExecutor", Recording)
     return specs
 
 
