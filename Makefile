@@ -51,7 +51,7 @@ test: setup-dev
 	$(PYTEST_PARALLEL) tests/unit
 	$(PYTEST_PARALLEL) tests/component tests/system
 
-# The inner loop: no torch, Ray, ONNX Runtime, OpenVINO or MLflow, no process started.
+# The inner loop: no torch, Ray, ONNX Runtime, OpenVINO, NNCF or MLflow, no database server.
 test-unit: setup-dev
 	$(PYTEST_PARALLEL) tests/unit
 
