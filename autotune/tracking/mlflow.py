@@ -29,6 +29,7 @@ from autotune.core.contract.trials import SensitivityTable
 from autotune.core.metrics import Metric, selection_objective
 from autotune.results.records import Candidate
 from autotune.tracking.base import TrackerClosed
+from autotune.tracking.experiment_tags import EXPERIMENT_TAGS, set_experiment_tag
 from autotune.tracking.note import experiment_note, review_note
 from autotune.tracking.pareto_report import pareto_html, pareto_png
 from autotune.tracking.report import (
@@ -152,7 +153,9 @@ class MlflowTracker:
             )
         )
         if found is None or EXPERIMENT_KIND_TAG not in found.tags:
-            self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+            with EXPERIMENT_TAGS:
+                kind = (EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+                set_experiment_tag(self.client, self.experiment_id, *kind)
         self._request: dict[str, Any] = {}  # the request document, for the description
         self.study = study
         self.parent_run_id: str = self._find_or_create_parent()
@@ -398,13 +401,14 @@ class MlflowTracker:
         selection = (self._request.get("selection") or {}).get("strategy", "")
         ranked_by = selection_objective(selection)
         view_key, view = runs_view(self.study, objectives, ranked_by, _now_ms())
-        current = self.client.get_experiment(self.experiment_id).tags.get(NOTE_TAG)
-        for key, value in (
-            (view_key, view),
-            (PRIMARY_METRIC_TAG, ranked_by.name),
-            (NOTE_TAG, experiment_note(current, self.study, links)),
-        ):
-            self.client.set_experiment_tag(self.experiment_id, key, value)
+        with EXPERIMENT_TAGS:
+            current = self.client.get_experiment(self.experiment_id).tags.get(NOTE_TAG)
+            for key, value in (
+                (view_key, view),
+                (PRIMARY_METRIC_TAG, ranked_by.name),
+                (NOTE_TAG, experiment_note(current, self.study, links)),
+            ):
+                set_experiment_tag(self.client, self.experiment_id, key, value)
 
     def _log_pareto_report(self, cloud: list[Any], objectives: Sequence[Metric]) -> None:
         selection = (self._request.get("selection") or {}).get("strategy")
