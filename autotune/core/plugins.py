@@ -38,12 +38,14 @@ ENGINE_IMPLEMENTATIONS_GROUP = "autotune.engine_implementations"
 METERS_GROUP = "autotune.meters"
 STRATEGIES_GROUP = "autotune.strategies"
 EXECUTORS_GROUP = "autotune.executors"
+PROVIDERS_GROUP = "autotune.providers"
 GROUPS = (
     ENGINES_GROUP,
     ENGINE_IMPLEMENTATIONS_GROUP,
     METERS_GROUP,
     STRATEGIES_GROUP,
     EXECUTORS_GROUP,
+    PROVIDERS_GROUP,
 )
 
 _loaded_groups: set[str] = set()
