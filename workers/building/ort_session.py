@@ -1,5 +1,6 @@
-"""The onnxruntime session: a provider list, a graph optimization level, the model's inputs
-fed by name (`workers.loading.feeds`)."""
+"""The onnxruntime session: an execution provider's chain with its options
+(`autotune.core.knobs.providers`), a graph optimization level, the model's inputs fed by name
+(`workers.loading.feeds`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from autotune.core.errors import Unsupported
-from autotune.core.knobs.engines import ORT_GRAPH_LEVELS, ORT_PROVIDERS
+from autotune.core.knobs.engines import ORT_GRAPH_LEVELS
+from autotune.core.knobs.providers import PROVIDER_KEY, PROVIDERS
 from workers.building.observed_outputs import FirstCallOutputs, ReadsFirstCall
 from workers.building.torch_io import exported_output_judging, exported_output_structure
 from workers.loading.feeds import InputSpec, batch_axes, feed, graph_ports, model_fixed_batch
@@ -28,11 +30,12 @@ _ORT_INPUT_TYPES = {
 
 
 class OnnxRuntimeSession(ReadsFirstCall):
-    """An onnxruntime session with a provider list and a graph optimization level; returns the
-    model's output (several as one structured array, `workers.loading.feeds`). Refuses
-    (`Unsupported`) a provider that is not available or that the session silently replaced by a
-    fallback. `configure`, where given, sets more of onnxruntime's `SessionOptions` before the
-    session is built (an engine with session options of its own, such as a plugin's)."""
+    """An onnxruntime session on a registered execution provider (its chain, each with its
+    options) at a graph optimization level; returns the model's output (several as one
+    structured array, `workers.loading.feeds`). Refuses (`Unsupported`) a provider that is not
+    available or that the session silently replaced by a fallback. `configure`, where given,
+    sets more of onnxruntime's `SessionOptions` before the session is built (an engine with
+    session options of its own, such as a plugin's)."""
 
     def __init__(
         self,
@@ -44,13 +47,7 @@ class OnnxRuntimeSession(ReadsFirstCall):
     ) -> None:
         import onnxruntime
 
-        providers = list(ORT_PROVIDERS[provider])
-        available = onnxruntime.get_available_providers()
-        if providers[0] not in available:
-            raise Unsupported(
-                f"runtime.provider={provider}: {providers[0]} is not available in this "
-                f"onnxruntime build (available: {', '.join(available)})"
-            )
+        wanted = require_provider(provider)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -60,11 +57,11 @@ class OnnxRuntimeSession(ReadsFirstCall):
         )
         if configure is not None:
             configure(options)
-        self._session = _loaded(model_bytes, options, providers)
+        self._session = _loaded(model_bytes, options, PROVIDERS[provider].chain())
         self.providers: list[str] = list(self._session.get_providers())
-        if providers[0] not in self.providers:
+        if wanted not in self.providers:
             raise Unsupported(
-                f"runtime.provider={provider}: onnxruntime could not start {providers[0]} and "
+                f"{PROVIDER_KEY}={provider}: onnxruntime could not start {wanted} and "
                 f"fell back to {', '.join(self.providers)}"
             )
         self.inputs, declared = batch_axes(
@@ -97,7 +94,24 @@ class OnnxRuntimeSession(ReadsFirstCall):
         return dict(zip(self.output_names, self._session.run(None, fed), strict=True))
 
 
-def _loaded(model_bytes: bytes, options: Any, providers: list[str]) -> Any:
+def require_provider(provider: str) -> str:
+    """ONNX Runtime's name of a registered `runtime.provider`; `Unsupported` where this
+    onnxruntime build does not have it."""
+    import onnxruntime
+
+    if provider not in PROVIDERS:
+        raise Unsupported(f"{PROVIDER_KEY}={provider!r} is not one of {list(PROVIDERS)}")
+    wanted = PROVIDERS[provider].ort_name
+    available = onnxruntime.get_available_providers()
+    if wanted not in available:
+        raise Unsupported(
+            f"{PROVIDER_KEY}={provider}: {wanted} is not available in this "
+            f"onnxruntime build (available: {', '.join(available)})"
+        )
+    return wanted
+
+
+def _loaded(model_bytes: bytes, options: Any, providers: list[tuple[str, dict[str, str]]]) -> Any:
     """The inference session; `Unsupported` where no kernel of the providers runs one of the
     model's nodes (an op, or an op at a type, that onnxruntime does not implement there)."""
     import onnxruntime
@@ -107,9 +121,9 @@ def _loaded(model_bytes: bytes, options: Any, providers: list[str]) -> Any:
         return onnxruntime.InferenceSession(model_bytes, options, providers=providers)
     except NoKernel as error:
         detail = str(error).partition("NOT_IMPLEMENTED : ")[2] or str(error)
+        names = ", ".join(name for name, _ in providers)
         raise Unsupported(
-            f"runtime.engine=onnxruntime: no kernel of {', '.join(providers)} runs a node of "
-            f"this model ({detail})"
+            f"runtime.engine=onnxruntime: no kernel of {names} runs a node of this model ({detail})"
         ) from error
 
 

@@ -11,7 +11,8 @@ apply).
   max-autotune-no-cudagraphs; the CUDA-graph modes need CUDA), attention.sdpa_backend,
   cuda.cudnn_benchmark, shard.data_parallel, precision.fallback (as torch_eager). CUDA graphs
   come from mode reduce-overhead.
-- onnxruntime: runtime.provider (cpu, cuda, tensorrt; must be available and really used),
+- onnxruntime: runtime.provider (the execution providers of `providers.py`, with their
+  options; must be available and really used),
   runtime.graph_opt, precision.fallback (int8 modes only: how many of the nodes most sensitive
   to quantization stay in float), and how its static int8 quantizer works (int8_static only):
   precision.calibration (minmax, entropy, percentile), precision.per_channel (weights),
@@ -34,6 +35,7 @@ from autotune.core.knobs.base import (
     option_default,
     register,
 )
+from autotune.core.knobs.providers import PROVIDER_KEY, PROVIDERS, Cpu, ExecutionProvider
 
 if TYPE_CHECKING:
     from autotune.core.contract import HardwareProfile
@@ -57,16 +59,12 @@ COMPILE_MODE = Option(
     ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
     "default",
 )
-ORT_PROVIDER = Option("runtime.provider", ("cpu", "cuda", "tensorrt"), "cpu")
-# ONNX Runtime's provider lists, most preferred first; the first one is the one a trial asks for.
+ORT_PROVIDER = Option(PROVIDER_KEY, tuple(PROVIDERS), Cpu.name)
+# The ONNX Runtime names of each provider's chain, most preferred first (what MLflow's onnx
+# flavour is given; a session gets each provider's options too, `ExecutionProvider.chain`).
 ORT_PROVIDERS: dict[str, tuple[str, ...]] = {
-    "cpu": ("CPUExecutionProvider",),
-    "cuda": ("CUDAExecutionProvider", "CPUExecutionProvider"),
-    "tensorrt": (
-        "TensorrtExecutionProvider",
-        "CUDAExecutionProvider",
-        "CPUExecutionProvider",
-    ),
+    name: tuple(ort_name for ort_name, _ in provider.chain())
+    for name, provider in PROVIDERS.items()
 }
 # runtime.graph_opt -> ONNX Runtime's GraphOptimizationLevel name.
 ORT_GRAPH_LEVELS = {
@@ -218,26 +216,23 @@ class OnnxRuntime(Engine):
     precisions = frozenset({"fp32", "fp16", "int8_dynamic", "int8_static", "int4_weight_only"})
     options = (ORT_PROVIDER, ORT_GRAPH_OPT, *STATIC_INT8_OPTIONS)
     applies = frozenset({"fallback"})
-    needs = ("ort.cpu|ort.cuda|ort.tensorrt",)
-    provides = tuple(f"ort.{provider}" for provider in ORT_PROVIDERS)
+    needs = ("|".join(provider.capability for provider in PROVIDERS.values()),)
+    provides = tuple(provider.capability for provider in PROVIDERS.values())
     package = Package("onnxruntime", ("cpu", "gpu"))
     software = ("onnxruntime", "onnx")
     concurrent_calls = True
     served_as = "onnx"
 
     def supports(self, config: TrialConfig, target: Target) -> str | None:
-        provider = config.option(ORT_PROVIDER.key)
-        reason = foreign_setting(self, config, {}) or super().supports(config, target)
+        provider = provider_of(config)
+        reason = (
+            foreign_setting(self, config, {})
+            or super().supports(config, target)
+            or provider.unavailable(target)
+            or provider.refuses_device(config.device)
+        )
         if reason is not None:
             return reason
-        if f"ort.{provider}" not in target.capabilities:
-            wanted = ORT_PROVIDERS[str(provider)][0]
-            return f"runtime.provider={provider}: {wanted} is not available here"
-        if config.device == "cuda" and provider == "cpu":
-            return (
-                "runtime.device=cuda with runtime.provider=cpu: onnxruntime runs where its "
-                "provider does; ask for runtime.provider=cuda or tensorrt"
-            )
         if config.fallback and config.precision not in INT8_MODES:
             return (
                 f"precision.fallback={config.fallback} keeps nodes of an int8 model in float; "
@@ -247,24 +242,24 @@ class OnnxRuntime(Engine):
             reason = static_int8_setting(config)
             if reason is not None:
                 return reason
-        if config.precision == "fp16" and provider == "cpu":
-            return (
-                f"{PRECISION_KEY}=fp16 is not supported by onnxruntime's "
-                "CPUExecutionProvider; it needs runtime.provider=cuda or tensorrt"
-            )
-        return None
+        return provider.refuses_precision(config.precision)
 
     def on_cuda(self, config: TrialConfig) -> bool:
-        return config.option(ORT_PROVIDER.key) in ("cuda", "tensorrt")
+        return provider_of(config).device == "cuda"
 
     def offered(self, profile: HardwareProfile) -> set[str]:
         """ort.<provider> for each runtime.provider whose execution provider the node's ONNX
         Runtime has (`HardwareProfile.onnxruntime_providers`)."""
         return {
-            f"ort.{provider}"
-            for provider, chain in ORT_PROVIDERS.items()
-            if chain[0] in profile.onnxruntime_providers
+            provider.capability
+            for provider in PROVIDERS.values()
+            if provider.ort_name in profile.onnxruntime_providers
         }
+
+
+def provider_of(config: TrialConfig) -> ExecutionProvider:
+    """The execution provider a configuration asks for (`runtime.provider`)."""
+    return PROVIDERS[str(config.option(ORT_PROVIDER.key))]
 
 
 def static_int8_setting(config: TrialConfig) -> str | None:

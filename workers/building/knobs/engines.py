@@ -11,7 +11,6 @@ from autotune.core.knobs.engines import (
     COMPILE_MODE,
     ORT_GRAPH_OPT,
     ORT_PROVIDER,
-    ORT_PROVIDERS,
     OnnxRuntime,
     TorchCompile,
     TorchEager,
@@ -138,16 +137,9 @@ class OnnxEngineImplementation(EngineImplementation):
 @implements
 class OnnxRuntimeImplementation(OnnxEngineImplementation, OnnxRuntime):
     def check_machine(self, config: TrialConfig) -> None:
-        import onnxruntime
+        from workers.building.ort_session import require_provider
 
-        provider = str(config.option(ORT_PROVIDER.key))
-        wanted = ORT_PROVIDERS[provider][0]
-        available = onnxruntime.get_available_providers()
-        if wanted not in available:
-            raise Unsupported(
-                f"runtime.provider={provider}: {wanted} is not available in this "
-                f"onnxruntime build (available: {', '.join(available)})"
-            )
+        require_provider(str(config.option(ORT_PROVIDER.key)))
 
     def session(self, variant: Variant, config: TrialConfig) -> Session:
         from workers.building.ort_session import OnnxRuntimeSession

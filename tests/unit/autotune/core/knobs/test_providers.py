@@ -1,0 +1,157 @@
+"""ONNX Runtime's execution providers are declarations (`autotune.core.knobs.providers`):
+`runtime.provider` takes their names in registration order, the onnxruntime engine refuses a
+configuration for the reasons its provider gives, and a provider's typed options are what
+ONNX Runtime is given."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pydantic import ValidationError
+
+from autotune.core.contract import HardwareProfile
+from autotune.core.knobs import ENGINES, Package, Target, supports
+from autotune.core.knobs.config import parse_config
+from autotune.core.knobs.engines import ORT_PROVIDER, ORT_PROVIDERS
+from autotune.core.knobs.providers import (
+    PROVIDERS,
+    CudaOptions,
+    ExecutionProvider,
+    ProviderOptions,
+    TensorrtOptions,
+    register_provider,
+)
+from tests.conftest import REPO
+
+PROFILES = REPO / "search_spaces" / "profiles"
+CPU_HERE = Target(frozenset({"cpu", "ort.cpu"}), "onnx")
+GPU_HERE = Target(frozenset({"cpu", "cuda", "ort.cpu", "ort.cuda", "ort.tensorrt"}), "onnx")
+
+
+def reason(config: dict[str, str], target: Target) -> str | None:
+    return supports(parse_config({"runtime.engine": "onnxruntime", **config}, "onnx"), target)
+
+
+def test_runtime_provider_takes_the_registered_providers_in_registration_order() -> None:
+    assert list(PROVIDERS)[:4] == ["cpu", "cuda", "tensorrt", "openvino"]
+    assert ORT_PROVIDER.values == tuple(PROVIDERS)
+    assert ORT_PROVIDER.default == "cpu"
+
+
+def test_a_chain_is_the_provider_and_its_fallbacks_each_with_its_options() -> None:
+    assert PROVIDERS["cpu"].chain() == [("CPUExecutionProvider", {})]
+    assert PROVIDERS["tensorrt"].chain() == [
+        (
+            "TensorrtExecutionProvider",
+            {"device_id": "0", "trt_fp16_enable": "false", "trt_engine_cache_enable": "false"},
+        ),
+        ("CUDAExecutionProvider", {"device_id": "0"}),
+        ("CPUExecutionProvider", {}),
+    ]
+    assert PROVIDERS["openvino"].chain()[0] == ("OpenVINOExecutionProvider", {"device_type": "CPU"})
+    assert ORT_PROVIDERS["tensorrt"] == (
+        "TensorrtExecutionProvider",
+        "CUDAExecutionProvider",
+        "CPUExecutionProvider",
+    )
+
+
+def test_an_option_onnx_runtime_does_not_know_is_refused_naming_it() -> None:
+    with pytest.raises(ValidationError) as refused:
+        CudaOptions(devise_id=1)  # type: ignore[call-arg]
+    assert "devise_id" in str(refused.value)
+    assert "Extra inputs are not permitted" in str(refused.value)
+    with pytest.raises(ValidationError, match="device_id"):
+        CudaOptions(device_id=-1)
+    assert TensorrtOptions(trt_fp16_enable=True).for_onnxruntime()["trt_fp16_enable"] == "true"
+
+
+def test_a_provider_not_in_onnx_runtime_here_is_refused_naming_it() -> None:
+    assert reason({"runtime.provider": "cuda"}, CPU_HERE) == (
+        "runtime.provider=cuda: CUDAExecutionProvider is not available here"
+    )
+    assert reason({"runtime.provider": "openvino"}, CPU_HERE) == (
+        "runtime.provider=openvino: OpenVINOExecutionProvider is not available here; install "
+        "autotune[ort-openvino] to search runtime.provider=openvino"
+    )
+    assert reason({"runtime.provider": "cpu"}, CPU_HERE) is None
+
+
+def test_a_gpu_provider_needs_a_cuda_device_beside_its_onnx_runtime_build() -> None:
+    no_device = Target(GPU_HERE.capabilities - {"cuda"}, "onnx")
+    assert reason({"runtime.provider": "tensorrt"}, no_device) == (
+        "runtime.provider=tensorrt needs cuda"
+    )
+    assert reason({"runtime.provider": "tensorrt"}, GPU_HERE) is None
+
+
+def test_device_and_precision_rules_come_from_the_providers() -> None:
+    assert reason({"runtime.provider": "cpu", "runtime.device": "cuda"}, GPU_HERE) == (
+        "runtime.device=cuda with runtime.provider=cpu: onnxruntime runs where its provider "
+        "does; ask for runtime.provider=cuda or tensorrt"
+    )
+    assert reason({"runtime.provider": "cpu", "precision.mode": "fp16"}, GPU_HERE) == (
+        "precision.mode=fp16 is not supported by onnxruntime's CPUExecutionProvider; it needs "
+        "runtime.provider=cuda or tensorrt"
+    )
+    assert reason({"runtime.provider": "cuda", "precision.mode": "fp16"}, GPU_HERE) is None
+    engine = ENGINES["onnxruntime"]
+    on_cuda = parse_config(
+        {"runtime.engine": "onnxruntime", "runtime.provider": "tensorrt"}, "onnx"
+    )
+    assert engine.on_cuda(on_cuda)
+    assert not engine.on_cuda(parse_config({"runtime.engine": "onnxruntime"}, "onnx"))
+
+
+def test_the_engine_offers_and_needs_the_registered_providers() -> None:
+    engine = ENGINES["onnxruntime"]
+    assert engine.provides == tuple(f"ort.{name}" for name in PROVIDERS)
+    assert engine.needs == ("|".join(f"ort.{name}" for name in PROVIDERS),)
+    saved = HardwareProfile.model_validate_json((PROFILES / "cpu-only.json").read_text())
+    profile = saved.model_copy(
+        update={"onnxruntime_providers": ["CPUExecutionProvider", "OpenVINOExecutionProvider"]}
+    )
+    assert engine.offered(profile) == {"ort.cpu", "ort.openvino"}
+
+
+class Reversed(ExecutionProvider):
+    name = "example_reversed"
+    ort_name = "ExampleExecutionProvider"
+    fallbacks = ("example_missing", "cpu")
+
+
+@pytest.fixture
+def forget_example() -> Iterator[None]:
+    yield
+    PROVIDERS.pop(Reversed.name, None)
+    PROVIDERS.pop("cpu_again", None)
+
+
+@pytest.mark.usefixtures("forget_example")
+def test_registration_refuses_a_taken_name_and_an_unregistered_fallback() -> None:
+    with pytest.raises(ValueError, match=r"fallbacks \['example_missing'\] are not registered"):
+        register_provider(Reversed)
+    assert Reversed.name not in PROVIDERS
+
+    class CpuAgain(ExecutionProvider):
+        name = "cpu"
+        ort_name = "CPUExecutionProvider"
+
+    with pytest.raises(ValueError, match="runtime.provider=cpu is already registered"):
+        register_provider(CpuAgain)
+
+
+@pytest.mark.usefixtures("forget_example")
+def test_a_registered_provider_declares_its_options_and_package() -> None:
+    class Tagged(ProviderOptions):
+        tag: str = "a"
+
+    class CpuAgain(ExecutionProvider):
+        name = "cpu_again"
+        ort_name = "CPUExecutionProvider"
+        package = Package("onnxruntime", ("cpu",))
+        options = Tagged(tag="b")
+
+    register_provider(CpuAgain)
+    assert PROVIDERS["cpu_again"].chain() == [("CPUExecutionProvider", {"tag": "b"})]
