@@ -1,10 +1,8 @@
-"""Search strategies, registered by name (see `autotune.strategies.base`); installed plugins
-add theirs (the `autotune.strategies` entry points, `autotune.core.plugins`), loaded at the end
-of this module."""
+"""Search strategies, registered by name (see `autotune.strategies.base`): autotune's own and
+installed plugins', all named in `autotune.strategies` entry points (`autotune.core.plugins`),
+loaded at the end of this module, autotune's own first."""
 
 from autotune.core.plugins import STRATEGIES_GROUP, load_plugins
-from autotune.strategies import autotune as _autotune
-from autotune.strategies import optuna_samplers as _optuna_samplers
 from autotune.strategies.base import (
     STRATEGIES,
     Answer,
@@ -14,8 +12,6 @@ from autotune.strategies.base import (
     register_strategy,
     strategy_names,
 )
-
-DEFAULT_STRATEGY = _autotune.NAME
 
 __all__ = [
     "DEFAULT_STRATEGY",
@@ -27,5 +23,7 @@ __all__ = [
     "register_strategy",
     "strategy_names",
 ]
-del _optuna_samplers
 load_plugins(STRATEGIES_GROUP)
+
+# Only the name: the module registered its strategy when its entry point was loaded above.
+from autotune.strategies.autotune import NAME as DEFAULT_STRATEGY  # noqa: E402

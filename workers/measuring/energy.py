@@ -12,11 +12,13 @@ ask for a window of at least `min_window_s` (the caller repeats the workload ins
 updates its counter only about every 100 ms). The estimate asks for no extra window.
 
 The counter meters are registered in `METERS` with `register_meter`, each as a factory with a
-name and a priority: NVML first (for a trial on CUDA devices), then RAPL (for a CPU trial).
+name and a priority: NVML first (for a trial on CUDA devices), then RAPL (for a CPU trial),
+both in `workers.measuring.counters`, autotune's own `autotune.meters` entry point.
 `select_meter` tries them in priority order for a trial and returns the first that applies;
 where none does, the estimate, whose `why` gives each counter's reason. Installed plugins
-register theirs the same way (the `autotune.meters` entry points, `autotune.core.plugins`),
-loaded at the end of this module. The meters and what they read are importable from here.
+register theirs the same way (the `autotune.meters` entry points, `autotune.core.plugins`);
+the group is loaded at the end of this module, autotune's own entries first. The meters and
+what they read are importable from here.
 """
 
 from __future__ import annotations
@@ -111,26 +113,6 @@ def register_meter(name: str, priority: int) -> Callable[[MeterFactory], MeterFa
 def meters_by_priority() -> list[RegisteredMeter]:
     """The registered meters in the order `select_meter` tries them."""
     return sorted(METERS.values(), key=lambda meter: meter.priority, reverse=True)
-
-
-@register_meter("nvml", priority=200)
-def nvml_for_cuda_trial(request: MeterRequest) -> EnergyMeter:
-    """NVML over the trial's CUDA devices."""
-    cuda = cuda_device_indices(request.config)
-    if not cuda:
-        raise MeterUnavailable("the trial runs on no CUDA device")
-    return NvmlEnergyMeter(
-        [request.nvml_index(i) for i in cuda], request.settings.energy_window_s, nvml=request.nvml
-    )
-
-
-@register_meter("rapl", priority=100)
-def rapl_for_cpu_trial(request: MeterRequest) -> EnergyMeter:
-    """RAPL for a CPU trial: the CPU packages' energy is not a GPU trial's."""
-    cuda = cuda_device_indices(request.config)
-    if cuda:
-        raise MeterUnavailable(f"the trial runs on CUDA devices {cuda}, not on the CPU alone")
-    return RaplEnergyMeter(request.powercap_root, request.settings.energy_window_s)
 
 
 def select_meter(

@@ -1,14 +1,14 @@
 """The declared knobs (see `autotune.core.knobs.base`): runtime engines, precision modes and
 pruning methods, one class each. A new one is a class in a module of its own, registered with
-`@register`, and imported below; its implementation is registered under the same name in
-`workers.building.knobs`. Installed plugins add theirs (the `autotune.engines` entry points,
-`autotune.core.plugins`), loaded at the end of this module."""
+`@register`, and named in pyproject.toml's `autotune.engines` entry points (engines, pruning
+methods) or `autotune.precisions` (precision modes); its implementation is registered under the
+same name in `workers.building.knobs`. Both groups are loaded at the end of this module
+(`autotune.core.plugins`): autotune's own entries, then installed plugins'."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from autotune.core.knobs import engines, openvino, precisions, pruning  # noqa: F401  (registers them)
 from autotune.core.knobs.base import (
     DEFAULTS,
     DEVICE_KEY,
@@ -36,7 +36,7 @@ from autotune.core.knobs.base import (
     selecting_keys,
     supports,
 )
-from autotune.core.plugins import ENGINES_GROUP, load_plugins
+from autotune.core.plugins import ENGINES_GROUP, PRECISIONS_GROUP, load_plugins
 
 __all__ = [
     "DEFAULTS",
@@ -101,3 +101,4 @@ def variant_key(config: Mapping[str, ConfigValue]) -> str:
 
 
 load_plugins(ENGINES_GROUP)
+load_plugins(PRECISIONS_GROUP)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from autotune.cli import app
 from autotune.core.contract import NodeInfo, NodeKind
 from autotune.core.errors import RequestError
-from autotune.execution import build, ray_executor, registry
+from autotune.execution import build, built_in, ray_executor
 from autotune.execution.config import InProcessConfig, RayConfig, ReplayConfig
 from autotune.execution.in_process import InProcessExecutor
 from autotune.execution.registry import executor_config, parse_executor_config
@@ -180,7 +180,7 @@ class FakeRayExecutor:
 @pytest.fixture
 def fake_ray(monkeypatch: pytest.MonkeyPatch) -> list[FakeCluster]:
     FakeCluster.made = []
-    monkeypatch.setattr(registry, "RayCluster", FakeCluster)
+    monkeypatch.setattr(built_in, "RayCluster", FakeCluster)
     monkeypatch.setattr(ray_executor, "RayExecutor", FakeRayExecutor)
     return FakeCluster.made
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from autotune.cli import app
 from autotune.core.contract import TrialResult, TrialSpec
 from autotune.core.errors import AutotuneError, RequestError
-from autotune.execution import registry
+from autotune.execution import built_in
 from autotune.execution.replay import ReplayExecutor
 from autotune.execution.replay_table import NOT_IN_TABLE, ReplayTable
 from autotune.results import TrialRecord
@@ -129,7 +129,7 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> Replayed:
     args += ["--sampler", "random", "--seed", "0", "--json"]
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(directory)
-        patch.setattr(registry, "ReplayExecutor", RecordingExecutor)
+        patch.setattr(built_in, "ReplayExecutor", RecordingExecutor)
         result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert RecordingExecutor.last is not None

@@ -19,7 +19,7 @@ from autotune.core.contract import TrialSpec
 from autotune.core.errors import RequestError
 from autotune.core.knobs import variant_key
 from autotune.core.metrics import OBJECTIVES, Direction, Metric
-from autotune.execution import registry
+from autotune.execution import built_in
 from autotune.execution.in_process import InProcessExecutor
 from autotune.results import TrialRecord
 from autotune.results.records import Candidate
@@ -92,7 +92,7 @@ def submitted(monkeypatch: pytest.MonkeyPatch) -> list[TrialSpec]:
             specs.append(spec)
             super().submit(spec)
 
-    monkeypatch.setattr(registry, "InProcessExecutor", Recording)
+    monkeypatch.setattr(built_in, "InProcessExecutor", Recording)
     return specs
 
 

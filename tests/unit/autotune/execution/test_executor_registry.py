@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field
 from autotune.core import plugins
 from autotune.core.errors import RequestError
 from autotune.core.plugins import EXECUTORS_GROUP, PluginWarning, load_entry_points
-from autotune.execution import build, registry
+from autotune.execution import build, built_in, registry
 from autotune.execution.config import BaseExecutorConfig, RayConfig
 from autotune.execution.registry import (
     OneExecutor,
@@ -99,7 +99,7 @@ def test_a_type_is_registered_once(shelf: None) -> None:
     with pytest.raises(ValueError, match="an executor of type 'shelf' is already registered"):
         register_executor(ShelfConfig, open_shelf)
     with pytest.raises(ValueError, match="'ray' is already registered"):
-        register_executor(RayConfig, registry.open_ray)
+        register_executor(RayConfig, built_in.open_ray)
 
 
 class Untyped(BaseExecutorConfig):
@@ -170,4 +170,4 @@ def test_a_plugin_that_takes_a_built_in_type_is_a_warning_and_changes_nothing(
     impostor = EntryPoint(name="impostor", value="ray_impostor", group=EXECUTORS_GROUP)
     with pytest.warns(PluginWarning, match="'impostor'.*an executor of type 'ray' is already"):
         assert load_entry_points([impostor]) == []
-    assert registry.executor_kind("ray").open_nodes is registry.open_ray
+    assert registry.executor_kind("ray").open_nodes is built_in.open_ray
