@@ -42,6 +42,7 @@ from workers.cache import LoadedWorkload, WorkloadCache, default_cache
 from workers.measuring.contention import ContentionProbe, gpu_watch_for
 from workers.measuring.energy import EnergyMeter, EnergyReading, cpu_seconds_with, select_meter
 from workers.measuring.evaluate import VariantQuality
+from workers.measuring.figure_meter import FigureRequest, open_figure_meters
 from workers.measuring.meters import Measurement, measure, summarize, warm_up
 from workers.predictor import exported_and_loaded
 from workers.runner import (
@@ -75,6 +76,8 @@ class _Live:
     window_calls: int = 0
     idle_power_w: float | None = None
     meter: EnergyMeter | None = None
+    # Each measured figure summed over the blocks, weighted by the block's window calls.
+    figure_sums: dict[str, float] = field(default_factory=dict)
 
     def reopened(self, build: _Live) -> None:
         """Measure `build` (a new build of the same entrant) from now on."""
@@ -217,9 +220,11 @@ def _probe(settings: MeasurementSettings, live: list[_Live], helpers: list[int])
 def _time_block(one: _Live, block: MeasurementSettings, settings: MeasurementSettings) -> None:
     time.sleep(SETTLE_S)
     warm_up(one.call, BLOCK_WARMUP_CALLS, one.config.concurrency)
-    meter = select_meter(one.config, settings, cpu_clock=cpu_seconds_with(one.helpers))
+    cpu_clock = cpu_seconds_with(one.helpers)
+    meter = select_meter(one.config, settings, cpu_clock=cpu_clock)
+    figure_meters = open_figure_meters(FigureRequest(one.config, settings, cpu_clock))
     try:
-        measured = measure(one.call, block, meter, one.config.concurrency)
+        measured = measure(one.call, block, meter, one.config.concurrency, figures=figure_meters)
     finally:
         meter.close()
     batch = one.config.batch_size
@@ -232,8 +237,11 @@ def _time_block(one: _Live, block: MeasurementSettings, settings: MeasurementSet
             latency_p95_ms=latency.p95_ms,
             throughput_per_s=batch * latency.calls_per_s,
             energy_per_sample_j=energy.joules / samples,
+            measured=measured.figures,
         )
     )
+    for name, value in measured.figures.items():
+        one.figure_sums[name] = one.figure_sums.get(name, 0.0) + value * measured.window_calls
     one.latencies_ms.append(latency.latencies_ms)
     one.joules += energy.joules
     one.seconds += energy.seconds
@@ -243,12 +251,14 @@ def _time_block(one: _Live, block: MeasurementSettings, settings: MeasurementSet
 
 
 def _outcome(one: _Live, peak_memory_mb: float) -> EntrantOutcome:
-    """Every call of every round, summarised as one trial's metrics."""
+    """Every call of every round, summarised as one trial's metrics; a measured figure is the
+    mean of the blocks' weighted by their calls (for a figure per sample: over every call)."""
     latencies_ms = np.concatenate(one.latencies_ms)
     latency = summarize((latencies_ms * 1e6).astype(np.int64), one.seconds)
     assert one.meter is not None  # every live entrant has timed at least one block
     energy = EnergyReading(one.joules, one.seconds, one.idle_power_w)
-    measured = Measurement(latency=latency, energy=energy, window_calls=one.window_calls)
+    figures = {name: total / one.window_calls for name, total in one.figure_sums.items()}
+    measured = Measurement(latency, energy, one.window_calls, figures)
     quality = VariantQuality(one.entrant.known_accuracy, one.entrant.known_quality)
     metrics = trial_metrics(quality, measured, one.config.batch_size, peak_memory_mb, one.meter)
     return EntrantOutcome(

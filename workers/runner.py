@@ -42,6 +42,7 @@ from workers.cache import LoadedWorkload, WorkloadCache, default_cache
 from workers.measuring.contention import check_contention, probe_for, waited_for_quiet
 from workers.measuring.energy import EnergyMeter, cpu_seconds_with, select_meter
 from workers.measuring.evaluate import SUBSET_CONFIDENCE, VariantQuality, tile_batch
+from workers.measuring.figure_meter import FigureMeters, FigureRequest, open_figure_meters
 from workers.measuring.meters import Measurement, PeakMemorySampler, measure, slow_call_ns, warm_up
 
 logger = logging.getLogger(__name__)
@@ -153,12 +154,15 @@ def _measure(spec: TrialSpec, store: WorkloadCache, clock: PhaseClock) -> TrialR
         meter: EnergyMeter = select_meter(
             config, settings, memory.own_cpu_seconds, cpu_seconds_with(helpers)
         )
+        figure_meters = open_figure_meters(
+            FigureRequest(config, settings, cpu_seconds_with(helpers), memory.own_cpu_seconds)
+        )
         screened: Screened | None = None
         try:
             probe.start()
-            screened = screen(call, spec, config, quality, meter, memory)
+            screened = screen(call, spec, config, quality, meter, figure_meters, memory)
             if screened is None:
-                measured = measure(call, settings, meter, config.concurrency)
+                measured = measure(call, settings, meter, config.concurrency, figures=figure_meters)
             contention = probe.stop(config.threads, waited)
         finally:
             meter.close()
@@ -210,6 +214,7 @@ def screen(
     config: TrialConfig,
     quality: VariantQuality,
     meter: EnergyMeter,
+    figure_meters: FigureMeters,
     memory: PeakMemorySampler,
 ) -> Screened | None:
     """Time a short window (`SCREEN_CALLS` calls and `measurement.screen_seconds` at least, or
@@ -228,7 +233,7 @@ def screen(
             "settle_tolerance": None,
         }
     )
-    measured = measure(call, short, meter, config.concurrency)
+    measured = measure(call, short, meter, config.concurrency, figures=figure_meters)
     spread = median_ci_relative_half_width(measured.latency.latencies_ms)
     if not math.isfinite(spread):
         return None
@@ -239,7 +244,7 @@ def screen(
     names = [objective.metric for objective in spec.screen.objectives]
     reason = (
         f"screened: {measured.latency.iterations} calls in {measured.latency.measure_seconds:.2f} "
-        f"s give {_figures(names, [getattr(figures, n) for n in names])}; the front's "
+        f"s give {_figures(names, [figures.figure(n) for n in names])}; the front's "
         f"{_figures(names, point)} is better even with {spec.screen.margin:.0%} and the "
         f"window's interval ({spread:.0%}) in its favour"
     )
@@ -346,7 +351,8 @@ def trial_metrics(
     meter: EnergyMeter,
 ) -> TrialMetrics:
     """Latency figures are per call (one batch); throughput and energy are per sample. Energy
-    is over the meter's window, which may hold more calls than were timed."""
+    and the figure meters' figures are over the meters' window, which may hold more calls than
+    were timed."""
     latency, energy = measured.latency, measured.energy
     window_samples = batch_size * measured.window_calls
     above_idle = energy.above_idle_joules
@@ -372,6 +378,7 @@ def trial_metrics(
         iterations=latency.iterations,
         measure_seconds=latency.measure_seconds,
         stopped_by=latency.stopped_by,
+        measured=measured.figures,
     )
 
 

@@ -8,54 +8,33 @@ figure the rounds do not re-measure) and, for a derived metric, how it is comput
 trial's other figures and the study (`derive`). The request schema, Optuna's directions, the
 constraint checks, the search's batch lean, the head-to-head decision and headline, the tuned
 file, MLflow keys (the metric names), the CLI table, plots and replay defaults all read these
-registries, so a new objective is one registration here (plus the meter that produces the
-metric, unless it is derived)."""
+registries, so a new derived objective is one registration here.
+
+A metric the data plane measures beyond the fixed fields of `TrialMetrics` and `RoundFigures`
+names its figure meter (`meter`, `workers.measuring.figure_meter`) and is carried in their map
+of measured figures (`autotune.core.contract.figures`), checked against this registry: such a
+metric is one module of `autotune.core.measured` (every module there is imported at the end of
+this one) and its meter one module of `workers.measuring.figure_meters`."""
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Callable, Iterator, Mapping
+import pkgutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
+
+from autotune.core.registry import Registry
 
 if TYPE_CHECKING:
     from autotune.core.contract import RoundFigures
-
-T = TypeVar("T")
 
 
 class Direction(StrEnum):
     MAXIMIZE = "maximize"
     MINIMIZE = "minimize"
-
-
-class Registry(Mapping[str, T]):
-    """Named entries in registration order; a name is registered once."""
-
-    def __init__(self, kind: str) -> None:
-        self._kind = kind
-        self._entries: dict[str, T] = {}
-
-    def register(self, name: str, entry: T) -> T:
-        if name in self._entries:
-            raise ValueError(f"{self._kind} {name!r} is already registered")
-        self._entries[name] = entry
-        return entry
-
-    def unregister(self, name: str) -> T:
-        if name not in self._entries:
-            raise KeyError(f"{self._kind} {name!r} is not registered")
-        return self._entries.pop(name)
-
-    def __getitem__(self, name: str) -> T:
-        return self._entries[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 # Units without a dimension: shown as the bare number.
@@ -101,6 +80,9 @@ class Metric:
     needs: str | None = None
     # Metrics of one measure (throughput and the time or cost per sample) are one objective.
     measure: str | None = None
+    # The figure meter that measures it: the metric is carried in the map of measured figures
+    # (`TrialMetrics.measured`, `RoundFigures.measured`), not in a fixed field.
+    meter: str | None = None
 
     def shown(self, value: float) -> str:
         """The value as tables show it under a header that names the unit."""
@@ -495,3 +477,19 @@ def variant_quality(metrics: Mapping[str, Any]) -> dict[str, float | str]:
 def selection_objective(strategy: str) -> Metric:
     """The metric a selection strategy ranks by (latency per call for a weighted choice)."""
     return OBJECTIVES[SELECTIONS.get(strategy, "latency")]
+
+
+def mapped_metrics() -> dict[str, Metric]:
+    """The metrics carried in the map of measured figures: those that name their meter."""
+    return {metric.name: metric for metric in METRICS.values() if metric.meter is not None}
+
+
+def _register_measured_metrics() -> None:
+    """Every module of `autotune.core.measured` registers one measured metric (and its bounds
+    and objectives, where a request may name it)."""
+    package = importlib.import_module("autotune.core.measured")
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+
+
+_register_measured_metrics()

@@ -254,4 +254,5 @@ def _round_figures(metrics: TrialMetrics) -> RoundFigures:
         latency_p95_ms=metrics.latency_p95_ms,
         throughput_per_s=metrics.throughput_per_s,
         energy_per_sample_j=metrics.energy_per_sample_j,
+        measured=metrics.measured,
     )

@@ -14,9 +14,11 @@ The table is CSV, one row per configuration:
 - metric columns named as `TrialMetrics` fields (`accuracy`, `latency_p50_ms`,
   `latency_p90_ms`, `latency_p95_ms`, `latency_p99_ms`, `latency_mean_ms`, `latency_cv`,
   `throughput_per_s`, `energy_per_sample_j`, `energy_source`, `peak_memory_mb`,
-  `measure_seconds`, ...). An ok row needs `accuracy` and `latency_p95_ms`; what a row
-  leaves out is filled so that nothing is invented beyond what the row implies: p50, p90,
-  p99 and mean latency = p95; `latency_cv` 0; `throughput_per_s` = 1000 * batch.size / p95
+  `measure_seconds`, ...), and the measured metrics carried in their map
+  (`autotune.core.metrics.mapped_metrics`, e.g. `cpu_time_per_sample_ms`). An ok row needs
+  `accuracy` and `latency_p95_ms`; what a row leaves out is filled so that nothing is
+  invented beyond what the row implies (a measured metric of the map is not filled): p50,
+  p90, p99 and mean latency = p95; `latency_cv` 0; `throughput_per_s` = 1000 * batch.size / p95
   (1000 / p95 without a `batch.size` column); `latency_per_sample_ms` = 1000 /
   `throughput_per_s` (recorded or filled); `energy_per_sample_j` 0 with `energy_source`
   `estimate` (an unlabelled energy figure is an `estimate` too); `peak_memory_mb` 0;
@@ -78,6 +80,7 @@ from autotune.core.metrics import (
     LATENCY_P99,
     METRICS,
     THROUGHPUT,
+    mapped_metrics,
 )
 from autotune.space.search_space import (
     Dimension,
@@ -94,7 +97,7 @@ STATUSES: tuple[TrialStatus, ...] = ("ok", "unsupported", "oom", "timeout", "err
 REQUIRED_METRICS = (ACCURACY.name, LATENCY_P95.name)
 
 
-METRIC_COLUMNS = frozenset(TrialMetrics.model_fields)
+METRIC_COLUMNS = frozenset(TrialMetrics.model_fields) - {"measured"} | frozenset(mapped_metrics())
 
 
 TEXT_METRICS = frozenset({"energy_source", "stopped_by"})

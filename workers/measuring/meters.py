@@ -32,6 +32,7 @@ from autotune.core.contract import SLOW_CALL_FACTOR, MeasurementSettings
 from autotune.core.errors import CallTooSlow
 from autotune.core.stats import median_ci_relative_half_width, quantile_ci
 from workers.measuring.energy import EnergyMeter, EnergyReading
+from workers.measuring.figure_meter import NO_FIGURES, FigureMeters, Window
 
 StopReason = Literal["settled", "minimums", "max_iters", "max_seconds"]
 # The settle condition is checked again once the number of timed calls has grown by this factor.
@@ -296,13 +297,14 @@ def summarize(
 
 @dataclass(frozen=True)
 class Measurement:
-    """Latency of the timed calls and energy of the window around them; `window_calls` is the
-    number of calls inside the energy window (the timed ones and any repeated to make the
-    window as long as the meter needs)."""
+    """Latency of the timed calls, and energy and the figure meters' figures of the window
+    around them; `window_calls` is the number of calls inside the window (the timed ones and
+    any repeated to make the window as long as the energy meter needs)."""
 
     latency: LatencyStats
     energy: EnergyReading
     window_calls: int
+    figures: dict[str, float] = field(default_factory=dict)
 
 
 def measure(
@@ -311,16 +313,20 @@ def measure(
     meter: EnergyMeter,
     concurrency: int = 1,
     clock: Callable[[], int] = time.perf_counter_ns,
+    figures: FigureMeters = NO_FIGURES,
 ) -> Measurement:
-    """Start the meter, time the calls, repeat them (untimed, same concurrency) until the
-    window is `meter.min_window_s` long, stop the meter."""
+    """Start the meters, time the calls, repeat them (untimed, same concurrency) until the
+    window is `meter.min_window_s` long, stop the meters."""
     meter.start()
+    figures.start()
     began = clock()
     latency = time_calls(call, settings, clock, concurrency)
     remaining_s = meter.min_window_s - (clock() - began) / 1e9
     extra = run_for(call, remaining_s, concurrency, clock) if remaining_s > 0 else 0
+    window = Window(calls=latency.iterations + extra, seconds=(clock() - began) / 1e9)
+    measured = figures.stop(window)
     energy = meter.stop()
-    return Measurement(latency=latency, energy=energy, window_calls=latency.iterations + extra)
+    return Measurement(latency, energy, window.calls, measured)
 
 
 # ---------------------------------------------------------------------------------------------

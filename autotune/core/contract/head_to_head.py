@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from autotune.core.contract.figures import CarriesMeasured
 from autotune.core.contract.measurement import MeasurementSettings
 from autotune.core.contract.refs import Strict
 from autotune.core.contract.trials import (
@@ -50,8 +51,9 @@ class HeadToHeadSpec(Strict):
     timeout_s: float | None = Field(default=None, gt=0)
 
 
-class RoundFigures(Strict):
-    """One entrant's block in one round: per call and per sample."""
+class RoundFigures(CarriesMeasured):
+    """One entrant's block in one round: per call and per sample, and every other measured
+    metric in `measured` (`autotune.core.contract.figures`)."""
 
     calls: int
     latency_p50_ms: float

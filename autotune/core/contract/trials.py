@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from autotune.core.contract.figures import CarriesMeasured
 from autotune.core.contract.hardware import NodeKind
 from autotune.core.contract.measurement import MeasurementSettings
 from autotune.core.contract.refs import DataRef, MetricRef, ModelRef, Strict
@@ -72,7 +73,7 @@ class TrialSpec(Strict):
 
 
 class ScreenObjective(Strict):
-    metric: str = Field(description="a TrialMetrics figure")
+    metric: str = Field(description="a TrialMetrics figure (a field or a measured one)")
     maximize: bool
     timed: bool = Field(description="a figure of the timing (not the accuracy evaluation)")
 
@@ -93,7 +94,7 @@ class Screen(Strict):
         slack = 1.0 + self.margin + spread
         hopeful = []
         for objective in self.objectives:
-            value = float(getattr(metrics, objective.metric))
+            value = float(metrics.figure(objective.metric))
             if objective.timed:
                 value = value * slack if objective.maximize else value / slack
             hopeful.append(value if objective.maximize else -value)
@@ -132,7 +133,10 @@ SLOW_CALL_FACTOR = 4.0
 EnergySource = Literal["nvml", "rapl", "estimate"]
 
 
-class TrialMetrics(Strict):
+class TrialMetrics(CarriesMeasured):
+    """A trial's figures: the fixed fields, and every other measured metric in `measured`
+    (`autotune.core.contract.figures`)."""
+
     accuracy: float
     accuracy_judged_by: str | None = Field(
         default=None,

@@ -130,6 +130,7 @@ def test_reported_metrics_keep_the_tuned_file_order() -> None:
         "energy_source",
         "peak_memory_mb",
         "cost_per_million_samples",
+        "cpu_time_per_sample_ms",
     )
 
 

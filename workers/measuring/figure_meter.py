@@ -1,0 +1,115 @@
+"""Figure meters: what measures the metrics carried in the map of measured figures
+(`autotune.core.contract.figures`). A metric of the registry names its meter
+(`Metric.meter`); the meter's factory is registered here by that name
+(`register_figure_meter`), one module each in `workers.measuring.figure_meters`, every one of
+which is imported at the end of this module.
+
+For a measurement, `open_figure_meters` opens the meter of every registered metric that names
+one. Like an energy meter, each is started right before the measured calls and stopped right
+after them (`workers.measuring.meters.measure`), and gives `{metric name: value}` for that
+window."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from autotune.core.contract import MeasurementSettings
+from autotune.core.knobs.config import TrialConfig
+from autotune.core.metrics import mapped_metrics
+
+
+@dataclass(frozen=True)
+class FigureRequest:
+    """What a figure meter may use: the trial, its measurement settings, the CPU clock of the
+    worker (its process and its helper processes) and the CPU time of our own measuring
+    threads, to leave out."""
+
+    config: TrialConfig
+    settings: MeasurementSettings
+    cpu_clock: Callable[[], float] = time.process_time
+    excluded_cpu_seconds: Callable[[], float] = lambda: 0.0
+
+
+@dataclass(frozen=True)
+class Window:
+    """The measured window: its calls (timed, and any repeated to fill an energy meter's
+    window) and its wall seconds."""
+
+    calls: int
+    seconds: float
+
+
+class FigureMeter(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self, window: Window) -> Mapping[str, float]:
+        """The figures of the window since `start`, by metric name."""
+        ...
+
+
+FigureMeterFactory = Callable[[FigureRequest], FigureMeter]
+FIGURE_METERS: dict[str, FigureMeterFactory] = {}
+"""The figure meters by the name a metric gives in `Metric.meter`."""
+
+
+def register_figure_meter(name: str) -> Callable[[FigureMeterFactory], FigureMeterFactory]:
+    """Registers the decorated factory in `FIGURE_METERS` as `name`. Raises ValueError where
+    `name` is taken."""
+
+    def register(factory: FigureMeterFactory) -> FigureMeterFactory:
+        if name in FIGURE_METERS:
+            raise ValueError(f"a figure meter named {name!r} is already registered")
+        FIGURE_METERS[name] = factory
+        return factory
+
+    return register
+
+
+class FigureMeters:
+    """Meters started and stopped together; their figures merged."""
+
+    def __init__(self, meters: list[FigureMeter]) -> None:
+        self._meters = meters
+
+    def start(self) -> None:
+        for meter in self._meters:
+            meter.start()
+
+    def stop(self, window: Window) -> dict[str, float]:
+        figures: dict[str, float] = {}
+        for meter in self._meters:
+            figures.update(meter.stop(window))
+        return figures
+
+
+NO_FIGURES = FigureMeters([])
+
+
+def open_figure_meters(request: FigureRequest) -> FigureMeters:
+    """The meters of every registered metric that names one, each opened once. Raises
+    LookupError where a metric names a meter that is not registered."""
+    names = dict.fromkeys(metric.meter for metric in mapped_metrics().values())
+    meters = []
+    for name in names:
+        if name is None or name not in FIGURE_METERS:
+            users = [m.name for m in mapped_metrics().values() if m.meter == name]
+            raise LookupError(
+                f"metric {users} names figure meter {name!r}, which is not registered "
+                f"(registered: {sorted(FIGURE_METERS)})"
+            )
+        meters.append(FIGURE_METERS[name](request))
+    return FigureMeters(meters)
+
+
+def _register_figure_meters() -> None:
+    package = importlib.import_module("workers.measuring.figure_meters")
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+
+
+_register_figure_meters()
