@@ -85,6 +85,7 @@ def test_a_group_is_loaded_once_per_process(monkeypatch: pytest.MonkeyPatch) -> 
         return [EntryPoint(name="stdlib", value="json", group=group)]
 
     monkeypatch.setattr(plugins, "entry_points", installed)
+    monkeypatch.setattr(plugins, "own_entry_points", tuple)
     monkeypatch.setattr(plugins, "_loaded_groups", set())
     assert load_plugins(METERS_GROUP) == ["stdlib"]
     assert load_plugins(METERS_GROUP) == []
