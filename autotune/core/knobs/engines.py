@@ -35,7 +35,7 @@ from autotune.core.knobs.base import (
     option_default,
     register,
 )
-from autotune.core.knobs.providers import PROVIDER_KEY, PROVIDERS, Cpu, ExecutionProvider
+from autotune.core.knobs.providers import PROVIDER_KEY, PROVIDERS, ExecutionProvider
 
 if TYPE_CHECKING:
     from autotune.core.contract import HardwareProfile
@@ -59,7 +59,7 @@ COMPILE_MODE = Option(
     ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
     "default",
 )
-ORT_PROVIDER = Option(PROVIDER_KEY, tuple(PROVIDERS), Cpu.name)
+ORT_PROVIDER = Option(PROVIDER_KEY, tuple(PROVIDERS), "cpu")
 # The ONNX Runtime names of each provider's chain, most preferred first (what MLflow's onnx
 # flavour is given; a session gets each provider's options too, `ExecutionProvider.chain`).
 ORT_PROVIDERS: dict[str, tuple[str, ...]] = {

@@ -7,9 +7,9 @@ typed provider options (`options`), which the session passes to ONNX Runtime as 
 
 A provider is `ort.<name>` among a node's capabilities where that node's ONNX Runtime has it
 (`HardwareProfile.onnxruntime_providers`). Option values are the declared defaults; a request
-cannot change them. Installed plugins add providers (the `autotune.providers` entry points,
-`autotune.core.plugins`), loaded at the end of this module, after the built-ins. Nothing here
-imports ONNX Runtime.
+cannot change them. Providers are the `autotune.providers` entry points
+(`autotune.core.plugins`): autotune's own (`ort_providers.py`) first, then installed plugins',
+loaded at the end of this module. Nothing here imports ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from autotune.core.knobs.base import DEFAULTS, DEVICE_KEY, PRECISION_KEY, Package
 from autotune.core.plugins import PROVIDERS_GROUP, load_plugins
@@ -40,21 +40,6 @@ class ProviderOptions(BaseModel):
 
 def _as_text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-class CudaOptions(ProviderOptions):
-    device_id: int = Field(default=0, ge=0)
-
-
-class TensorrtOptions(ProviderOptions):
-    device_id: int = Field(default=0, ge=0)
-    # fp16 kernels for an fp32 model change its numerics: off, as ONNX Runtime has it.
-    trt_fp16_enable: bool = False
-    trt_engine_cache_enable: bool = False
-
-
-class OpenVinoOptions(ProviderOptions):
-    device_type: str = "CPU"  # an OpenVINO device: CPU, GPU, NPU, GPU.0, ...
 
 
 class ExecutionProvider:
@@ -131,46 +116,6 @@ def register_provider(cls: type[P]) -> type[P]:
         )
     PROVIDERS[cls.name] = cls()
     return cls
-
-
-@register_provider
-class Cpu(ExecutionProvider):
-    name = "cpu"
-    ort_name = "CPUExecutionProvider"
-    refuses = frozenset({"fp16"})
-
-
-@register_provider
-class Cuda(ExecutionProvider):
-    name = "cuda"
-    ort_name = "CUDAExecutionProvider"
-    fallbacks = ("cpu",)
-    device = "cuda"
-    needs = ("cuda",)
-    options = CudaOptions()
-
-
-@register_provider
-class Tensorrt(ExecutionProvider):
-    name = "tensorrt"
-    ort_name = "TensorrtExecutionProvider"
-    fallbacks = ("cuda", "cpu")
-    device = "cuda"
-    needs = ("cuda",)
-    options = TensorrtOptions()
-
-
-@register_provider
-class OpenVino(ExecutionProvider):
-    """OpenVINO's provider inside ONNX Runtime (the onnxruntime-openvino build). fp16 on it is
-    not verified, so it is not offered."""
-
-    name = "openvino"
-    ort_name = "OpenVINOExecutionProvider"
-    fallbacks = ("cpu",)
-    refuses = frozenset({"fp16"})
-    package = Package("onnxruntime", ("ort-openvino",))
-    options = OpenVinoOptions()
 
 
 load_plugins(PROVIDERS_GROUP)

@@ -14,12 +14,11 @@ from autotune.core.contract import HardwareProfile
 from autotune.core.knobs import ENGINES, Package, Target, supports
 from autotune.core.knobs.config import parse_config
 from autotune.core.knobs.engines import ORT_PROVIDER, ORT_PROVIDERS
+from autotune.core.knobs.ort_providers import CudaOptions, TensorrtOptions
 from autotune.core.knobs.providers import (
     PROVIDERS,
-    CudaOptions,
     ExecutionProvider,
     ProviderOptions,
-    TensorrtOptions,
     register_provider,
 )
 from tests.conftest import REPO
