@@ -1,6 +1,5 @@
-"""The metric registry: every metric autotune measures or derives, typed once, and the
-registries built on it: the objectives a request may optimize (each with the selection
-strategy that ranks by it) and the bounds a request may set.
+"""The metric registry: every metric autotune measures or derives, typed once; the objectives
+(each with the selection strategy that ranks by it) and the bounds a request may set.
 
 A `Metric` carries all its behaviour: its direction, the end of the batch-size range it
 favours (`lean`), how a head-to-head round gives it (`round_reader`, or `from_variant` for a
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
+from autotune.core.errors import RequestError
 from autotune.core.registry import Registry
 
 if TYPE_CHECKING:
@@ -398,7 +398,12 @@ register_bound(
 def constraint_violations(
     bounds: Mapping[str, float], metrics: Mapping[str, Any]
 ) -> dict[str, float]:
-    """Each bound (constraint name -> bound) as Optuna wants it: a value <= 0 means met."""
+    """Each bound (constraint name -> bound) as Optuna wants it: a value <= 0 means met. A bound
+    on a figure the trial does not carry (a replay table without its column) is a request error."""
+    for name in (n for n in bounds if BOUNDS[n].metric.name not in metrics):
+        raise RequestError(
+            f"constraints.{name}", "must bound a measured metric", BOUNDS[name].metric.name
+        )
     return {
         name: BOUNDS[name].violation(bound, float(metrics[BOUNDS[name].metric.name]))
         for name, bound in bounds.items()

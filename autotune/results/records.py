@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from autotune.core.contract import ConfigValue, Provenance, TrialMetrics, TrialStatus
 from autotune.core.knobs import ENGINE_KEY, ENGINES, defines_variant, engine_options, variant_key
+from autotune.core.metrics import mapped_metrics
 from autotune.core.tracebacks import traceback_tail
 
 # Where a trial stands in the study: waiting to be asked, being measured, ended.
@@ -164,9 +165,8 @@ class TrialRecord(Strict):
         """The metrics as the executor measured them (without those derived here)."""
         if self.metrics is None:
             return None
-        return TrialMetrics.model_validate(
-            {k: v for k, v in self.metrics.items() if k in TrialMetrics.model_fields}
-        )
+        measured = {*TrialMetrics.model_fields, *mapped_metrics()}
+        return TrialMetrics.model_validate({k: v for k, v in self.metrics.items() if k in measured})
 
 
 class TrialEnding(Strict):

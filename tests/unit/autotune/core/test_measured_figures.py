@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from autotune.core.contract import RoundFigures, TrialMetrics, TrialResult
+from autotune.core.errors import RequestError
 from autotune.core.measured.cpu_time import CPU_TIME_PER_SAMPLE
 from autotune.core.metrics import (
     BOUNDS,
@@ -17,6 +18,7 @@ from autotune.core.metrics import (
     constraint_violations,
     mapped_metrics,
 )
+from autotune.results.records import TrialRecord
 from tests.coordinator_support import table_metrics
 
 CPU = CPU_TIME_PER_SAMPLE.name
@@ -134,3 +136,17 @@ def test_a_request_bounds_a_measured_metric_as_any_other() -> None:
     assert violations == {"max_cpu_time_per_sample_ms": pytest.approx(-0.1)}
     violated = constraint_violations({"max_cpu_time_per_sample_ms": 0.3}, record)
     assert violated["max_cpu_time_per_sample_ms"] == pytest.approx(0.1)
+
+
+def test_a_bound_on_a_figure_the_trial_lacks_is_a_request_error_naming_it() -> None:
+    record = table_metrics({}).model_dump()
+    with pytest.raises(RequestError) as refused:
+        constraint_violations({"max_cpu_time_per_sample_ms": 0.5}, record)
+    assert refused.value.field == "constraints.max_cpu_time_per_sample_ms"
+    assert CPU in str(refused.value)
+
+
+def test_a_stored_trial_gives_back_its_map_s_figures_as_measured() -> None:
+    figures = table_metrics({}).model_copy(update={"measured": {CPU: 0.4}})
+    record = TrialRecord(number=3, state="complete", config={}, metrics=figures.model_dump())
+    assert record.measured_metrics() == figures
