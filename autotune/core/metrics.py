@@ -12,20 +12,20 @@ registries, so a new derived objective is one registration here.
 A metric the data plane measures beyond the fixed fields of `TrialMetrics` and `RoundFigures`
 names its figure meter (`meter`, `workers.measuring.figure_meter`) and is carried in their map
 of measured figures (`autotune.core.contract.figures`), checked against this registry: such a
-metric is one module of `autotune.core.measured` (every module there is imported at the end of
-this one) and its meter one module of `workers.measuring.figure_meters`."""
+metric is one module (autotune's own in `autotune.core.measured`, loaded through the
+`autotune.metrics` entry points at the end of this one) and its meter one module (the
+`autotune.figure_meters` entry points, `workers.measuring.figure_meters`)."""
 
 from __future__ import annotations
 
-import importlib
 import math
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from autotune.core.errors import RequestError
+from autotune.core.plugins import METRICS_GROUP, load_plugins
 from autotune.core.registry import Registry
 
 if TYPE_CHECKING:
@@ -489,12 +489,4 @@ def mapped_metrics() -> dict[str, Metric]:
     return {metric.name: metric for metric in METRICS.values() if metric.meter is not None}
 
 
-def _register_measured_metrics() -> None:
-    """Every module of `autotune.core.measured` registers one measured metric (and its bounds
-    and objectives, where a request may name it)."""
-    package = importlib.import_module("autotune.core.measured")
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
-
-
-_register_measured_metrics()
+load_plugins(METRICS_GROUP)

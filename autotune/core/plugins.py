@@ -1,5 +1,5 @@
 """Plugins: autotune's own components and the installed packages that add engines, precision
-modes, energy meters, search strategies, executors and execution providers.
+modes, energy meters, search strategies, executors, execution providers and measured metrics.
 
 A distribution names its modules in entry points (`[project.entry-points."<group>"]` of its
 pyproject.toml), one group per kind of registry:
@@ -17,7 +17,11 @@ pyproject.toml), one group per kind of registry:
   `autotune.strategies`);
 - `autotune.executors`: a module of executor kinds (`register_executor` of
   `autotune.execution.registry`), loaded by the control plane only;
-- `autotune.providers`: a module of ONNX Runtime execution providers.
+- `autotune.providers`: a module of ONNX Runtime execution providers;
+- `autotune.metrics`: a module of measured metrics carried in the map of measured figures
+  (`Metric(meter=...)` registered in `autotune.core.metrics`), loaded wherever metrics are;
+- `autotune.figure_meters`: a module of the meters of those metrics (`@register_figure_meter`
+  of `workers.measuring.figure_meter`), loaded by the data plane only.
 
 The convention: an entry point's value is a module (`package.module`, no `:attribute`), and
 importing it is the whole of loading it: its decorators (or calls) register what it defines.
@@ -58,6 +62,8 @@ METERS_GROUP = "autotune.meters"
 STRATEGIES_GROUP = "autotune.strategies"
 EXECUTORS_GROUP = "autotune.executors"
 PROVIDERS_GROUP = "autotune.providers"
+METRICS_GROUP = "autotune.metrics"
+FIGURE_METERS_GROUP = "autotune.figure_meters"
 GROUPS = (
     ENGINES_GROUP,
     PRECISIONS_GROUP,
@@ -66,6 +72,8 @@ GROUPS = (
     STRATEGIES_GROUP,
     EXECUTORS_GROUP,
     PROVIDERS_GROUP,
+    METRICS_GROUP,
+    FIGURE_METERS_GROUP,
 )
 
 DISTRIBUTION = "autotune"

@@ -1,8 +1,8 @@
 """Figure meters: what measures the metrics carried in the map of measured figures
 (`autotune.core.contract.figures`). A metric of the registry names its meter
 (`Metric.meter`); the meter's factory is registered here by that name
-(`register_figure_meter`), one module each in `workers.measuring.figure_meters`, every one of
-which is imported at the end of this module.
+(`register_figure_meter`), one module each (autotune's own in `workers.measuring.figure_meters`),
+loaded through the `autotune.figure_meters` entry points at the end of this module.
 
 For a measurement, `open_figure_meters` opens the meter of every registered metric that names
 one. Like an energy meter, each is started right before the measured calls and stopped right
@@ -11,8 +11,6 @@ window."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ from typing import Protocol
 from autotune.core.contract import MeasurementSettings
 from autotune.core.knobs.config import TrialConfig
 from autotune.core.metrics import mapped_metrics
+from autotune.core.plugins import FIGURE_METERS_GROUP, load_plugins
 
 
 @dataclass(frozen=True)
@@ -106,10 +105,4 @@ def open_figure_meters(request: FigureRequest) -> FigureMeters:
     return FigureMeters(meters)
 
 
-def _register_figure_meters() -> None:
-    package = importlib.import_module("workers.measuring.figure_meters")
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
-
-
-_register_figure_meters()
+load_plugins(FIGURE_METERS_GROUP)
