@@ -21,11 +21,11 @@ from autotune.core.knobs.config import TrialConfig, parse_config
 from workers.building.calibration import calibration_subset
 from workers.building.ort_session import OnnxRuntimeSession
 from workers.building.quantization import node_op_types
-from workers.building.runtimes import Session, build_session, check_runtime
+from workers.building.runtimes import Session, check_runtime, checked_session
 from workers.building.sensitivity import SENSITIVITY_SAMPLES, Sensitivity, measure_sensitivity
 from workers.building.sharding import ModelSource
 from workers.building.torch_sensitivity import LINEAR_OP_TYPE, measure_module_sensitivity
-from workers.building.transforms import build_variant
+from workers.building.transforms import build_variant, checked_variant
 from workers.building.variants import BuildContext, OnnxVariant, TorchVariant, Variant
 from workers.loading.fixed_batch import with_requested_batch
 from workers.loading.workloads import (
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     import torch
 
 Model = TypeVar("Model")
+# How a variant is built from the original for a configuration (`build_variant`).
+VariantBuilder = Callable[[Variant, TrialConfig, BuildContext], Variant]
 
 # Samples handed to exporters for tracing; two so the batch axis is not mistaken for a constant.
 TRACE_SAMPLES = 2
@@ -92,8 +94,13 @@ class LoadedWorkload:
         return parse_config(config, self.model.kind)
 
     def variant_for(self, config: TrialConfig) -> Variant:
-        """Builds the variant; ONNX bytes are cached per variant (export and quantization are
-        the slow part, and an exported artifact must be the very file that was measured)."""
+        """Builds the variant (`build_variant`: settings the runtime cannot apply are refused
+        first); ONNX bytes are cached per variant (export and quantization are the slow part,
+        and an exported artifact must be the very file that was measured)."""
+        return self._variant(config, build_variant)
+
+    def _variant(self, config: TrialConfig, build: VariantBuilder) -> Variant:
+        """`variant_for`, built by `build` where no ONNX bytes are cached for it."""
         cached = self.onnx_by_variant.get(config.variant_id)
         if cached is not None:
             for key in self.ranked_by_variant.get(config.variant_id, ()):
@@ -101,7 +108,7 @@ class LoadedWorkload:
             return OnnxVariant(cached)
         start = len(self._rankings)
         try:
-            variant = build_variant(self.original_variant(), config, self.build_context())
+            variant = build(self.original_variant(), config, self.build_context())
         finally:
             ranked_by = tuple(dict.fromkeys(self._rankings[start:]))
             del self._rankings[start:]
@@ -198,9 +205,11 @@ class LoadedWorkload:
 
     def session_for(self, config: TrialConfig) -> Session:
         """A session to close after use (`workers.building.runtimes.opened`): sharded ones hold
-        processes. Settings the runtime cannot apply are refused before the variant is built."""
+        processes. Settings the runtime cannot apply are refused before the variant is built,
+        once: the variant and the session are built for the configuration so checked."""
         check_runtime(config, self.model.kind)
-        return build_session(self.variant_for(config), config, self.model_source())
+        variant = self._variant(config, checked_variant)
+        return checked_session(variant, config, self.model_source())
 
     def reference_outputs(self) -> np.ndarray:
         """Outputs of the unmodified model (fp32, default runtime) on all evaluation inputs."""

@@ -39,6 +39,8 @@ class InProcessExecutor(FixedSlots):
 
         self.trial_memory_mb = memory_limit_mb or trial_memory_limit_mb(1)
         self._worker: TrialWorker = TrialWorker(self.trial_memory_mb, node_id=LOCAL_NODE)
+        # The worker probed this machine once; its kind is made from that probe once too.
+        self._kind = NodeKind.one_node(self._worker.profile(), LOCAL_NODE)
         self._done: deque[TrialResult] = deque()
 
     @property
@@ -46,7 +48,7 @@ class InProcessExecutor(FixedSlots):
         return 1
 
     def kinds(self) -> list[NodeKind]:
-        return [NodeKind.one_node(self._worker.profile(), LOCAL_NODE)]
+        return [self._kind]
 
     def inspect(self, workload: Workload) -> Inspection:
         return Inspection(model=self._worker.inspect(workload), kinds=self.kinds())

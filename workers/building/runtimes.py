@@ -30,6 +30,7 @@ from workers.building.variants import Variant
 __all__ = [
     "Session",
     "build_session",
+    "checked_session",
     "check_runtime",
     "close_session",
     "helper_pids",
@@ -50,9 +51,17 @@ class Session(Protocol):
 def build_session(
     variant: Variant, config: TrialConfig, source: ModelSource | None = None
 ) -> Session:
-    """The session of `config.engine` for `variant`. Tensor-parallel sessions start worker
-    processes that rebuild the variant themselves from `source`."""
+    """The session of `config.engine` for `variant`, once the runtime takes the configuration
+    (`check_runtime`). Tensor-parallel sessions start worker processes that rebuild the
+    variant themselves from `source`."""
     check_runtime(config)
+    return checked_session(variant, config, source)
+
+
+def checked_session(
+    variant: Variant, config: TrialConfig, source: ModelSource | None = None
+) -> Session:
+    """`build_session` for a configuration `check_runtime` has already passed."""
     if config.tensor_parallel > 1:
         return tensor_parallel_session(variant, config, source)
     return engine_of(config.engine).session(variant, config)

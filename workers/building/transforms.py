@@ -61,6 +61,11 @@ def register_transform(name: str) -> Callable[[Transform], Transform]:
 def build_variant(original: Variant, config: TrialConfig, context: BuildContext) -> Variant:
     kind: ModelKind = "torch" if isinstance(original, TorchVariant) else "onnx"
     check_runtime(config, kind)  # before pruning and exporting, which may take a while
+    return checked_variant(original, config, context)
+
+
+def checked_variant(original: Variant, config: TrialConfig, context: BuildContext) -> Variant:
+    """`build_variant` for a configuration `check_runtime` has already passed."""
     variant = original
     for name in PIPELINE:
         variant = TRANSFORMS[name](variant, config, context)
