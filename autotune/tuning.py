@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from autotune.results.records import Candidate
 from autotune.search.budget import SearchBudget
 from autotune.search.coordinator import STALE_AFTER_S, Coordinator, Tuning
 from autotune.search.front import front_of
-from autotune.search.observers import Observer, TrialTold
+from autotune.search.observers import Display, Observer
 from autotune.search.warm_start import WarmStart
 from autotune.space.hardware import describe_kind
 from autotune.space.search_space import (
@@ -60,10 +60,6 @@ from autotune.tracking import (
     is_database_store,
 )
 from autotune.tune_options import TuneOptions
-
-
-def _no_progress(total: int | None) -> AbstractContextManager[Callable[[int, Any], None]]:
-    return nullcontext(lambda done, result: None)
 
 
 def run_tune(
@@ -329,11 +325,12 @@ def _tune_kind(
         )
     model_info = inspection.model
     space = plan.space(model_info, kind)
-    with (progress or _no_progress)(settings.n_trials) as update:
+    shown_trials = nullcontext(None) if progress is None else progress(settings.n_trials)
+    with shown_trials as update:
         tuning = Tuning(
             request, plan.workload, model_info, space, kind.profile, settings.artifact_dir
         )
-        shown = _Display(update, options.on_note, options.on_phase)
+        shown = Display(update, options.on_note, options.on_phase)
         tracker = None if options.track else NullTracker(settings.study_name)
         outcome = run_study(tuning, settings, executor, options, [shown, *observers], tracker)
     if isinstance(executor, ReplayExecutor):
@@ -455,30 +452,6 @@ def log_study_inputs(
         },
         tags=tags,
     )
-
-
-@dataclass
-class _Display(Observer):
-    """A display given as callables (`TuneOptions`' notes and phases, a `ProgressFactory`'s
-    trial updates) as an observer."""
-
-    trials: Callable[[int, Any], None]
-    note: Callable[[str], None] | None
-    phase: Callable[[str], None] | None
-
-    def on_start(self, done: int, total: int | None) -> None:
-        self.trials(done, None)
-
-    def on_trial(self, trial: TrialTold) -> None:
-        self.trials(trial.done, trial.shown)
-
-    def on_note(self, note: str) -> None:
-        if self.note is not None:
-            self.note(note)
-
-    def on_phase(self, phase: str) -> None:
-        if self.phase is not None:
-            self.phase(phase)
 
 
 def _replay_note(executor: ReplayExecutor) -> str:

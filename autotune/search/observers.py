@@ -5,9 +5,9 @@ service's job progress are others; each hook does nothing unless an observer ove
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autotune.core.contract import TrialResult
 from autotune.core.contract.trials import SensitivityTable
@@ -114,3 +114,29 @@ class TrackerObserver(Observer):
 
     def on_sensitivity(self, table: SensitivityTable) -> None:
         self.tracker.log_sensitivity(table)
+
+
+@dataclass
+class Display(Observer):
+    """A display given as callables (`TuneOptions`' notes and phases, a `ProgressFactory`'s
+    trial updates) as an observer; what is None is not shown."""
+
+    trials: Callable[[int, Any], None] | None
+    note: Callable[[str], None] | None
+    phase: Callable[[str], None] | None
+
+    def on_start(self, done: int, total: int | None) -> None:
+        if self.trials is not None:
+            self.trials(done, None)
+
+    def on_trial(self, trial: TrialTold) -> None:
+        if self.trials is not None:
+            self.trials(trial.done, trial.shown)
+
+    def on_note(self, note: str) -> None:
+        if self.note is not None:
+            self.note(note)
+
+    def on_phase(self, phase: str) -> None:
+        if self.phase is not None:
+            self.phase(phase)
