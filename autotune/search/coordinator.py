@@ -83,11 +83,7 @@ class Coordinator:
         self._told_front: list[Candidate] = []
         self.told_to = Observers([TrackerObserver(self.tracker), *self.observers])
         self.teller = Teller(
-            self.tuning.request,
-            self.store,
-            self.state,
-            self._told,
-            self.told_to.on_sensitivity,
+            self.tuning.request, self.store, self.state, self.told_to.on_sensitivity
         )
         self.answers = Answers(
             self.tuning.request,
@@ -101,13 +97,26 @@ class Coordinator:
         self.reaper = StaleTrialReaper(
             self.store,
             self.tuning.space,
-            self.teller,
+            self._tell,
             self.state,
             self._spec,
             self.stale_after_s,
             self.stop,
         )
         self.executor.on_node_event(lambda event: self.told_to.on_note(event.describe()))
+
+    def _tell(
+        self,
+        record: TrialRecord,
+        spec: TrialSpec,
+        result: TrialResult,
+        baseline_accuracy: float | None = None,
+    ) -> TrialRecord:
+        """The result told to the study (`Teller.tell`), then its told record to the
+        observers (`_told`)."""
+        told = self.teller.tell(record, spec, result, baseline_accuracy)
+        self._told(told, result)
+        return told
 
     def _told(self, told: TrialRecord, result: TrialResult) -> None:
         """A trial told: to the observers with the progress (skipped trials aside: they do
@@ -399,7 +408,7 @@ class Coordinator:
         elif state.baseline is None and result.metrics is not None:
             state.held.append((record, spec, result))
         else:
-            self.teller.tell(record, spec, result)
+            self._tell(record, spec, result)
         self.strategy.after_trial(spec, result)
         self._answer_repeats(record, result)
 
@@ -410,7 +419,7 @@ class Coordinator:
         for repeat, repeat_spec in state.waiting.pop(record.number, []):
             if result.status == "lost":
                 lost = TrialResult.for_spec(repeat_spec, "lost", result.reason)
-                self.teller.tell(repeat, repeat_spec, lost)
+                self._tell(repeat, repeat_spec, lost)
                 continue
             state.reused_from[repeat.number] = f"{self.store.name}#{record.number}"
             state.running[repeat.number] = (repeat, repeat_spec)
@@ -448,9 +457,9 @@ class Coordinator:
 
     def _tell_baseline(self, record: TrialRecord, spec: TrialSpec, result: TrialResult) -> None:
         if result.metrics is None:
-            self.teller.tell(record, spec, result)
+            self._tell(record, spec, result)
             raise AutotuneError(f"the baseline (unmodified model) failed: {result.reason}")
-        self.state.baseline = self.teller.tell(record, spec, result, result.metrics.accuracy)
+        self.state.baseline = self._tell(record, spec, result, result.metrics.accuracy)
         self._follow_the_baseline()
 
     def _follow_the_baseline(self) -> None:
@@ -466,7 +475,7 @@ class Coordinator:
         for record, spec, result in held:
             if result.metrics is not None:
                 state.learn_quality(result.variant_key, result.metrics)
-            self.teller.tell(record, spec, result)
+            self._tell(record, spec, result)
 
 
 def _with_stage(result: TrialResult) -> TrialResult:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from autotune.core.contract import TrialResult, TrialSpec
 from autotune.results.records import TrialMarks, TrialRecord
 from autotune.search.state import SearchState
-from autotune.search.telling import Teller
 
 if TYPE_CHECKING:
     from autotune.results.store import ResultStore
@@ -35,7 +34,8 @@ KILLED_REASON = (
 class StaleTrialReaper:
     store: ResultStore
     space: EffectiveSpace
-    teller: Teller
+    # Tells a trial's result to the study and its observers (the coordinator's).
+    tell: Callable[[TrialRecord, TrialSpec, TrialResult], TrialRecord]
     state: SearchState
     spec_for: Callable[[TrialRecord], TrialSpec]
     stale_after_s: float
@@ -51,7 +51,7 @@ class StaleTrialReaper:
                     continue
                 spec = self.spec_for(record)
                 if record.died_in_process:
-                    self.teller.tell(record, spec, TrialResult.for_spec(spec, "oom", KILLED_REASON))
+                    self.tell(record, spec, TrialResult.for_spec(spec, "oom", KILLED_REASON))
                     continue
                 self.retry_later(record, spec, LOST_REASON)
         if store.counted() != self.state.counted:
@@ -60,7 +60,7 @@ class StaleTrialReaper:
     def retry_later(self, record: TrialRecord, spec: TrialSpec, reason: str) -> None:
         """Under the study lock: the trial told lost, and its configuration enqueued again
         while it has attempts left."""
-        self.teller.tell(record, spec, TrialResult.for_spec(spec, "lost", reason))
+        self.tell(record, spec, TrialResult.for_spec(spec, "lost", reason))
         if record.attempt + 1 < MAX_ATTEMPTS:
             marks = TrialMarks(
                 baseline=record.marks.baseline,

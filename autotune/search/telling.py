@@ -1,6 +1,6 @@
 """Telling a result: its metrics against the baseline's accuracy, the request's constraints
-and objectives, one `TrialEnding` into the result store; the told record to the coordinator,
-which tells its observers."""
+and objectives, one `TrialEnding` into the result store; the told record is returned to the
+coordinator, which tells its observers."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ class Teller:
     request: TuningRequest
     store: ResultStore
     state: SearchState
-    on_told: Callable[[TrialRecord, TrialResult], None]  # the told record, and its result
     on_sensitivity: Callable[[SensitivityTable], None]  # a ranking the study kept
     # Seconds this run's trials spent measuring int8 sensitivity rankings, by mode.
     sensitivity_seconds: dict[str, float] = field(default_factory=dict)
@@ -73,7 +72,6 @@ class Teller:
         told = record.told(ending)
         state.counted += told.counted
         state.told(told)
-        self.on_told(told, result)
         return told
 
     def keep_sensitivity(self, result: TrialResult, measured: bool) -> None:
