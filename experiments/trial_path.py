@@ -23,8 +23,10 @@ Definitions:
 - back-and-forth: an unordered pair of modules {A, B} with edges both ways (A calls into B
   and B calls into A): the two modules hand the same path back and forth.
 - facts: calls of the functions named in `FACTS` (the module and the function's qualified
-  name), and MLflow writes per run: calls of MlflowClient's writing methods, grouped by the
-  run they write to; a trial's run is a child run tagged with its trial number.
+  name), and MLflow writes per run: calls of MlflowClient's writing methods in this process,
+  grouped by the run they write to; a trial's run is a child run tagged with its trial number.
+  The tracker writes each trial's run first in a writer process of its own, which the profiler
+  does not see: each run queued to it (`ProcessWriter.submit`) is one more write of that run.
 
 Without --before it prints one column (the figures now); with it, the figures of BEFORE.json
 beside these. --write puts the table, the edges and the machine (lscpu's model name and the
@@ -74,6 +76,12 @@ FACTS: list[tuple[str, str, str]] = [
     ("worker: trial", "workers.actor", "TrialWorker.run"),
     ("worker: head-to-head", "workers.actor", "TrialWorker.compare"),
     ("worker: export", "workers.actor", "TrialWorker.export"),
+    (
+        "MLflow trial runs queued to the writer process",
+        "autotune.tracking.writer",
+        "ProcessWriter.submit",
+    ),
+    ("MLflow trial runs written here", "autotune.tracking.writer", "InlineWriter.submit"),
 ]
 MLFLOW_CLIENT = "mlflow.tracking.client"
 MLFLOW_WRITES = {
@@ -101,6 +109,7 @@ class Recorder:
 
     edges: Counter[tuple[str, str]] = field(default_factory=Counter)
     facts: Counter[str] = field(default_factory=Counter)
+    fact_callers: Counter[tuple[str, str]] = field(default_factory=Counter)
     writes: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -123,6 +132,7 @@ class Recorder:
                 self.edges[(caller, module)] += 1
             if label is not None:
                 self.facts[label] += 1
+                self.fact_callers[(label, caller or "outside")] += 1
 
     def _mlflow(self, frame: FrameType) -> None:
         if frame.f_code.co_qualname not in MLFLOW_WRITES:
@@ -182,7 +192,8 @@ def tune(trials: int, directory: Path) -> tuple[Recorder, dict[str, Any]]:
 
 
 def run_writes(recorder: Recorder, tuned: dict[str, Any]) -> dict[str, float]:
-    """MLflow writes to the study's run and, on average, to each trial's run."""
+    """MLflow writes made in this process to the study's run and, on average, to each
+    trial's run (a trial's run is first written whole by the tracker's writer process)."""
     from mlflow.tracking import MlflowClient
 
     from autotune.tracking import PARENT_TAG, TRIAL_TAG
@@ -197,9 +208,9 @@ def run_writes(recorder: Recorder, tuned: dict[str, Any]) -> dict[str, float]:
     trial_runs = [r.info.run_id for r in children if TRIAL_TAG in r.data.tags]
     per_trial = [recorder.writes[run] for run in trial_runs]
     return {
-        "MLflow writes: study run": recorder.writes[parent],
-        "MLflow writes: a trial's run (mean)": sum(per_trial) / max(1, len(per_trial)),
-        "MLflow writes: all": sum(recorder.writes.values()),
+        "MLflow writes here: study run": recorder.writes[parent],
+        "MLflow writes here: a trial's run (mean)": sum(per_trial) / max(1, len(per_trial)),
+        "MLflow writes here: all": sum(recorder.writes.values()),
     }
 
 
@@ -224,7 +235,14 @@ def figures(trials: int) -> dict[str, Any]:
         counted.update(run_writes(recorder, tuned))
     edges = {f"{a} -> {b}": n for (a, b), n in sorted(recorder.edges.items())}
     pairs = [f"{a} <-> {b}" for a, b in back_and_forths(recorder.edges)]
-    return {"trials": trials, "figures": counted, "edges": edges, "back_and_forths": pairs}
+    callers = {f"{label} <- {caller}": n for (label, caller), n in recorder.fact_callers.items()}
+    return {
+        "trials": trials,
+        "figures": counted,
+        "edges": edges,
+        "back_and_forths": pairs,
+        "fact_callers": dict(sorted(callers.items())),
+    }
 
 
 def in_fresh_process(trials: int) -> dict[str, Any]:
@@ -276,6 +294,7 @@ def report(runs: list[dict[str, Any]], before: list[dict[str, Any]] | None) -> s
     largest = runs[-1]
     edges = "\n".join(f"- {edge}: {n}" for edge, n in largest["edges"].items())
     pairs = "\n".join(f"- {pair}" for pair in largest["back_and_forths"]) or "- none"
+    callers = "\n".join(f"- {fact}: {n}" for fact, n in largest["fact_callers"].items())
     return (
         "# A trial's path: hops between modules and facts computed\n\n"
         f"Machine: {machine()}. Made by `experiments/trial_path.py` (its docstring defines "
@@ -283,6 +302,7 @@ def report(runs: list[dict[str, Any]], before: list[dict[str, Any]] | None) -> s
         "executor, MLflow on SQLite, under a profiler.\n\n"
         f"{table(runs, before)}\n\n"
         f"## Back-and-forths now ({largest['trials']} trials)\n\n{pairs}\n\n"
+        f"## Who computes each fact now ({largest['trials']} trials; calls)\n\n{callers}\n\n"
         f"## Module edges now ({largest['trials']} trials; calls)\n\n{edges}\n"
     )
 
