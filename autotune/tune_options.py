@@ -13,6 +13,7 @@ from autotune.execution import registry
 from autotune.execution.config import BaseExecutorConfig
 from autotune.execution.ray_cluster import Workers
 from autotune.kinds_at_once import KindDisplay
+from autotune.search.trackers import check_trackers
 from autotune.search.warm_start import WarmStart
 from autotune.strategies import DEFAULT_STRATEGY
 
@@ -56,6 +57,8 @@ class TuneOptions:
     replay: Path | None = None
     space: str | None = None  # a space file in place of the request's search_space
     sampler: str = DEFAULT_STRATEGY
+    # Trackers told the study's events beside MLflow, by name (`autotune.search.trackers`).
+    trackers: tuple[str, ...] = ()
     # False: nothing is tracked in MLflow (benchmarks and tests that never read it)
     track: bool = True
     # Told a line for the user (a study is resumed), and each phase after the search (the
@@ -69,6 +72,7 @@ class TuneOptions:
 
     def __post_init__(self) -> None:
         self.executor_config()  # bad executor flags are refused before anything runs
+        check_trackers(self.trackers)
 
     def executor_config(self) -> BaseExecutorConfig:
         """Where the trials run, as the executor flags configure it."""

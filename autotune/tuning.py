@@ -37,6 +37,7 @@ from autotune.search.budget import SearchBudget
 from autotune.search.coordinator import STALE_AFTER_S, Coordinator, Tuning
 from autotune.search.front import front_of
 from autotune.search.observers import Display, Observer
+from autotune.search.trackers import TrackerContext, make_trackers
 from autotune.search.warm_start import WarmStart
 from autotune.space.hardware import describe_kind
 from autotune.space.search_space import (
@@ -331,8 +332,10 @@ def _tune_kind(
             request, plan.workload, model_info, space, kind.profile, settings.artifact_dir
         )
         shown = Display(update, options.on_note, options.on_phase)
+        added = make_trackers(options.trackers, TrackerContext(study_name, out_file.parent))
         tracker = None if options.track else NullTracker(settings.study_name)
-        outcome = run_study(tuning, settings, executor, options, [shown, *observers], tracker)
+        told = [shown, *observers, *added]
+        outcome = run_study(tuning, settings, executor, options, told, tracker)
     if isinstance(executor, ReplayExecutor):
         outcome.notes.append(_replay_note(executor))
     assert outcome.tuned is not None

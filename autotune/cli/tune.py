@@ -30,6 +30,7 @@ from autotune.cli.tables import _print_comparison, _print_front, _shown
 from autotune.core.errors import AutotuneError
 from autotune.execution.registry import executor_names
 from autotune.search.report import trial_text
+from autotune.search.trackers import tracker_names
 from autotune.space.hardware import describe_kind
 from autotune.strategies import DEFAULT_STRATEGY, strategy_names
 
@@ -80,6 +81,16 @@ def tune(
             f"one of: {', '.join(strategy_names())}"
         ),
     ] = DEFAULT_STRATEGY,
+    tracker: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tracker",
+            metavar="NAME",
+            help="also tell the study's events to this tracker (repeat for several): 'jsonl' "
+            "(events.jsonl beside the tuned file) or an installed plugin's; one of: "
+            f"{', '.join(tracker_names())}",
+        ),
+    ] = None,
     space_file: Annotated[
         str | None, typer.Option("--space", help="space file in place of the request's")
     ] = None,
@@ -134,6 +145,7 @@ def tune(
             replay=replay,
             space=space_file,
             sampler=sampler,
+            trackers=tuple(tracker or ()),
             on_note=display.note,
             on_phase=display.phase,
             kind_display=display.for_kind,

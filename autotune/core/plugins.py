@@ -1,5 +1,6 @@
 """Plugins: autotune's own components and the installed packages that add engines, precision
-modes, energy meters, search strategies, executors, execution providers and measured metrics.
+modes, energy meters, search strategies, executors, execution providers, measured metrics and
+trackers.
 
 A distribution names its modules in entry points (`[project.entry-points."<group>"]` of its
 pyproject.toml), one group per kind of registry:
@@ -21,7 +22,9 @@ pyproject.toml), one group per kind of registry:
 - `autotune.metrics`: a module of measured metrics carried in the map of measured figures
   (`Metric(meter=...)` registered in `autotune.core.metrics`), loaded wherever metrics are;
 - `autotune.figure_meters`: a module of the meters of those metrics (`@register_figure_meter`
-  of `workers.measuring.figure_meter`), loaded by the data plane only.
+  of `workers.measuring.figure_meter`), loaded by the data plane only;
+- `autotune.trackers`: a module of trackers, observers of a study a user adds by name
+  (`@register_tracker` of `autotune.search.trackers`), loaded by the control plane only.
 
 The convention: an entry point's value is a module (`package.module`, no `:attribute`), and
 importing it is the whole of loading it: its decorators (or calls) register what it defines.
@@ -64,6 +67,7 @@ EXECUTORS_GROUP = "autotune.executors"
 PROVIDERS_GROUP = "autotune.providers"
 METRICS_GROUP = "autotune.metrics"
 FIGURE_METERS_GROUP = "autotune.figure_meters"
+TRACKERS_GROUP = "autotune.trackers"
 GROUPS = (
     ENGINES_GROUP,
     PRECISIONS_GROUP,
@@ -74,6 +78,7 @@ GROUPS = (
     PROVIDERS_GROUP,
     METRICS_GROUP,
     FIGURE_METERS_GROUP,
+    TRACKERS_GROUP,
 )
 
 DISTRIBUTION = "autotune"

@@ -90,8 +90,8 @@ def test_a_group_is_loaded_once_per_process(monkeypatch: pytest.MonkeyPatch) -> 
     assert load_plugins(METERS_GROUP) == ["stdlib"]
     assert load_plugins(METERS_GROUP) == []
     assert asked == [METERS_GROUP]
-    with pytest.raises(ValueError, match="'autotune.trackers' is not a plugin group"):
-        load_plugins("autotune.trackers")
+    with pytest.raises(ValueError, match="'autotune.loggers' is not a plugin group"):
+        load_plugins("autotune.loggers")
 
 
 @pytest.fixture

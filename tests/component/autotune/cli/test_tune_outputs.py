@@ -5,6 +5,7 @@ in the working directory. Replayed tunings: their model is the chosen row's conf
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,21 @@ def test_mlflow_artifacts_on_postgresql_go_beside_the_tuned_output(tmp_path: Pat
         assert run.info.artifact_uri.startswith(experiment.artifact_location)
     assert [p for p in (out.parent / "mlruns").rglob("*") if p.is_file()]
     assert _written(tmp_path / "cwd") == []
+
+
+def test_a_jsonl_tracker_writes_the_study_s_events_beside_the_tuned_file(tmp_path: Path) -> None:
+    out = tmp_path / "elsewhere" / "tuned.yaml"
+    _tune(tmp_path, "--out", str(out), "--tracker", "jsonl")
+    lines = [json.loads(line) for line in (out.parent / "events.jsonl").read_text().splitlines()]
+    trials = [line for line in lines if line["event"] == "trial"]
+    assert len(trials) == 12 and trials[-1]["done"] == 12
+    assert {line["study"] for line in lines} == {"replayed"}  # the replay request's name
+    phases = [line["phase"] for line in lines if line["event"] == "phase"]
+    assert [phase.split(":")[0] for phase in phases] == ["head to head", "export"], phases
+
+
+def test_an_unknown_tracker_exits_2_naming_it(tmp_path: Path) -> None:
+    request = write_request(tmp_path)
+    result = runner.invoke(app, ["tune", str(request), "--tracker", "nonesuch"])
+    assert result.exit_code == 2, result.output
+    assert "tracker:" in result.output and "nonesuch" in result.output
