@@ -153,6 +153,9 @@ class Engine(Knob):
     model_format: ClassVar[ModelKind]
     precisions: ClassVar[frozenset[str]]
     applies_precisions: ClassVar[frozenset[str]] = frozenset()
+    # A precision mode this engine runs on one device only: that device, and the reason the
+    # other refuses it.
+    precision_devices: ClassVar[dict[str, tuple[Literal["cpu", "cuda"], str]]] = {}
     applies: ClassVar[frozenset[str]] = frozenset()
     software: ClassVar[tuple[str, ...]] = ()
     provides: ClassVar[tuple[str, ...]] = ()
@@ -171,6 +174,9 @@ class Engine(Knob):
                 f"{PRECISION_KEY}={config.precision} does not run on {self.key}={self.name} "
                 f"(it runs {', '.join(sorted(self.precisions & PRECISIONS.keys()))})"
             )
+        only = self.precision_devices.get(config.precision)
+        if only is not None and only[0] != ("cuda" if self.on_cuda(config) else "cpu"):
+            return only[1]
         return super().supports(config, target)
 
     def on_cuda(self, config: TrialConfig) -> bool:

@@ -119,6 +119,13 @@ TORCH_INT8_MODE = "int8_dynamic"
 class TorchEngine(Engine):
     model_format = "torch"
     precisions = frozenset({"fp32", "bf16", "fp16", "int8_dynamic", "fp8"})
+    precision_devices = {
+        "fp16": ("cuda", f"{PRECISION_KEY}=fp16 needs CUDA ({DEVICE_KEY}=cuda)"),
+        "int8_dynamic": (
+            "cpu",
+            f"{PRECISION_KEY}=int8_dynamic: torch's dynamic int8 quantization has CPU kernels only",
+        ),
+    }
     software = ("torch",)
     served_as = "files"  # MLflow's pytorch flavour would pickle the module
     hints: ClassVar[dict[str, str]] = {}
@@ -155,12 +162,6 @@ def _torch_device_reason(config: TrialConfig, target: Target) -> str | None:
     on_cuda = config.device == "cuda"
     if on_cuda and "cuda" not in target.capabilities:
         return "runtime.device=cuda but no CUDA device is visible"
-    if config.precision == "fp16" and not on_cuda:
-        return f"{PRECISION_KEY}=fp16 needs CUDA ({DEVICE_KEY}=cuda)"
-    if config.precision == "int8_dynamic" and on_cuda:
-        return (
-            f"{PRECISION_KEY}=int8_dynamic: torch's dynamic int8 quantization has CPU kernels only"
-        )
     if on_cuda:
         return None
     if config.cudnn_benchmark:
