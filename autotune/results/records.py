@@ -34,11 +34,14 @@ class Candidate:
     violations: dict[str, float] = field(default_factory=dict)
 
 
-class Strict(BaseModel):
+class RecordModel(BaseModel):
+    """A stored record's model: unknown fields refused; mutable, unlike the trial contract's
+    frozen `Strict` models."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class TrialMarks(Strict):
+class TrialMarks(RecordModel):
     """Why a trial was asked for: set when it is enqueued or created, before it runs."""
 
     baseline: bool = False
@@ -48,7 +51,7 @@ class TrialMarks(Strict):
     warm_start: str | None = Field(default=None, description="the study it was carried from")
 
 
-class TrialRecord(Strict):
+class TrialRecord(RecordModel):
     """A trial as the study holds it. The fields of its `TrialEnding` are None until it ends."""
 
     number: int
@@ -169,7 +172,7 @@ class TrialRecord(Strict):
         return TrialMetrics.model_validate({k: v for k, v in self.metrics.items() if k in measured})
 
 
-class TrialEnding(Strict):
+class TrialEnding(RecordModel):
     """What ending a trial writes: everything of its record that is known only then."""
 
     config: dict[str, ConfigValue]
@@ -205,14 +208,14 @@ class TrialEnding(Strict):
         return self.status == "lost"
 
 
-class Census(Strict):
+class Census(RecordModel):
     """A study's trials as a coordinator needs them before it asks for one."""
 
     waiting: list[TrialRecord]
     used: int = Field(description="trials counted toward the budget or running now")
 
 
-class StudyIdentity(Strict):
+class StudyIdentity(RecordModel):
     """What a study tunes: a resume must match it exactly."""
 
     model_sha256: str
@@ -221,7 +224,7 @@ class StudyIdentity(Strict):
     hardware_fingerprint: str
 
 
-class StoredRevalidation(Strict):
+class StoredRevalidation(RecordModel):
     """A head-to-head's report, and what it was decided on, for a resume to reuse."""
 
     report: dict[str, Any]

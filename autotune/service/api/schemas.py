@@ -13,25 +13,27 @@ from autotune.service.jobs import JobState
 REQUEST_REF = "#/components/schemas/TuningRequest"
 
 
-class Strict(BaseModel):
+class ApiModel(BaseModel):
+    """A body of the REST API: unknown fields refused (a 422 naming them)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class Problem(Strict):
+class Problem(ApiModel):
     field: str
     rule: str
     value: Any
 
 
-class ProblemBody(Strict):
+class ProblemBody(ApiModel):
     detail: Problem
 
 
-class MessageBody(Strict):
+class MessageBody(ApiModel):
     detail: str
 
 
-class Runners(Strict):
+class Runners(ApiModel):
     """This server's job runner processes (absent where it runs none)."""
 
     expected: int
@@ -39,7 +41,7 @@ class Runners(Strict):
     restarts: int
 
 
-class Health(Strict):
+class Health(ApiModel):
     status: Literal["ok", "degraded", "unavailable"]
     reason: str | None = None
     runners: Runners | None = None
@@ -47,29 +49,31 @@ class Health(Strict):
     expired_leases: int | None = None
 
 
-class Submitted(Strict):
+class Submitted(ApiModel):
     id: str
     state: JobState
     created: bool
 
 
-class Progress(Strict):
+class Progress(ApiModel):
     trials_done: int
     budget: int | None
 
 
-class Best(Strict):
+class Best(ApiModel):
     trial: int
     config: dict[str, Any]
     metrics: dict[str, Any]
 
 
-class ModelInfo(Strict):
+class JobModel(ApiModel):
+    """The model a job tunes: where it came from, and its digest."""
+
     source: dict[str, Any]
     sha256: str
 
 
-class JobSummary(Strict):
+class JobSummary(ApiModel):
     id: str
     name: str
     state: JobState
@@ -78,11 +82,11 @@ class JobSummary(Strict):
     progress: Progress
 
 
-class JobList(Strict):
+class JobList(ApiModel):
     jobs: list[JobSummary]
 
 
-class Changed(Strict):
+class Changed(ApiModel):
     old: str | None
     new: str
 
@@ -91,7 +95,7 @@ class ModelChanged(Changed):
     what: str
 
 
-class Change(Strict):
+class Change(ApiModel):
     """What a watch's check found different (on its first check, `old` is null)."""
 
     model: ModelChanged | None = None
@@ -104,7 +108,7 @@ class Retune(Change):
     of: str | None
 
 
-class JobStatus(Strict):
+class JobStatus(ApiModel):
     id: str
     state: JobState
     created_at: datetime
@@ -114,7 +118,7 @@ class JobStatus(Strict):
     best: Best | None
     error: str | None
     study: str
-    model: ModelInfo
+    model: JobModel
     registered_model: dict[str, Any] | None
     watch_id: str | None
     warm_start_from: str | None
@@ -123,17 +127,17 @@ class JobStatus(Strict):
     cancel_requested: bool
 
 
-class ParetoTrial(Strict):
+class ParetoTrial(ApiModel):
     trial_number: int
     config: dict[str, Any]
     metrics: dict[str, Any]
 
 
-class Pareto(Strict):
+class Pareto(ApiModel):
     trials: list[ParetoTrial]
 
 
-class WatchCreate(Strict):
+class WatchCreate(ApiModel):
     request: Annotated[dict[str, Any], WithJsonSchema({"allOf": [{"$ref": REQUEST_REF}]})]
     every: str | None = None
     cron: str | None = None
@@ -143,7 +147,7 @@ class WatchCreate(Strict):
     )
 
 
-class WatchCheckOut(Strict):
+class WatchCheckOut(ApiModel):
     """One check of a watch: 'first' (recorded the model and hardware), 'unchanged',
     'changed' (`change` says what), or 'error' (`note` says why it could not tell); `job_id`
     is the job it submitted (or the identical job that answered)."""
@@ -155,7 +159,7 @@ class WatchCheckOut(Strict):
     note: str | None
 
 
-class WatchOut(Strict):
+class WatchOut(ApiModel):
     id: str
     request: dict[str, Any]
     every_s: float | None
@@ -169,7 +173,7 @@ class WatchOut(Strict):
     checks: list[WatchCheckOut] = Field(description="its kept checks, newest first")
 
 
-class WatchList(Strict):
+class WatchList(ApiModel):
     watches: list[WatchOut]
 
 
