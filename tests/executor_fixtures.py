@@ -9,15 +9,20 @@ inconsistency), `inconsistencies` names the test that shows it.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from autotune.core.contract import ConfigValue, TrialResult, Workload
+from autotune.execution import registry
 from autotune.execution.base import Executor
+from autotune.execution.build import make_executors
 from autotune.execution.in_process import InProcessExecutor
 from autotune.execution.ray_executor import RayExecutor
+from autotune.execution.registry import parse_executor_config
 from autotune.execution.replay import ReplayExecutor
 from autotune.execution.replay_table import ReplayTable
 from tests.workers_support import REPO, digits_workload
@@ -119,6 +124,45 @@ def ray_case() -> ExecutorCase:
     )
 
 
+# The example plugin's package (tests/plugins/): its executor type, as a plugin registers it.
+EXAMPLE_PLUGIN_SOURCE = REPO / "tests" / "plugins" / "autotune_example_plugin" / "src"
+EXAMPLE_EXECUTOR = "example_in_process"
+
+
+def plugin_case() -> ExecutorCase:
+    """The example plugin's executor, made as autotune makes any registered type: its
+    configuration parsed by the registry, then `make_executors`. Its module is imported from
+    the plugin's source (registering the type as its entry point would) and forgotten again
+    when the case is released, so that later tests in the process see autotune's own types
+    only; tests/system/plugins installs the package and reaches it through its entry point."""
+    kinds = dict(registry._KINDS)
+    sys.path.insert(0, str(EXAMPLE_PLUGIN_SOURCE))
+    importlib.import_module("autotune_example_plugin.executor")
+    config = parse_executor_config({"type": EXAMPLE_EXECUTOR, "memory_limit_mb": 2048})
+
+    def make() -> Executor:
+        (executor,) = make_executors(config, several=False)
+        return executor
+
+    def forget_the_plugin() -> None:
+        registry._KINDS.clear()
+        registry._KINDS.update(kinds)
+        sys.path.remove(str(EXAMPLE_PLUGIN_SOURCE))
+        for name in [n for n in sys.modules if n.startswith("autotune_example_plugin")]:
+            del sys.modules[name]
+
+    return ExecutorCase(
+        name="example-plugin",
+        make=make,
+        workload=digits_workload(),
+        model_sha256=None,
+        loads_the_model=True,
+        observes_contention=True,
+        artifact_formats=frozenset({"onnx", "safetensors"}),
+        release=forget_the_plugin,
+    )
+
+
 def _shut_down_ray() -> None:
     """Later test modules start their own Ray and check that none is running."""
     import ray
@@ -130,6 +174,7 @@ def _shut_down_ray() -> None:
 CASES = [
     pytest.param(in_process_case, id="in-process"),
     pytest.param(replay_case, id="replay"),
+    pytest.param(plugin_case, id="example-plugin"),
     pytest.param(ray_case, id="ray", marks=[pytest.mark.slow, pytest.mark.integration]),
 ]
 
