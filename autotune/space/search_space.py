@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from autotune.core.contract import CAPABILITIES, ConfigValue, HardwareProfile, ModelInfo, Strict
 from autotune.core.errors import SpaceError
-from autotune.core.knobs import ENGINE_KEY, Target
+from autotune.core.knobs import ENGINE_KEY, Target, declared_values
 from autotune.space import knob_rules
 
 if TYPE_CHECKING:
@@ -99,10 +99,23 @@ class Dimension(Strict):
     at_most: Literal["cpu_cores", "gpu_count", "batch_memory"] | None = None
     description: str = ""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _declared_values(cls, data: Any) -> Any:
+        """A knob's dimension that lists no values takes every value the knobs declare for
+        its key (a new engine, or a plugin's, is searched without a change to the file)."""
+        if not isinstance(data, dict) or "values" in data or "range" in data:
+            return data
+        declared = declared_values(str(data.get("name")))
+        return data if declared is None else {**data, "values": declared}
+
     @model_validator(mode="after")
     def _values_or_range(self) -> Dimension:
         if (self.values is None) == (self.range is None):
-            raise ValueError("give exactly one of 'values' or 'range'")
+            raise ValueError(
+                "give exactly one of 'values' or 'range' (a knob's key may give neither: "
+                "its declared values)"
+            )
         if self.values is not None:
             listed = {str(v) for v in self.values}
             unknown = set(self.value_requires) - listed

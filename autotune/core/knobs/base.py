@@ -231,6 +231,16 @@ def selecting_keys() -> tuple[str, ...]:
     return tuple(_REGISTRIES)
 
 
+def declared_values(key: str) -> list[ConfigValue] | None:
+    """The values the knobs declare for `key`, in registration order: a selecting key's knob
+    names (plugins' after autotune's), an engine option's values; None for a key that no knob
+    declares or whose values are open (any integer)."""
+    if key in _REGISTRIES:
+        return list(_REGISTRIES[key])
+    option = next((o for o in engine_options() if o.key == key), None)
+    return None if option is None or option.values is None else list(option.values)
+
+
 def all_knobs() -> list[Knob]:
     return [k for registry in _REGISTRIES.values() for k in registry.values()]
 

@@ -275,6 +275,14 @@ def test_the_installed_plugin_adds_an_engine_a_meter_and_a_strategy_that_run_a_s
     ).stdout
     assert f"runtime.engine: {ENGINE}; baseline {ENGINE}" in space, space
     assert "ort_tuned.execution_mode: sequential, parallel" in space, space
+    # The default space lists no engines: it searches every declared one, the plugin's too.
+    default = ["space", "--request", str(plugin_request), "--space", "default.yaml"]
+    engines = next(
+        line
+        for line in in_plugin_venv(plugin_python, default, tmp_path).stdout.splitlines()
+        if line.strip().startswith("runtime.engine:")
+    )
+    assert ENGINE in engines and "onnxruntime" in engines, engines
 
     tune = ["tune", str(plugin_request), "--executor", "inprocess", "--seed", "0"]
     in_plugin_venv(plugin_python, [*tune, "--sampler", STRATEGY], tmp_path)

@@ -5,6 +5,7 @@ import pytest
 
 from autotune.core.contract import ConfigValue, HardwareProfile, ModelInfo
 from autotune.core.errors import SpaceError
+from autotune.core.knobs import ENGINES, PRUNINGS, declared_values
 from autotune.space.hardware import load_profile
 from autotune.space.knob_rules import parameter_key
 from autotune.space.search_space import (
@@ -257,3 +258,19 @@ def test_slots_share_the_cores(cpu_profile: HardwareProfile) -> None:
     threads = next(d for d in shared.dimensions if d.name == "runtime.threads")
     assert threads.values == [share]
     assert shared.baseline()["runtime.threads"] == threads.values[0]
+
+
+def test_a_knob_dimension_without_values_searches_every_declared_value(tmp_path: Path) -> None:
+    path = tmp_path / "declared.yaml"
+    path.write_text(
+        "name: declared\n"
+        "dimensions:\n"
+        "  - {name: runtime.engine, baseline: torch_eager}\n"
+        "  - {name: runtime.graph_opt, baseline: all, when: {runtime.engine: [onnxruntime]}}\n"
+        "  - {name: prune.method, baseline: none}\n"
+    )
+    dimensions = {d.name: d for d in load_space(path).dimensions}
+    assert dimensions["runtime.engine"].values == list(ENGINES)
+    assert dimensions["runtime.graph_opt"].values == ["disable", "basic", "extended", "all"]
+    assert dimensions["prune.method"].values == list(PRUNINGS)
+    assert declared_values("batch.size") is None  # no knob declares it: values are required
