@@ -46,10 +46,11 @@ TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 PYTEST_PARALLEL := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The suite in three tiers (docs/testing.md): the unit tier runs alone first, where importing
-# a heavy package is refused, then the component and system tiers together.
+# a heavy package is refused, then the component and system tiers together, ending with their
+# slowest tests and the time each took (where the suite's time goes).
 test: setup-dev
 	$(PYTEST_PARALLEL) tests/unit
-	$(PYTEST_PARALLEL) tests/component tests/system
+	$(PYTEST_PARALLEL) --durations=25 tests/component tests/system
 
 # The inner loop: no torch, Ray, ONNX Runtime, OpenVINO, NNCF or MLflow, no database server.
 test-unit: setup-dev
