@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -20,6 +20,14 @@ class Registry(Mapping[str, T]):
             raise ValueError(f"{self._kind} {name!r} is already registered")
         self._entries[name] = entry
         return entry
+
+    def registers(self, name: str) -> Callable[[T], T]:
+        """A decorator that registers what it decorates as `name`."""
+
+        def register(entry: T) -> T:
+            return self.register(name, entry)
+
+        return register
 
     def unregister(self, name: str) -> T:
         if name not in self._entries:

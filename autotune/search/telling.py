@@ -36,8 +36,9 @@ class Teller:
         result: TrialResult,
         baseline_accuracy: float | None = None,
     ) -> TrialRecord:
-        """The result into the study, then to `on_told`; returns the trial's record. Metrics
-        are measured against `baseline_accuracy`, by default the study's baseline's."""
+        """The result into the study; returns the trial's told record, which the coordinator
+        tells its observers. Metrics are measured against `baseline_accuracy`, by default the
+        study's baseline's."""
         state, request = self.state, self.request
         metrics = violations = values = None
         figures = result.metrics or result.screening

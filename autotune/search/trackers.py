@@ -17,6 +17,7 @@ from pathlib import Path
 
 from autotune.core.errors import RequestError
 from autotune.core.plugins import TRACKERS_GROUP, load_plugins
+from autotune.core.registry import Registry
 from autotune.search.observers import Observer
 
 
@@ -30,19 +31,12 @@ class TrackerContext:
 
 
 TrackerFactory = Callable[[TrackerContext], Observer]
-TRACKERS: dict[str, TrackerFactory] = {}
+TRACKERS: Registry[TrackerFactory] = Registry("tracker")
 
 
 def register_tracker(name: str) -> Callable[[TrackerFactory], TrackerFactory]:
     """Register a tracker factory under `name`; a name already taken raises."""
-
-    def register(factory: TrackerFactory) -> TrackerFactory:
-        if name in TRACKERS:
-            raise ValueError(f"a tracker named {name!r} is already registered")
-        TRACKERS[name] = factory
-        return factory
-
-    return register
+    return TRACKERS.registers(name)
 
 
 def tracker_names() -> list[str]:

@@ -20,6 +20,7 @@ from autotune.core.contract import MeasurementSettings
 from autotune.core.knobs.config import TrialConfig
 from autotune.core.metrics import mapped_metrics
 from autotune.core.plugins import FIGURE_METERS_GROUP, load_plugins
+from autotune.core.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -52,21 +53,14 @@ class FigureMeter(Protocol):
 
 
 FigureMeterFactory = Callable[[FigureRequest], FigureMeter]
-FIGURE_METERS: dict[str, FigureMeterFactory] = {}
+FIGURE_METERS: Registry[FigureMeterFactory] = Registry("figure meter")
 """The figure meters by the name a metric gives in `Metric.meter`."""
 
 
 def register_figure_meter(name: str) -> Callable[[FigureMeterFactory], FigureMeterFactory]:
     """Registers the decorated factory in `FIGURE_METERS` as `name`. Raises ValueError where
     `name` is taken."""
-
-    def register(factory: FigureMeterFactory) -> FigureMeterFactory:
-        if name in FIGURE_METERS:
-            raise ValueError(f"a figure meter named {name!r} is already registered")
-        FIGURE_METERS[name] = factory
-        return factory
-
-    return register
+    return FIGURE_METERS.registers(name)
 
 
 class FigureMeters:

@@ -62,12 +62,12 @@ def lying_meter() -> Iterator[None]:
         def stop(self, window: Window) -> dict[str, float]:
             return {"unregistered_per_s": 1.0}
 
-    FIGURE_METERS["liar"] = LyingMeter
+    FIGURE_METERS.register("liar", LyingMeter)
     try:
         yield
     finally:
         METRICS.unregister(metric.name)
-        del FIGURE_METERS["liar"]
+        FIGURE_METERS.unregister("liar")
 
 
 @pytest.mark.usefixtures("lying_meter")

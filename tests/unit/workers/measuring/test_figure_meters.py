@@ -93,7 +93,7 @@ def bandwidth() -> Iterator[None]:
         yield
     finally:
         METRICS.unregister(metric.name)
-        del FIGURE_METERS["bandwidth"]
+        FIGURE_METERS.unregister("bandwidth")
 
 
 @pytest.mark.usefixtures("bandwidth")
