@@ -151,11 +151,10 @@ def _measure(spec: TrialSpec, store: WorkloadCache, clock: PhaseClock) -> TrialR
         warm_up(call, settings.warmup_iters, config.concurrency, slow_call_ns(settings))
         probe = probe_for(settings, config, helpers)
         waited = waited_for_quiet(probe, settings)
-        meter: EnergyMeter = select_meter(
-            config, settings, memory.own_cpu_seconds, cpu_seconds_with(helpers)
-        )
+        cpu_clock = cpu_seconds_with(helpers)
+        meter: EnergyMeter = select_meter(config, settings, memory.own_cpu_seconds, cpu_clock)
         figure_meters = open_figure_meters(
-            FigureRequest(config, settings, cpu_seconds_with(helpers), memory.own_cpu_seconds)
+            FigureRequest(config, settings, cpu_clock, memory.own_cpu_seconds)
         )
         screened: Screened | None = None
         try:

@@ -400,10 +400,10 @@ def constraint_violations(
 ) -> dict[str, float]:
     """Each bound (constraint name -> bound) as Optuna wants it: a value <= 0 means met. A bound
     on a figure the trial does not carry (a replay table without its column) is a request error."""
-    for name in (n for n in bounds if BOUNDS[n].metric.name not in metrics):
-        raise RequestError(
-            f"constraints.{name}", "must bound a measured metric", BOUNDS[name].metric.name
-        )
+    unmeasured = next((n for n in bounds if BOUNDS[n].metric.name not in metrics), None)
+    if unmeasured is not None:
+        metric = BOUNDS[unmeasured].metric.name
+        raise RequestError(f"constraints.{unmeasured}", "must bound a measured metric", metric)
     return {
         name: BOUNDS[name].violation(bound, float(metrics[BOUNDS[name].metric.name]))
         for name, bound in bounds.items()

@@ -31,7 +31,8 @@ from autotune.core.artifacts import (
 )
 from autotune.core.knobs import ENGINE_KEY, ENGINES
 from autotune.core.knobs.config import default_engine
-from autotune.core.knobs.engines import ORT_GRAPH_LEVELS, ORT_PROVIDERS
+from autotune.core.knobs.engines import ORT_GRAPH_LEVELS
+from autotune.core.knobs.providers import PROVIDERS
 
 SERVING_LOADER = "workers.serving"
 
@@ -68,7 +69,7 @@ def _save_onnx(onnx_file: Path, into: Path, config: dict[str, Any], common: dict
     mlflow.onnx.save_model(
         onnx.load_model(str(onnx_file)),
         str(into),
-        onnx_execution_providers=list(ORT_PROVIDERS[str(config.get("runtime.provider", "cpu"))]),
+        onnx_execution_providers=_provider_names(config),
         onnx_session_options=_session_options(config),
         save_as_external_data=False,
         **common,
@@ -140,3 +141,10 @@ def _example_and_signature(artifact_dir: Path) -> tuple[Any, Any]:
     with np.load(inputs, allow_pickle=False) as fed, np.load(outputs, allow_pickle=False) as out:
         example = {name: fed[name] for name in fed.files}
         return example, infer_signature(example, {name: out[name] for name in out.files})
+
+
+def _provider_names(config: dict[str, Any]) -> list[str]:
+    """ONNX Runtime's names of the configuration's provider chain, most preferred first (the
+    onnx flavour takes names only; a session of autotune's gets each provider's options)."""
+    provider = PROVIDERS[str(config.get("runtime.provider", "cpu"))]
+    return [name for name, _ in provider.chain()]

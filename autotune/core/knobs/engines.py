@@ -60,12 +60,6 @@ COMPILE_MODE = Option(
     "default",
 )
 ORT_PROVIDER = Option(PROVIDER_KEY, tuple(PROVIDERS), "cpu")
-# The ONNX Runtime names of each provider's chain, most preferred first (what MLflow's onnx
-# flavour is given; a session gets each provider's options too, `ExecutionProvider.chain`).
-ORT_PROVIDERS: dict[str, tuple[str, ...]] = {
-    name: tuple(ort_name for ort_name, _ in provider.chain())
-    for name, provider in PROVIDERS.items()
-}
 # runtime.graph_opt -> ONNX Runtime's GraphOptimizationLevel name.
 ORT_GRAPH_LEVELS = {
     "disable": "ORT_DISABLE_ALL",
