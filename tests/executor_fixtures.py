@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -151,16 +151,8 @@ def plugin_case() -> ExecutorCase:
         for name in [n for n in sys.modules if n.startswith("autotune_example_plugin")]:
             del sys.modules[name]
 
-    return ExecutorCase(
-        name="example-plugin",
-        make=make,
-        workload=digits_workload(),
-        model_sha256=None,
-        loads_the_model=True,
-        observes_contention=True,
-        artifact_formats=frozenset({"onnx", "safetensors"}),
-        release=forget_the_plugin,
-    )
+    # The plugin's executor runs autotune's in-process one: the same workload and capabilities.
+    return replace(in_process_case(), name="example-plugin", make=make, release=forget_the_plugin)
 
 
 def _shut_down_ray() -> None:
