@@ -182,15 +182,23 @@ def cli_inside_a_trial(
     counted and one is running: a trial seen running is still running when a signal lands
     (a trial of a few milliseconds could end between the look and the signal)."""
     storage, tracking = databases
-    slow = {"warmup_iters": 2, "min_iters": 10, "min_seconds": 1.5, "max_seconds": 2.0}
-    path = write_request(tmp_path, storage, tracking, budget={"trials": 8}, measurement=slow)
+    path = write_request(
+        tmp_path, storage, tracking, budget={"trials": 8}, measurement=SLOW_MEASUREMENT
+    )
     process = cli(path, tmp_path)
+    wait_inside_a_trial(storage, counted_at_least)
+    return path, process
+
+
+SLOW_MEASUREMENT = {"warmup_iters": 2, "min_iters": 10, "min_seconds": 1.5, "max_seconds": 2.0}
+
+
+def wait_inside_a_trial(storage: str, counted_at_least: int) -> None:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (
         counted(storage) >= counted_at_least and trial_states(storage).get("running", 0) >= 1
     ):
         time.sleep(0.2)
-    return path, process
 
 
 def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path) -> None:
@@ -346,12 +354,12 @@ def test_postgres_restarted_mid_study(private_postgres: PrivateCluster, tmp_path
 
 def test_ctrl_c_stops_cleanly_and_the_study_resumes(tmp_path: Path) -> None:
     path = tmp_path / "request.yaml"
-    path.write_text(yaml.safe_dump(digits_request(tmp_path, budget={"trials": 6})))
+    request = digits_request(tmp_path, budget={"trials": 6}, measurement=SLOW_MEASUREMENT)
+    path.write_text(yaml.safe_dump(request))
     storage = f"sqlite:///{tmp_path}/study.db"
     process = cli(path, tmp_path)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and counted(storage) < 2:
-        time.sleep(0.2)
+    # Trials of 1.5 s at least: the budget cannot run out between the look and the signal.
+    wait_inside_a_trial(storage, counted_at_least=2)
     os.killpg(process.pid, signal.SIGINT)
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 130, output[-3000:]
