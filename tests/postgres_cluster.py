@@ -14,12 +14,13 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.ports import free_port
 
 # Where Debian/Ubuntu install the server binaries, one directory per major version.
 BIN_GLOB = "/usr/lib/postgresql/*/bin"
@@ -55,12 +56,6 @@ def _glob_versions() -> list[str]:
         return tuple(int(x) for x in found.group(1).split(".")) if found else ()
 
     return sorted(glob.glob(BIN_GLOB), key=version, reverse=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PrivateCluster:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.ports import free_port
 from tests.process_groups import end_group, end_groups
 
 RAY = Path(sys.executable).with_name("ray")
@@ -190,9 +190,3 @@ def head_only(workdir: Path, token_auth: bool = True) -> Iterator[LocalRayCluste
         yield cluster
     finally:
         cluster.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -3,6 +3,7 @@ server, and the check that tests write nothing into the repository."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,8 @@ import pytest
 
 import tests.conftest as shared
 from tests import repo_writes
-from tests.postgres_cluster import PrivateCluster, Unavailable, free_port, private_cluster
+from tests.ports import TEST_PORTS, free_port
+from tests.postgres_cluster import PrivateCluster, Unavailable, private_cluster
 from tests.service_support import wait_for
 
 
@@ -207,3 +209,13 @@ def test_an_exclusive_holder_waits_for_the_shared_ones_and_goes_before_newcomers
     newcomer.release.set()
     for thread in (shared_holder, alone, newcomer):
         thread.join()
+
+
+def test_a_free_port_is_outside_the_ranges_others_take_ports_from() -> None:
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low, high = (int(x) for x in ephemeral.read_text().split()) if ephemeral.exists() else (0, 0)
+    for _ in range(50):
+        port = free_port()
+        assert port in TEST_PORTS and not low <= port <= high and not 10_002 <= port <= 19_999
+        with socket.create_server(("127.0.0.1", port)):  # free: it binds
+            pass

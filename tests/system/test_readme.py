@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ADMIN_URL, REPO, postgres_unreachable
-from tests.ray_nodes import free_port
+from tests.ports import free_port
 from tests.readme_session import (
     RUN_LANGUAGES,
     SHELL_LANGUAGES,

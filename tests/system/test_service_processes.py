@@ -28,8 +28,8 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, postgres_databases, stored_trials
+from tests.ports import free_port
 from tests.process_groups import end_groups
-from tests.ray_nodes import free_port
 from tests.service_support import FAST
 from tests.system.test_compose import command, environment, load_compose, option_value, resolved
 

@@ -366,7 +366,7 @@ def test_ctrl_c_stops_cleanly_and_the_study_resumes(tmp_path: Path) -> None:
     assert "resume" in output
     states = trial_states(storage)
     assert states.get("running", 0) == 0 and "failed" not in states  # running trials finished
-    assert counted(storage) < 6
+    assert counted(storage) < 6, output[-3000:]
     resumed = cli(path, tmp_path)
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output[-3000:]

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, postgres_databases
+from tests.ports import free_port
 from tests.process_groups import end_group
-from tests.ray_nodes import free_port
 from tests.service_support import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

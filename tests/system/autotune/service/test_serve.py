@@ -22,8 +22,8 @@ from autotune.service.jobs import JobStore
 from autotune.service.settings import ServiceSettings
 from autotune.service.submission import prepare_job
 from tests.conftest import REPO, postgres_databases, stored_trials
+from tests.ports import free_port
 from tests.process_groups import end_group
-from tests.ray_nodes import free_port
 from tests.service_support import (
     FAST,
     principal,
