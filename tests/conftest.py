@@ -112,6 +112,16 @@ FAST_MEASUREMENT = {
     "contention": "warn",
     "contention_window_s": 0.0,
 }
+# Every trial times for 1.5 s or more, however fast its calls (no iteration cap ends it sooner,
+# no short window screens it out): a signal or a kill sent while a trial runs lands inside it.
+SLOW_MEASUREMENT = {
+    "warmup_iters": 2,
+    "min_iters": 10,
+    "max_iters": 10_000_000,
+    "min_seconds": 1.5,
+    "max_seconds": 2.0,
+    "screen_seconds": None,
+}
 # The fewest rounds whose paired ratios have a 95% interval, in short blocks.
 FAST_VALIDATION = {"rounds": 6, "round_seconds": 0.05}
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from autotune.results.leases import schema_lock
-from tests.conftest import REPO, digits_request
+from tests.conftest import REPO, SLOW_MEASUREMENT, digits_request
 from tests.ray_nodes import LocalRayCluster, head_only
 from tests.system.autotune.execution.test_heterogeneous_cluster import autotune
 
@@ -206,9 +206,11 @@ def test_one_signal_stops_every_kinds_study_after_its_running_trials(
     cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
-    slow = {"warmup_iters": 2, "min_iters": 10, "min_seconds": 1.5, "max_seconds": 2.0}
     request = digits_request(
-        tmp_path, search_space=str(tmp_path / "space.yaml"), budget={"trials": 8}, measurement=slow
+        tmp_path,
+        search_space=str(tmp_path / "space.yaml"),
+        budget={"trials": 8},
+        measurement=SLOW_MEASUREMENT,
     )
     path = tmp_path / "request.yaml"
     path.write_text(yaml.safe_dump(request))

@@ -15,24 +15,12 @@ import pytest
 import yaml
 
 from autotune.core.errors import RequestError
-from tests.conftest import REPO, digits_request, stored_trials
+from tests.conftest import REPO, SLOW_MEASUREMENT, digits_request, stored_trials
 from tests.process_groups import end_group
 from tests.ray_nodes import LocalRayCluster, head_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-# Trials long enough (1.5 s of timing at least) that a node killed while one runs kills it
-# inside its measurement.
-# Every trial times for 1.5 s or more, however fast its calls (no iteration cap ends it
-# sooner, no short window screens it out), so a node killed mid-search is inside a trial.
-SLOW = {
-    "warmup_iters": 2,
-    "min_iters": 10,
-    "max_iters": 10_000_000,
-    "min_seconds": 1.5,
-    "max_seconds": 2.0,
-    "screen_seconds": None,
-}
 EXIT_NODES_GONE = 4
 
 
@@ -104,7 +92,7 @@ class Tuning:
 
 
 def write_request(tmp_path: Path, trials: int, node_wait_s: float) -> None:
-    request = digits_request(tmp_path, budget={"trials": trials}, measurement=SLOW)
+    request = digits_request(tmp_path, budget={"trials": trials}, measurement=SLOW_MEASUREMENT)
     request["cluster"] = {"node_wait_s": node_wait_s}
     (tmp_path / "request.yaml").write_text(yaml.safe_dump(request))
 
