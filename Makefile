@@ -38,24 +38,19 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 demo: setup
 	$(BIN)/autotune tune experiments/digits/request.yaml
 
-# The unit tier runs in one pytest-xdist worker per core, at most four (each worker imports
-# what its tests import). The component and system tiers run in two workers per core, at
-# most eight: their tests wait on the processes they start (Ray nodes, `autotune` commands,
-# PostgreSQL servers) about as long as they compute. A test marked exclusive runs while no
-# other does. Bytecode is cached between runs even where the environment turns that off:
-# compiling the sources and the rewritten test modules again costs every worker seconds.
+# The suite runs in one pytest-xdist worker per core, at most four (each worker imports
+# torch, MLflow and Ray's client); a test marked exclusive runs while no other does. Bytecode
+# is cached between runs even where the environment turns that off: compiling the sources
+# and the rewritten test modules again costs every worker seconds.
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
-WAITING_TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( 2 * n < 8 ? 2 * n : 8 )))
-PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest --dist worksteal
-PYTEST_PARALLEL := $(PYTEST) -n $(TEST_WORKERS)
-PYTEST_WAITING := $(PYTEST) -n $(WAITING_TEST_WORKERS)
+PYTEST_PARALLEL := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The suite in three tiers (docs/testing.md): the unit tier runs alone first, where importing
 # a heavy package is refused, then the component and system tiers together, ending with their
 # slowest tests and the time each took (where the suite's time goes).
 test: setup-dev
 	$(PYTEST_PARALLEL) tests/unit
-	$(PYTEST_WAITING) --durations=25 tests/component tests/system
+	$(PYTEST_PARALLEL) --durations=25 tests/component tests/system
 
 # The inner loop: no torch, Ray, ONNX Runtime, OpenVINO, NNCF or MLflow, no database server.
 test-unit: setup-dev
@@ -63,11 +58,11 @@ test-unit: setup-dev
 
 # Real models, real studies and stores, in this process.
 test-component: setup-dev
-	$(PYTEST_WAITING) tests/component
+	$(PYTEST_PARALLEL) tests/component
 
 # Ray clusters, service processes and the console scripts end to end.
 test-system: setup-dev
-	$(PYTEST_WAITING) tests/system
+	$(PYTEST_PARALLEL) tests/system
 
 lint: setup-dev
 	$(BIN)/ruff check autotune workers tests experiments
