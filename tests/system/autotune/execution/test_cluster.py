@@ -192,16 +192,12 @@ def cli_inside_a_trial(
         tmp_path, storage, tracking, budget={"trials": 8}, measurement=SLOW_MEASUREMENT
     )
     process = cli(path, tmp_path)
-    wait_inside_a_trial(storage, counted_at_least)
-    return path, process
-
-
-def wait_inside_a_trial(storage: str, counted_at_least: int) -> None:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (
         counted(storage) >= counted_at_least and trial_states(storage).get("running", 0) >= 1
     ):
         time.sleep(0.2)
+    return path, process
 
 
 def test_a_killed_coordinator_resumes(databases: tuple[str, str], tmp_path: Path) -> None:
