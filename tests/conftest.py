@@ -101,16 +101,16 @@ def _hypothesis_home(config: pytest.Config, tmp_path_factory: pytest.TempPathFac
     return Path(cache.mkdir("hypothesis"))
 
 
+# Measured at once and marked when busy: tests must not wait for a quiet machine, nor watch it
+# after a trial has measured.
+MEASURED_AT_ONCE = {"contention": "warn", "contention_window_s": 0.0}
 FAST_MEASUREMENT = {
     "warmup_iters": 2,
     "min_iters": 10,
     "max_iters": 200,
     "min_seconds": 0.02,
     "max_seconds": 0.3,
-    # measured at once and marked when busy: tests must not wait for a quiet machine, nor
-    # watch it after a trial has measured
-    "contention": "warn",
-    "contention_window_s": 0.0,
+    **MEASURED_AT_ONCE,
 }
 # Every trial times for 1.5 s or more, however fast its calls (no iteration cap ends it sooner,
 # no short window screens it out): a signal or a kill sent while a trial runs lands inside it.
@@ -121,6 +121,7 @@ SLOW_MEASUREMENT = {
     "min_seconds": 1.5,
     "max_seconds": 2.0,
     "screen_seconds": None,
+    **MEASURED_AT_ONCE,
 }
 # The fewest rounds whose paired ratios have a 95% interval, in short blocks.
 FAST_VALIDATION = {"rounds": 6, "round_seconds": 0.05}

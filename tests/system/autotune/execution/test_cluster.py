@@ -24,6 +24,7 @@ from autotune.execution.ray_executor import RayExecutor
 from autotune.tracking import PARENT_TAG, TRIAL_TAG
 from autotune.tuning import TuneOptions, run_tune
 from tests.conftest import (
+    MEASURED_AT_ONCE,
     REPO,
     SLOW_MEASUREMENT,
     digits_request,
@@ -147,6 +148,7 @@ def test_a_worker_killed_mid_trial_is_retried(
         "min_seconds": 1.5,
         "max_seconds": 2.0,
         "settle_tolerance": None,
+        **MEASURED_AT_ONCE,
     }
     # Enough trials after the kill that the dead slot is used again whatever it was doing.
     path = write_request(tmp_path, storage, tracking, budget={"trials": 8}, measurement=slow)
@@ -334,6 +336,7 @@ def test_postgres_restarted_mid_study(private_postgres: PrivateCluster, tmp_path
         "min_seconds": 1.0,
         "max_seconds": 1.5,
         "settle_tolerance": None,
+        **MEASURED_AT_ONCE,
     }
     path = tmp_path / "request.yaml"
     request = digits_request(tmp_path, budget={"trials": 6}, measurement=slow)
