@@ -7,7 +7,9 @@ configuration differ. Each round times every entrant for one block (`round_secon
 from round to round (A B C, B C A, C A B, ...), so neither a slow minute of the machine nor
 the position in a round favours one of them; a short pause and a few untimed calls precede
 each block, so one entrant's spinning thread pools do not slow the next. Each
-round's blocks are watched together for other load (`workers.measuring.contention`). The control
+round's blocks are watched together for other load (`workers.measuring.contention`); under
+the 'wait' policy a round first waits for quiet only where it is the first of its half or the
+round before it was contended (a quiet round is itself a look at the machine). The control
 plane turns the per-round figures into paired ratios (`autotune.conclusion.decision`).
 
 An entrant may run as `autotune.load` runs a tuned model (`Entrant.loaded_artifact`): exported,
@@ -118,15 +120,21 @@ def run_head_to_head(spec: HeadToHeadSpec, store: WorkloadCache | None = None) -
             entrants = [live[_key(e)] for e in spec.entrants if _key(e) in live]
             helpers = [pid for one in entrants for pid in one.helpers]
             probe = _probe(settings, entrants, helpers)
+            quiet_just_now = False  # the build before a half's first round was not watched
             for index in rounds if entrants else ():
-                waited = probe.wait_for_quiet(wait_left) if wait_left > 0 else 0.0
-                wait_left = max(wait_left - waited, 0.0)
+                waited = 0.0
+                if wait_left > 0 and not quiet_just_now:
+                    waited = probe.wait_for_quiet(wait_left)
+                    wait_left = max(wait_left - waited, 0.0)
                 probe.start()
                 shift = index % len(entrants)
                 for one in entrants[shift:] + entrants[:shift]:
                     _time_block(one, block, settings)
                 threads = max(one.config.threads for one in entrants)
                 contention.append(probe.stop(threads, waited))
+                # A round that ended quiet is a longer look at the machine than waiting's
+                # own: the next round starts at once.
+                quiet_just_now = not contention[-1].contended
     # No memory sampler thread here: its wake-ups would land in the timed calls, and the
     # comparison holds every entrant at once, so its peak says nothing of one of them.
     resident_mb = _resident_mb()

@@ -3,12 +3,15 @@ that cannot be built reported with its reason, the others unharmed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from autotune.conclusion.decision import ratio
-from autotune.core.contract import Entrant, HeadToHeadSpec
+from autotune.core.contract import Contention, Entrant, HeadToHeadSpec
 from tests.workers_support import FAST, digits_workload
 from workers.head_to_head import block_settings, run_head_to_head
+from workers.measuring.contention import ContentionProbe
 from workers.predictor import Predictor
 
 ROUNDS = 6
@@ -77,3 +80,37 @@ def test_an_entrant_run_as_loaded_is_exported_reloaded_and_timed_through_predict
     assert len(plain.rounds) == len(loaded.rounds) == 2
     timed = sum(r.calls for r in loaded.rounds)
     assert len(calls) >= timed and all(batch.shape[0] == 4 for batch in calls)
+
+
+def test_a_round_waits_for_quiet_only_after_a_build_or_a_contended_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rounds 0-2 are the first build's, 3-5 the second's; round 1 ends contended. The
+    machine is looked at before rounds 0 and 3 (after a build) and 2 (after round 1)."""
+    contended_rounds = {1}
+    looks: list[int] = []
+    stopped: list[Contention] = []
+    stop = ContentionProbe.stop
+
+    def scripted_stop(self: ContentionProbe, *args: Any, **kwargs: Any) -> Contention:
+        window = stop(self, *args, **kwargs)
+        stopped.append(window.model_copy(update={"contended": len(stopped) in contended_rounds}))
+        return stopped[-1]
+
+    monkeypatch.setattr(ContentionProbe, "stop", scripted_stop)
+    monkeypatch.setattr(
+        ContentionProbe,
+        "wait_for_quiet",
+        lambda self, max_wait_s: looks.append(len(stopped)) or 0.0,
+    )
+    spec = HeadToHeadSpec(
+        study="test",
+        workload=digits_workload(),
+        entrants=[entrant(0, **{"batch.size": 1}), entrant(1, **{"batch.size": 8})],
+        rounds=ROUNDS,
+        round_seconds=0.02,
+        measurement=FAST.model_copy(update={"contention": "wait", "contention_window_s": 0.0}),
+    )
+    result = run_head_to_head(spec)
+    assert looks == [0, 2, 3]
+    assert [c.contended for c in result.contention] == [i in contended_rounds for i in range(6)]
