@@ -1,9 +1,11 @@
 """The test suite's own machinery: the private PostgreSQL cluster, skipping without the shared
-server, and the check that tests write nothing into the repository."""
+server, the check that tests write nothing into the repository, test ports and a child
+process's output read as it comes."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import tests.conftest as shared
 from tests import repo_writes
 from tests.ports import TEST_PORTS, free_port
 from tests.postgres_cluster import PrivateCluster, Unavailable, private_cluster
+from tests.process_output import ProcessOutput
 from tests.service_support import wait_for
 
 
@@ -219,3 +222,25 @@ def test_a_free_port_is_outside_the_ranges_others_take_ports_from() -> None:
         assert port in TEST_PORTS and not low <= port <= high and not 10_002 <= port <= 19_999
         with socket.create_server(("127.0.0.1", port)):  # free: it binds
             pass
+
+
+def said(script: str) -> ProcessOutput:
+    return ProcessOutput(subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True))
+
+
+def test_a_line_is_waited_for_as_it_comes_and_the_rest_is_kept() -> None:
+    output = said("echo one; sleep 0.3; echo two; sleep 0.3; echo three")
+    output.wait_for("two", within_s=30)
+    assert "three" not in output.text  # seen before the process said it
+    assert output.finished(within_s=30) == 0
+    assert output.text == "one\ntwo\nthree\n"
+
+
+def test_a_line_never_said_fails_when_the_process_ends_or_the_time_is_up() -> None:
+    with pytest.raises(pytest.fail.Exception, match="never said 'two'.*one"):
+        said("echo one").wait_for("two", within_s=30)
+    slow = said("echo one; sleep 30")
+    with pytest.raises(pytest.fail.Exception, match="never said 'two'"):
+        slow.wait_for("two", within_s=0.5)
+    slow.process.kill()
+    slow.finished(within_s=30)

@@ -33,6 +33,7 @@ from tests.conftest import (
 )
 from tests.postgres_cluster import PrivateCluster
 from tests.process_groups import end_group
+from tests.process_output import ProcessOutput
 from tests.ray_nodes import LocalRayCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -354,23 +355,6 @@ def test_postgres_restarted_mid_study(private_postgres: PrivateCluster, tmp_path
     assert child_run_numbers(tracking) == list(range(6))
 
 
-def lines_until(process: subprocess.Popen[str], text: str, within_s: float) -> str:
-    """The process's output up to the first line holding `text`; the process is killed if
-    none comes within that time (its output then ends)."""
-    assert process.stdout is not None
-    lines: list[str] = []
-    timer = threading.Timer(within_s, process.kill)
-    timer.start()
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if text in line:
-                return "".join(lines)
-    finally:
-        timer.cancel()
-    pytest.fail(f"never said {text!r}: {''.join(lines)[-3000:]}")
-
-
 def test_ctrl_c_stops_cleanly_and_the_study_resumes(tmp_path: Path) -> None:
     path = tmp_path / "request.yaml"
     request = digits_request(tmp_path, budget={"trials": 8}, measurement=SLOW_MEASUREMENT)
@@ -380,11 +364,12 @@ def test_ctrl_c_stops_cleanly_and_the_study_resumes(tmp_path: Path) -> None:
     # Signalled as the second trial is told (its line read as it comes: a look into the
     # study can take seconds on a busy machine); trials of 1.5 s at least, so the budget
     # cannot run out between the line and the signal.
-    told = lines_until(process, "tuning 2/8", within_s=300)
+    said = ProcessOutput(process)
+    said.wait_for("tuning 2/8", within_s=300)
     os.killpg(process.pid, signal.SIGINT)
-    output, _ = process.communicate(timeout=300)
-    output = told + output
-    assert process.returncode == 130, output[-3000:]
+    code = said.finished(within_s=300)
+    output = said.text
+    assert code == 130, output[-3000:]
     assert "after the running trials" in output and "resume" in output, output[-3000:]
     states = trial_states(storage)
     assert states.get("running", 0) == 0 and "failed" not in states  # running trials finished

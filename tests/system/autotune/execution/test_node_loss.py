@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import yaml
 from autotune.core.errors import RequestError
 from tests.conftest import REPO, SLOW_MEASUREMENT, digits_request, stored_trials
 from tests.process_groups import end_group
+from tests.process_output import ProcessOutput
 from tests.ray_nodes import LocalRayCluster, head_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -47,25 +47,11 @@ class Tuning:
             text=True,
             start_new_session=True,
         )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
+        self.said = ProcessOutput(self.process)
 
     @property
     def output(self) -> str:
-        return "".join(self.lines)
-
-    def wait_for_line(self, text: str, within_s: float) -> None:
-        deadline = time.monotonic() + within_s
-        while text not in self.output:
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                pytest.fail(f"never said {text!r}: {self.output[-3000:]}")
-            time.sleep(0.2)
+        return self.said.text
 
     def wait_inside_a_trial(
         self, counted_at_least: int, running_at_least: int = 1, nodes_at_least: int = 1
@@ -84,11 +70,9 @@ class Tuning:
 
     def finish(self, within_s: float = 900) -> int:
         try:
-            code = self.process.wait(timeout=within_s)
+            return self.said.finished(within_s)
         finally:
             end_group(self.process)
-        self._reader.join(timeout=10)
-        return code
 
 
 def write_request(tmp_path: Path, trials: int, node_wait_s: float) -> None:
@@ -152,7 +136,7 @@ def test_a_study_whose_only_node_left_waits_for_a_replacement(
     tuning = Tuning(cluster, tmp_path)
     tuning.wait_inside_a_trial(counted_at_least=2)
     cluster.kill_node("a")
-    tuning.wait_for_line("0 of 1 nodes of this kind remain; waiting up to 5 min", 120)
+    tuning.said.wait_for("0 of 1 nodes of this kind remain; waiting up to 5 min", 120)
     cluster.add_node("replacement", [0])
     assert tuning.finish() == 0, tuning.output[-3000:]
     assert "joined" in tuning.output
