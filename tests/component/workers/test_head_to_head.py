@@ -113,4 +113,6 @@ def test_a_round_waits_for_quiet_only_after_a_build_or_a_contended_round(
     )
     result = run_head_to_head(spec)
     assert looks == [0, 2, 3]
-    assert [c.contended for c in result.contention] == [i in contended_rounds for i in range(6)]
+    assert [c.contended for c in result.contention] == [
+        i in contended_rounds for i in range(ROUNDS)
+    ]
