@@ -8,6 +8,8 @@ takes milliseconds.
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -434,3 +436,10 @@ def make_rig(
         observers=[observed],
     )
     return Rig(coordinator, store, executor, tracker, observed)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (reaped, so not even a zombie)."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid

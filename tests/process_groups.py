@@ -1,7 +1,8 @@
 """Ending a process group that a test started (`start_new_session=True`) without killing
 another's: a group's number is its leader's pid, and once the leader is reaped that number may
 lead the group of a process started since (pids wrap at 32768 here). The leader is therefore
-reaped only after its group's last signal, and a leader already reaped is left alone."""
+reaped only after its group's last signal, and a leader already reaped is left alone. And the
+processes left in a session (a coordinator's, with its Ray's), waited on to end."""
 
 from __future__ import annotations
 
@@ -44,3 +45,19 @@ def exited(process: subprocess.Popen[Any]) -> bool:
 def _signal_group(process: subprocess.Popen[Any], signum: signal.Signals) -> None:
     with suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
+
+
+def session_ends(session: int, within_s: float) -> bool:
+    """Whether every process of the coordinator's session (its Ray's) ends within that time."""
+    deadline = time.monotonic() + within_s
+    while live_processes_of(session) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return not live_processes_of(session)
+
+
+def live_processes_of(session: int) -> list[str]:
+    """The processes left in the coordinator's session (its Ray's), zombies aside."""
+    listing = subprocess.run(
+        ["ps", "-o", "pid=,stat=,args=", "-s", str(session)], capture_output=True, text=True
+    )
+    return [line for line in listing.stdout.splitlines() if line.split()[1:2] != ["Z"]]

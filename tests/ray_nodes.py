@@ -190,3 +190,15 @@ def head_only(workdir: Path, token_auth: bool = True) -> Iterator[LocalRayCluste
         yield cluster
     finally:
         cluster.stop()
+
+
+def autotune(cluster: LocalRayCluster, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m autotune` with these arguments, from `cwd`, in the cluster's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd,
+        env={**cluster.env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )

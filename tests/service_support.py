@@ -1,5 +1,6 @@
 """What the service tests share: fresh PostgreSQL databases, settings under tmp_path, a
-small digits request, and runner processes that are always cleaned up."""
+small digits request, runner processes that are always cleaned up, and trial nodes whose
+hardware a test replaces under a watch it makes due at once."""
 
 from __future__ import annotations
 
@@ -12,11 +13,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from autotune.service.db import Database
+from sqlalchemy import update
+
+from autotune.core.contract import NodeInfo, NodeKind
+from autotune.service.db import Database, Watch
 from autotune.service.jobs import JobStore
 from autotune.service.server import run_runner
 from autotune.service.settings import ServiceSettings
 from autotune.service.tokens import Principal, authenticate, create_token
+from autotune.space.hardware import load_profile
+from autotune.space.search_space import SPACES_DIR
+
+PROFILES = SPACES_DIR / "profiles"
 
 FAST = {
     "warmup_iters": 2,
@@ -132,3 +140,23 @@ def wait_for(
 
 def job_states(store: JobStore, ids: list[str]) -> dict[str, str]:
     return {job_id: store.get_any(job_id).state for job_id in ids}  # type: ignore[union-attr]
+
+
+def due_now(db: Database, watch_id: str) -> None:
+    """Make the watch due at once: a test ticks without waiting for its schedule."""
+    with db.transaction() as session:
+        session.execute(update(Watch).where(Watch.id == watch_id).values(next_run_at=0.0))
+
+
+class ReplacedNodes:
+    """An executor's report of its nodes, whose hardware the test replaces: `kinds` is all
+    of the executor the service's hardware survey asks."""
+
+    def __init__(self) -> None:
+        self.profile = load_profile(PROFILES / "a100.json")
+        self.surveys = 0
+
+    def kinds(self) -> list[NodeKind]:
+        self.surveys += 1
+        node = NodeInfo(node_id="n1", hostname="gpu-1", cpus=8, gpus=1, slots=1)
+        return [NodeKind(profile=self.profile, nodes=[node])]

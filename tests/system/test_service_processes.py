@@ -28,11 +28,11 @@ import httpx
 import pytest
 import yaml
 
+from tests.compose_file import command, environment, load_compose, option_value, resolved
 from tests.conftest import REPO, postgres_databases, stored_trials
 from tests.ports import free_port
 from tests.process_groups import end_groups
 from tests.service_support import FAST
-from tests.system.test_compose import command, environment, load_compose, option_value, resolved
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 import autotune
 from autotune.cli import app
 from autotune.tuning import TuneOptions, run_tune
-from tests.component.workers.building.test_precision_fallback import hostile_model, inputs
 from tests.conftest import FAST_MEASUREMENT, FAST_VALIDATION
+from tests.hostile_onnx import hostile_model, inputs
 from workers.building.ort_session import OnnxRuntimeSession
 from workers.building.quantization import float_nodes_of
 

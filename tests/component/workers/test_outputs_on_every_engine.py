@@ -15,14 +15,14 @@ import yaml
 
 from autotune.core.contract import ConfigValue, ModelRef, Workload
 from autotune.tuning import TuneOptions, run_tune
-from tests.component.workers.test_several_outputs import (
+from tests.conftest import stored_trials
+from tests.several_outputs import sequence_of_one
+from tests.several_outputs_workloads import (
     SEVERAL,
     several_outputs,
     stale_workload,
     summing_model,
 )
-from tests.conftest import stored_trials
-from tests.several_outputs import sequence_of_one
 from tests.workers_support import skip_unless_runnable_here, spec_for
 from workers import export_artifact, run_trial
 from workers.cache import WorkloadCache

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from autotune.core.contract import DataRef, MetricRef, ModelRef, TrialResult, Workload
-from tests.component.workers.building.test_precision_fallback import NODES, hostile_model, inputs
+from tests.hostile_onnx import NODES, hostile_model, inputs
 from tests.workers_support import spec_for
 from workers.cache import WorkloadCache
 from workers.runner import run_trial

@@ -17,7 +17,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from autotune.core.contract import ConfigValue, DataRef, MetricRef, ModelRef, Workload
+from autotune.core.contract import ConfigValue, MetricRef, ModelRef
 from autotune.core.errors import RequestError
 from tests.several_outputs import (
     named_outputs,
@@ -25,6 +25,7 @@ from tests.several_outputs import (
     three_outputs,
     with_class_prior,
 )
+from tests.several_outputs_workloads import SEVERAL, several_outputs, stale_workload, summing_model
 from tests.workers_support import digits_workload, skip_unless_runnable_here, spec_for
 from workers import export_artifact, inspect_workload, run_trial
 from workers.cache import WorkloadCache
@@ -32,19 +33,11 @@ from workers.measuring.evaluate import agreement, fidelity, resolve_metric
 from workers.predictor import load_predictor
 
 STORE = WorkloadCache()
-SEVERAL = "tests.several_outputs"
 ENGINES = ["torch_eager", "onnxruntime", "openvino"]
 MODELS = {
     "tuple": ("three_outputs", ["output_0", "output_1", "output_2"]),
     "dict": ("named_outputs", ["logits", "probabilities", "best"]),
 }
-
-
-def several_outputs(entry: str, kind: str = "fidelity") -> Workload:
-    return digits_workload(
-        model=ModelRef(entry_point=f"{SEVERAL}:{entry}"),
-        metric=MetricRef(kind=kind),  # type: ignore[arg-type]
-    )
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -158,14 +151,6 @@ def stale_output_model(path: Path) -> Path:
     return path
 
 
-def stale_workload(path: Path) -> Workload:
-    return Workload(
-        model=ModelRef(onnx=str(path / "stale.onnx")),
-        data=DataRef(npz=str(path / "data.npz")),
-        metric=MetricRef(kind="fidelity"),
-    )
-
-
 def test_a_stale_declared_output_shape_gives_way_to_the_returned_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -221,25 +206,6 @@ def test_a_dynamic_first_axis_that_is_not_the_batch_of_one_is_judged_whole(
     assert result.status == "ok", result.reason
     assert result.metrics is not None and result.metrics.accuracy == pytest.approx(1.0)
     assert "(10 values a sample): cosine" in (result.metrics.accuracy_judged_by or "")
-
-
-def summing_model(path: Path, doubled: bool) -> Path:
-    """Input `x` float [batch, 4]; outputs `total` (a scalar: no batch axis) and, where
-    `doubled`, `twice` [batch, 4]."""
-    nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0)]
-    outputs = [helper.make_tensor_value_info("total", TensorProto.FLOAT, [])]
-    if doubled:
-        nodes.append(helper.make_node("Add", ["x", "x"], ["twice"]))
-        outputs.append(helper.make_tensor_value_info("twice", TensorProto.FLOAT, ["batch", 4]))
-    graph = helper.make_graph(
-        nodes, "summed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        outputs,
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path / "stale.onnx"))
-    np.savez(path / "data.npz", inputs=np.random.default_rng(0).normal(size=(6, 4)).astype("f4"))
-    return path
 
 
 def test_an_output_left_out_is_named_with_why(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from autotune.core.contract import TrialStatus
 from autotune.results import TrialRecord
-from tests.component.autotune.strategies.test_strategy import load_benchmark
+from tests.strategy_support import load_benchmark
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.cli.shared import EXIT_INFEASIBLE
-from tests.component.autotune.execution.test_replay import recorded_rows, write_request, write_table
 from tests.conftest import stored_trials
+from tests.replay_tables import recorded_rows, write_request, write_table
 
 # The recorded table's best throughput is 1,981 samples/s; its baseline's 400.
 IMPOSSIBLE = {"min_throughput_per_s": 84000.0, "max_accuracy_drop": 0.02}

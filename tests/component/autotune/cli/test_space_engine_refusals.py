@@ -9,7 +9,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from tests.system.autotune.cli.test_cli import space_for_onnx
+from tests.space_command import space_for_onnx
 from tests.unconvertible import digits_through_det
 
 runner = CliRunner()

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from autotune.cli import app, tables
 from autotune.cli.study import _chosen
 from autotune.results import StoredRevalidation
-from tests.component.autotune.execution.test_replay import recorded_rows, write_request, write_table
 from tests.conftest import stored_trials
+from tests.replay_tables import recorded_rows, write_request, write_table
 
 runner = CliRunner()
 

@@ -12,13 +12,13 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.cli.shared import EXIT_TRIALS_FAILED
-from tests.component.autotune.execution.test_replay import (
+from tests.conftest import stored_trials
+from tests.replay_tables import (
     config_of,
     recorded_rows,
     write_request,
     write_table,
 )
-from tests.conftest import stored_trials
 
 REASON = "IndexError in fidelity: index 1 is out of bounds for axis 0 with size 1"
 

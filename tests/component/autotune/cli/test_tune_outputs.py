@@ -14,8 +14,8 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from tests.component.autotune.execution.test_replay import recorded_rows, write_request, write_table
 from tests.conftest import postgres_databases
+from tests.replay_tables import recorded_rows, write_request, write_table
 
 runner = CliRunner()
 

@@ -25,6 +25,7 @@ from autotune.strategies import make_strategy
 from autotune.tracking import PARENT_TAG, TRIAL_TAG, MlflowTracker
 from autotune.tracking.mlflow import NOTE_TAG
 from autotune.tuning import search_then_conclude
+from tests.conclusion_support import Comparing
 from tests.conftest import copy_mlflow_store
 from tests.coordinator_support import (
     BASELINE,
@@ -40,7 +41,6 @@ from tests.coordinator_support import (
     open_store,
     small_space,
 )
-from tests.unit.autotune.conclusion.test_head_to_head import Comparing
 
 EIGHT = config_with(batch__size=8)
 ORIGINAL, REPEAT = 1, 2

@@ -14,7 +14,7 @@ from autotune.conclusion.previous import SAME_CONFIGURATION
 from autotune.conclusion.tuned_file import TunedConfig
 from autotune.search.warm_start import load_warm_start
 from autotune.tuning import TuneOptions, run_tune
-from tests.component.autotune.execution.test_replay import (
+from tests.replay_tables import (
     config_of,
     recorded_rows,
     write_request,

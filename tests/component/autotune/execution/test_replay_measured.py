@@ -13,7 +13,8 @@ from autotune.core.measured.cpu_time import CPU_TIME_PER_SAMPLE
 from autotune.execution.replay import ReplayExecutor
 from autotune.execution.replay_table import ReplayTable
 from autotune.tuning import TuneOptions, run_tune
-from tests.component.autotune.execution.test_replay import (
+from tests.conftest import stored_trials
+from tests.replay_tables import (
     COLUMNS,
     CONSTRAINTS,
     config_of,
@@ -22,7 +23,6 @@ from tests.component.autotune.execution.test_replay import (
     write_request,
     write_table,
 )
-from tests.conftest import stored_trials
 
 CPU = CPU_TIME_PER_SAMPLE.name
 BOUND = 0.5

@@ -35,6 +35,7 @@ from autotune.requests.uploads import (
 from autotune.tracking.registry import register_tuned, resolve_registered
 from tests.conftest import copy_mlflow_store
 from tests.onnx_models import tiny_onnx
+from tests.tuned_documents import tuned_document
 from workers.loading.workloads import load_onnx
 
 CAP = 1 << 20
@@ -348,23 +349,6 @@ def tuned_dir(path: Path, offset: float) -> Path:
     onnx.save_model(tiny_onnx(offset), str(path / "model.onnx"))
     (path / "tuned.yaml").write_text(f"offset: {offset}\n")
     return path
-
-
-def tuned_document(
-    artifact_dir: Path, run_id: str, experiment_id: str = "1", **fields: Any
-) -> dict[str, Any]:
-    """What `register_tuned` reads of a tuned file: the artifact, the run, the headline,
-    the configuration, its figures, the hardware and the study."""
-    return {
-        "artifact": str(artifact_dir / "model.onnx"),
-        "mlflow": {"tracking_uri": "", "experiment_id": experiment_id, "run_id": run_id},
-        "headline": {"text": "2.00× throughput (95% CI 1.90–2.10×); 6 paired rounds, quiet"},
-        "config": {"runtime.engine": "onnxruntime", "batch.size": 8},
-        "metrics": {"accuracy": 0.984444444, "latency_p95_ms": 0.0601321, "status": "ok"},
-        "hardware": {"fingerprint": "cpu-abc", "cpu_model": "Xeon", "cpu_cores": 2, "gpus": []},
-        "study": {"name": "digits", "trial_number": 7, "n_trials": 16},
-        **fields,
-    }
 
 
 def test_a_registered_version_is_described_and_carries_its_key_figures(

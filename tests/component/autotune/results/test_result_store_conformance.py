@@ -5,8 +5,6 @@ and studies written before trial records were typed."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -35,6 +33,7 @@ from tests.coordinator_support import (
     BASELINE,
     WORKLOAD,
     config_with,
+    dead_pid,
     scripted_provenance,
     small_space,
     table_metrics,
@@ -393,13 +392,6 @@ def test_a_sensitivity_table_is_kept_once_per_model_and_mode(store: OptunaStore)
 
 
 # -- leases ------------------------------------------------------------------------------
-
-
-def dead_pid() -> int:
-    """The pid of a process that has ended (reaped, so not even a zombie)."""
-    process = subprocess.Popen([sys.executable, "-c", "pass"])
-    process.wait()
-    return process.pid
 
 
 def test_lost_finds_the_running_trials_of_dead_owners(store: OptunaStore) -> None:

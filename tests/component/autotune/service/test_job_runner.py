@@ -22,7 +22,6 @@ from autotune.service.jobs import JobStore
 from autotune.service.runner import JobRunner
 from autotune.service.submission import prepare_job
 from autotune.service.tokens import Principal
-from tests.component.autotune.requests.test_sources import tuned_document
 from tests.conftest import postgres_databases, stored_trials
 from tests.onnx_models import tiny_onnx
 from tests.service_support import (
@@ -34,6 +33,7 @@ from tests.service_support import (
     sqlite_settings,
     wait_for,
 )
+from tests.tuned_documents import tuned_document
 
 
 @pytest.mark.slow

@@ -10,26 +10,18 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import update
 
 from autotune.requests.uploads import model_file_sha256
 from autotune.service import watches as watches_module
 from autotune.service.changes import describe_change, mlflow_run
-from autotune.service.db import Database, Watch
+from autotune.service.db import Database
 from autotune.service.runner import JobRunner
 from autotune.service.settings import HardwareSurvey, ServiceSettings
 from autotune.service.watches import Scheduler
 from autotune.tracking.view import run_link
 from experiments.digits.model import export_weights
-from tests.component.autotune.service.test_watches import ReplacedNodes
 from tests.service_fixtures import Notices, tiny_onnx_bytes
-from tests.service_support import service_request, wait_for
-
-
-def due_now(db: Database, watch_id: str) -> None:
-    """Make the watch due at once: a test ticks without waiting for its schedule."""
-    with db.transaction() as session:
-        session.execute(update(Watch).where(Watch.id == watch_id).values(next_run_at=0.0))
+from tests.service_support import ReplacedNodes, due_now, service_request, wait_for
 
 
 @pytest.fixture

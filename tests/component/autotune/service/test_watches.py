@@ -21,20 +21,19 @@ from autotune.service.submission import prepare_job
 from autotune.service.tokens import Principal
 from autotune.service.watches import Scheduler, WatchStore, next_run, parse_every
 from autotune.space.hardware import load_profile
-from autotune.space.search_space import SPACES_DIR
 from experiments.digits.model import export_weights
 from tests.conftest import postgres_databases, stored_trials
 from tests.onnx_models import tiny_onnx
 from tests.service_fixtures import Notices
 from tests.service_support import (
+    PROFILES,
+    ReplacedNodes,
     principal,
     service_request,
     settings_for,
     sqlite_settings,
     wait_for,
 )
-
-PROFILES = SPACES_DIR / "profiles"
 
 
 def test_intervals_and_cron_schedules() -> None:
@@ -162,20 +161,6 @@ def _ticked(
     submitted = scheduler.tick()
     after = watches.get(alice, watch_id).last_checked_at
     return (submitted,) if after != before else None
-
-
-class ReplacedNodes:
-    """An executor's report of its nodes, whose hardware the test replaces: `kinds` is all
-    of the executor the service's hardware survey asks."""
-
-    def __init__(self) -> None:
-        self.profile = load_profile(PROFILES / "a100.json")
-        self.surveys = 0
-
-    def kinds(self) -> list[NodeKind]:
-        self.surveys += 1
-        node = NodeInfo(node_id="n1", hostname="gpu-1", cpus=8, gpus=1, slots=1)
-        return [NodeKind(profile=self.profile, nodes=[node])]
 
 
 def test_a_hardware_survey_is_reused_for_its_time_to_live() -> None:

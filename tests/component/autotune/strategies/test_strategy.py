@@ -3,8 +3,6 @@ infeasible variants are not measured, the designed set comes first, slots finish
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ import pytest
 from autotune.core.contract import TrialResult, TrialSpec
 from autotune.core.knobs import variant_key
 from autotune.execution.replay_table import ReplayTable
-from autotune.requests.request import TuningRequest, load_request, parse_request
+from autotune.requests.request import TuningRequest, load_request
 from autotune.results import TrialRecord
 from autotune.results.optuna_store import record_of
 from autotune.strategies.autotune import (
@@ -29,7 +27,9 @@ from autotune.strategies.autotune import (
 from autotune.strategies.autotune import NAME as STRATEGY
 from autotune.strategies.batch_sizes import batch_lean
 from autotune.tuning import TuneOptions, run_tune
-from tests.component.autotune.execution.test_replay import (
+from tests.conftest import stored_trials
+from tests.coordinator_support import small_space
+from tests.replay_tables import (
     BASELINE,
     COLUMNS,
     config_of,
@@ -37,10 +37,7 @@ from tests.component.autotune.execution.test_replay import (
     write_request,
     write_table,
 )
-from tests.conftest import REPO, stored_trials
-from tests.coordinator_support import small_space
-
-BENCHMARK = REPO / "experiments" / "search_benchmark.py"
+from tests.strategy_support import ONNX, SMALL_BASELINE, load_benchmark, request
 
 
 def tune(
@@ -140,15 +137,6 @@ def test_out_of_order_slots_tell_each_trial_once_and_measure_each_config_once(
     assert [t.number for t in completed] != sorted(t.number for t in completed)
 
 
-def load_benchmark() -> Any:
-    spec = importlib.util.spec_from_file_location("search_benchmark", BENCHMARK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["search_benchmark"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_benchmark_true_hypervolume_of_a_hand_made_table(tmp_path: Path) -> None:
     bench = load_benchmark()
     rows = [
@@ -193,10 +181,6 @@ def test_benchmark_curve_counts_only_measurements(tmp_path: Path) -> None:
     assert seconds[-1] == pytest.approx(expected)
 
 
-SMALL_BASELINE = {**BASELINE, "precision.mode": "fp32"}
-ONNX = {**SMALL_BASELINE, "runtime.engine": "onnxruntime", "runtime.graph_opt": "all"}
-
-
 def test_designed_set_gives_dimensions_that_become_active_their_baseline() -> None:
     designed = designed_configs(small_space())
     middle = {"batch.size": 8}
@@ -206,10 +190,6 @@ def test_designed_set_gives_dimensions_that_become_active_their_baseline() -> No
         {**SMALL_BASELINE, **middle, "precision.mode": "int8_static"},
         {**ONNX, **middle, "precision.mode": "int8_static"},
     ]
-
-
-def request(**fields: Any) -> TuningRequest:
-    return parse_request({"name": "r", **fields}, replay=True)
 
 
 PER_CALL = request(objectives=["accuracy", "latency"])  # lowest_latency, the default

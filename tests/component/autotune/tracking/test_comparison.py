@@ -12,8 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from autotune.conclusion.previous import SAME_CONFIGURATION, PreviousChoice
 from autotune.tracking import PREVIOUS_RUN_TAG, MlflowTracker, comparison_figures
-from tests.unit.autotune.conclusion.test_head_to_head import FINALIST
-from tests.unit.autotune.conclusion.test_previous import measured_previous, retuned
+from tests.conclusion_support import FINALIST, measured_previous, retuned
 
 
 def measured_comparison() -> dict[str, Any]:

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from autotune.tracking import MlflowTracker
 from autotune.tracking.experiment_tags import set_experiment_tag
 from autotune.tracking.mlflow import NOTE_TAG
-from tests.unit.autotune.tracking.test_review import OBJECTIVE_METRICS
+from tests.review_study import OBJECTIVE_METRICS
 
 STUDIES = [f"kind-{n}" for n in range(6)]
 

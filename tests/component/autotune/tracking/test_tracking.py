@@ -16,16 +16,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from autotune.tracking import (
-    PARENT_TAG,
     TRIAL_TAG,
     MlflowTracker,
     artifact_location,
     writer,
 )
 from autotune.tracking.writer import WriterFailed
-
-CONFIG = {"batch_size": 8, "shape": [1, 3]}
-METRICS = {"latency_p95_ms": 3.5, "accuracy": 0.9, "energy_source": "estimate"}
+from tests.tracker_runs import CONFIG, METRICS, child_runs
 
 
 class ScriptedClient(MlflowClient):
@@ -86,13 +83,6 @@ def make_tracker(uri: str, tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def tracker(make_tracker: Any) -> MlflowTracker:
     return make_tracker()  # type: ignore[no-any-return]
-
-
-def child_runs(uri: str, tracker: MlflowTracker) -> dict[int, Any]:
-    runs = MlflowClient(uri).search_runs(
-        [tracker.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{tracker.parent_run_id}'"
-    )
-    return {int(run.data.tags[TRIAL_TAG]): run for run in runs}
 
 
 def created(tmp_path: Path) -> list[str]:

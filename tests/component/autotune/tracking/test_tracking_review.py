@@ -13,7 +13,7 @@ from autotune.results.records import Candidate
 from autotune.tracking import PARENT_TAG, TRIAL_TAG, MlflowTracker
 from autotune.tracking.review import BASELINE_COLOUR, CHOSEN_COLOUR, KINDS, STUDY_COLOUR
 from autotune.tracking.view import VIEW_TAG_PREFIX, view_id, view_link
-from tests.unit.autotune.tracking.test_review import CANDIDATES, OBJECTIVE_METRICS, REQUEST
+from tests.review_study import CANDIDATES, OBJECTIVE_METRICS, REQUEST
 
 
 @pytest.fixture

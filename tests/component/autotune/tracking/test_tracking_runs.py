@@ -17,8 +17,8 @@ from mlflow.tracking import MlflowClient
 from autotune.tracking import MlflowTracker
 from autotune.tracking.runs import BulkRuns, StudyRuns, TrialRun, sql_store, write_trial
 from autotune.tracking.writer import BATCH_RUNS
-from tests.component.autotune.tracking.test_tracking import CONFIG, METRICS, child_runs
 from tests.conftest import postgres_databases
+from tests.tracker_runs import CONFIG, METRICS, child_runs
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])

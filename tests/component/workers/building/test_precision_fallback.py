@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
 
 from autotune.core.artifacts import VARIANT_FILE
 from autotune.core.contract import DataRef, MetricRef, ModelRef, Workload
 from autotune.core.errors import Unsupported
 from autotune.core.knobs.config import parse_config
+from tests.hostile_onnx import NODES, hostile_model, inputs
 from tests.workers_support import digits_workload, spec_for
 from workers import evaluate_artifact, export_artifact
 from workers.building.quantization import float_nodes_of
@@ -25,40 +26,8 @@ from workers.building.transforms import build_variant
 from workers.building.variants import BuildContext, OnnxVariant
 from workers.cache import WorkloadCache, infidelity_to
 
-WIDTH = 16
-SAMPLES = 64  # the fewest a workload holds calibration samples out of
 BOUND = 0.01
-NODES = ("hostile", "benign_mid", "benign_out")
 MODES = ("int8_dynamic", "int8_static")
-
-
-def hostile_model() -> bytes:
-    """input @ W1 @ W2 @ W3, where W1 ignores the inputs' channel 0 (huge, `inputs`): in float
-    that channel vanishes; an int8 input to `hostile` has a scale so coarse that every other
-    channel rounds to zero."""
-    rng = np.random.default_rng(0)
-    weights = {name: rng.normal(size=(WIDTH, WIDTH)).astype(np.float32) for name in NODES}
-    weights["hostile"][0, :] = 0.0
-    layers = [
-        ("input", "hostile", "h1"),
-        ("h1", "benign_mid", "h2"),
-        ("h2", "benign_out", "output"),
-    ]
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", [x, f"{name}_w"], [y], name=name) for x, name, y in layers],
-        "hostile",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", WIDTH])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", WIDTH])],
-        [numpy_helper.from_array(value, f"{name}_w") for name, value in weights.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return model.SerializeToString()
-
-
-def inputs() -> np.ndarray:
-    samples = np.random.default_rng(1).normal(size=(SAMPLES, WIDTH)).astype(np.float32)
-    samples[:, 0] = 1e4
-    return samples
 
 
 def infidelity(model_bytes: bytes, reference_bytes: bytes) -> float:

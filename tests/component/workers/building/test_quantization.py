@@ -429,7 +429,7 @@ def test_int4_weight_only_runs_on_onnx_runtime_only() -> None:
 def test_a_model_the_quantizer_leaves_in_float_is_not_an_int8_variant() -> None:
     """ONNX Runtime's quantizer does not enter If branches: a model whose weights are all
     there comes back unchanged, and measuring it as int8 would report a float model."""
-    from tests.component.workers.loading.test_onnx_normalize import constant_weights_in_if_branches
+    from tests.onnx_models import constant_weights_in_if_branches
     from workers.building.quantization import quantize_onnx_int8, quantize_onnx_int8_static
     from workers.loading.onnx_normalize import normalize_onnx
 
@@ -455,7 +455,7 @@ def test_the_static_quantizer_failing_on_the_model_is_unsupported_in_one_line(
     running out of memory is the machine's state and stays what it is."""
     import onnxruntime.quantization
 
-    from tests.component.workers.loading.test_onnx_normalize import constant_weights_in_if_branches
+    from tests.onnx_models import constant_weights_in_if_branches
     from workers.building.quantization import quantize_onnx_int8_static
 
     def failing(*args: object, **kwargs: object) -> None:

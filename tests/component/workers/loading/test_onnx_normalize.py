@@ -9,10 +9,11 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from autotune.core.contract import ConfigValue, ModelRef
 from autotune.core.errors import Unsupported
+from tests.onnx_models import constant_weights_in_if_branches
 from tests.workers_support import digits_workload, export_digits_onnx, spec_for
 from workers import run_trial
 from workers.building.ort_session import OnnxRuntimeSession
@@ -106,37 +107,6 @@ def test_an_old_ir_version_is_left_as_it_is() -> None:
     model.ir_version = 3
     assert constants_to_initializers(model) == 0
     assert len(model.graph.node) == 1
-
-
-def constant_weights_in_if_branches() -> onnx.ModelProto:
-    """y = x @ w_a if flag else x @ w_b, each weight a Constant node inside its branch."""
-    rng = np.random.default_rng(0)
-
-    def branch(name: str) -> onnx.GraphProto:
-        weight = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
-        return helper.make_graph(
-            [
-                helper.make_node("Constant", [], [f"{name}_w"], value=weight),
-                helper.make_node("MatMul", ["x", f"{name}_w"], [f"{name}_y"]),
-            ],
-            name,
-            [],
-            [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [None, 3])],
-        )
-
-    graph = helper.make_graph(
-        [helper.make_node("If", ["flag"], ["y"], then_branch=branch("a"), else_branch=branch("b"))],
-        "branches",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4]),
-            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
 
 
 def test_constant_weights_inside_if_branches_are_pruned_once_normalized() -> None:

@@ -17,6 +17,7 @@ from autotune.cli import app
 from autotune.results.records import Candidate
 from autotune.space.search_space import SPACES_DIR
 from tests.conftest import REPO, stored_trials
+from tests.space_command import space_for_onnx
 
 runner = CliRunner()
 
@@ -452,18 +453,6 @@ def test_tune_tells_the_resume_the_phases_and_a_ui_command_that_works(write_requ
     assert "its figures are reused" in second.stdout
     # the same run's model: the same version, still behind the alias
     assert "Registered as:   models:/digits-test@tuned (version 1)" in second.stdout
-
-
-def space_for_onnx(write_request: Any, onnx: Path) -> tuple[list[Any], dict[tuple[str, Any], str]]:
-    """`autotune space --request` for a request of this ONNX model on cpu.yaml: the engines
-    left in its space, and why each excluded value is out, by (dimension, value)."""
-    path = write_request(model={"onnx": str(onnx)}, search_space="cpu.yaml")
-    result = runner.invoke(app, ["space", "--request", str(path), "--json"])
-    assert result.exit_code == 0, result.output
-    space = json.loads(result.output)
-    engines = next(d for d in space["dimensions"] if d["name"] == "runtime.engine")
-    reasons = {(e["dimension"], e["value"]): e["reason"] for e in space["excluded"]}
-    return engines["values"], reasons
 
 
 def test_space_for_a_request_says_what_its_onnx_model_cannot_use(

@@ -32,7 +32,7 @@ from tests.conftest import (
     stored_trials,
 )
 from tests.postgres_cluster import PrivateCluster
-from tests.process_groups import end_group
+from tests.process_groups import end_group, session_ends
 from tests.process_output import ProcessOutput
 from tests.ray_nodes import LocalRayCluster
 
@@ -254,22 +254,6 @@ def test_a_stop_signal_lets_the_running_trials_finish(
     assert states.get("running", 0) == 0 and "failed" not in states, states
     assert 2 < counted(storage) < 8
     assert session_ends(process.pid, within_s=60)
-
-
-def session_ends(session: int, within_s: float) -> bool:
-    """Whether every process of the coordinator's session (its Ray's) ends within that time."""
-    deadline = time.monotonic() + within_s
-    while live_processes_of(session) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return not live_processes_of(session)
-
-
-def live_processes_of(session: int) -> list[str]:
-    """The processes left in the coordinator's session (its Ray's), zombies aside."""
-    listing = subprocess.run(
-        ["ps", "-o", "pid=,stat=,args=", "-s", str(session)], capture_output=True, text=True
-    )
-    return [line for line in listing.stdout.splitlines() if line.split()[1:2] != ["Z"]]
 
 
 # Seen to fail once in five runs on this machine, cause not yet found: one rerun, visible.

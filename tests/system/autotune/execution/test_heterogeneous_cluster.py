@@ -8,8 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, digits_request, stored_trials
-from tests.ray_nodes import LocalRayCluster, head_only
+from tests.conftest import digits_request, stored_trials
+from tests.ray_nodes import LocalRayCluster, autotune, head_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -51,17 +49,6 @@ def cluster(tmp_path: Path) -> Iterator[LocalRayCluster]:
     with head_only(tmp_path / "nodes") as started:
         started.add_node("small", [1], SMALL, hide=("openvino",))
         yield started
-
-
-def autotune(cluster: LocalRayCluster, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autotune", *args],
-        cwd=cwd,
-        env={**cluster.env, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
 
 
 def kinds(cluster: LocalRayCluster, cwd: Path) -> list[dict[str, Any]]:

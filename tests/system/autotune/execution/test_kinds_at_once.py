@@ -21,8 +21,7 @@ import yaml
 
 from autotune.results.leases import schema_lock
 from tests.conftest import REPO, SLOW_MEASUREMENT, digits_request
-from tests.ray_nodes import LocalRayCluster, head_only
-from tests.system.autotune.execution.test_heterogeneous_cluster import autotune
+from tests.ray_nodes import LocalRayCluster, autotune, head_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

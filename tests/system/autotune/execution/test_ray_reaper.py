@@ -15,7 +15,7 @@ import pytest
 
 from autotune.execution.ray_reaper import Reaper, strays
 from tests.conftest import REPO
-from tests.system.autotune.execution.test_cluster import live_processes_of, session_ends
+from tests.process_groups import live_processes_of, session_ends
 
 # A root that starts a child of its own, as the raylet starts its agents.
 ROOT = (

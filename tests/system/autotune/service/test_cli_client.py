@@ -28,11 +28,16 @@ from autotune.service.settings import HardwareSurvey
 from autotune.service.tokens import create_token
 from autotune.service.watches import Scheduler
 from autotune.space.hardware import load_profile
-from tests.component.autotune.service.test_watch_history import due_now
-from tests.component.autotune.service.test_watches import PROFILES, ReplacedNodes
 from tests.conftest import REPO
 from tests.service_fixtures import tiny_onnx_bytes
-from tests.service_support import service_request, sqlite_settings, wait_for
+from tests.service_support import (
+    PROFILES,
+    ReplacedNodes,
+    due_now,
+    service_request,
+    sqlite_settings,
+    wait_for,
+)
 
 runner = CliRunner()
 

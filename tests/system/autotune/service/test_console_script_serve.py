@@ -7,10 +7,8 @@ from the same place the check found them."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,13 +18,12 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, postgres_databases
+from tests.console_scripts import BIN, clean_environment
 from tests.ports import free_port
 from tests.process_groups import end_group
 from tests.service_support import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-BIN = Path(sys.executable).parent
 
 
 def checkout_copy(root: Path) -> Path:
@@ -40,13 +37,6 @@ def checkout_copy(root: Path) -> Path:
         ignore=shutil.ignore_patterns("__pycache__"),
     )
     return work
-
-
-def clean_environment(home: Path, **variables: str) -> dict[str, str]:
-    """The console scripts on PATH and nothing of this test process's Python setup."""
-    home.mkdir(exist_ok=True)
-    path = os.pathsep.join([str(BIN), "/usr/local/bin", "/usr/bin", "/bin"])
-    return {"PATH": path, "HOME": str(home), "LANG": "C.UTF-8", **variables}
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> str:

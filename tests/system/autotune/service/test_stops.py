@@ -29,6 +29,7 @@ from autotune.service.submission import prepare_job
 from autotune.service.tokens import create_token
 from tests.conftest import REPO, postgres_databases, stored_trials
 from tests.ray_nodes import LocalRayCluster, head_only
+from tests.serve_process import alive, health, serving, tail
 from tests.service_support import (
     FAST,
     principal,
@@ -37,7 +38,6 @@ from tests.service_support import (
     settings_for,
     wait_for,
 )
-from tests.system.autotune.service.test_serve import alive, health, serving, tail
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from autotune.core.errors import Unsupported
 from autotune.core.knobs.config import parse_config
+from tests.sharding_models import INPUTS, build_mlp, build_two_heads, mlp_source
 from tests.workers_support import REPO, digits_workload, spec_for
 from workers import run_trial
 from workers.building.runtimes import build_session, check_runtime
@@ -25,34 +26,6 @@ from workers.building.variants import BuildContext, TorchVariant
 from workers.cache import WorkloadCache
 from workers.loading.workloads import load_torch, torch_sha256
 from workers.predictor import Predictor
-
-MLP_ENTRY_POINT = "tests.system.workers.building.test_sharding:build_mlp"
-INPUTS = np.random.default_rng(0).standard_normal((6, 12)).astype(np.float32)
-
-
-def build_mlp() -> nn.Module:
-    """The two-process tests' model (an entry point: the ranks build it themselves)."""
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(12, 32), nn.GELU(), nn.Linear(32, 5)).eval()
-
-
-class TwoHeads(nn.Module):
-    """The MLP's outputs, and beside them the batch's mean input (no batch axis)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.mlp = build_mlp()
-
-    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"scores": self.mlp(x), "mean": x.mean(dim=0)}
-
-
-def build_two_heads() -> nn.Module:
-    return TwoHeads().eval()
-
-
-def mlp_source(module: nn.Module, entry_point: str = MLP_ENTRY_POINT) -> ModelSource:
-    return ModelSource(entry_point, (str(REPO),), torch_sha256(module), BuildContext(INPUTS[:2]))
 
 
 def reference(module: nn.Module, inputs: np.ndarray) -> np.ndarray:
@@ -200,7 +173,7 @@ def test_tensor_parallel_outputs_nest_as_the_module_returns_them(
 ) -> None:
     module = build_two_heads()
     config = parse_config({"shard.tensor_parallel": 2, "runtime.threads": 2}, "torch")
-    source = mlp_source(module, "tests.system.workers.building.test_sharding:build_two_heads")
+    source = mlp_source(module, "tests.sharding_models:build_two_heads")
     session = tensor_parallel_session(TorchVariant(module), config, source)
     outputs = session.run(INPUTS)
     assert session.outputs_left_out.keys() == {"mean"}
@@ -335,7 +308,7 @@ def test_data_parallel_outputs_nest_as_the_module_returns_them() -> None:
 
 KILLED_PARENT = """
 import os, signal, sys
-from tests.system.workers.building.test_sharding import INPUTS, build_mlp, mlp_source
+from tests.sharding_models import INPUTS, build_mlp, mlp_source
 from autotune.core.knobs.config import parse_config
 from workers.building.sharding import tensor_parallel_session
 from workers.building.variants import TorchVariant

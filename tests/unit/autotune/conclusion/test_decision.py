@@ -14,10 +14,10 @@ from autotune.conclusion.decision import (
     ratio,
     with_metrics,
 )
-from autotune.core.contract import Contention, EntrantOutcome, RoundFigures
 from autotune.core.metrics import OBJECTIVES
 from autotune.requests.request import Selection
 from autotune.results.records import Candidate
+from tests.conclusion_support import busy, outcome
 
 OBJ = [OBJECTIVES["accuracy"], OBJECTIVES["latency"]]
 BASELINE = {"batch.size": 1, "precision.mode": "fp32", "runtime.engine": "torch_eager"}
@@ -27,36 +27,6 @@ LOWEST_LATENCY = Selection(strategy="lowest_latency")
 def cand(n: int, p95: float, accuracy: float = 0.9, config: dict | None = None) -> Candidate:
     metrics = {"accuracy": accuracy, "latency_p95_ms": p95, "throughput_per_s": 1000 / p95}
     return Candidate(trial_number=n, config=config or {}, metrics=metrics, feasible=True)
-
-
-def outcome(n: int, p95_per_round: list[float], batch: int = 1) -> EntrantOutcome:
-    return EntrantOutcome(
-        trial_number=n,
-        status="ok",
-        rounds=[
-            RoundFigures(
-                calls=100,
-                latency_p50_ms=p95 * 0.9,
-                latency_p95_ms=p95,
-                throughput_per_s=1000 * batch / p95,
-                energy_per_sample_j=p95 / batch,
-            )
-            for p95 in p95_per_round
-        ],
-    )
-
-
-def busy(contended: bool) -> Contention:
-    return Contention(
-        seconds=1.0,
-        cores=2,
-        other_cpu_share=0.5 if contended else 0.0,
-        machine_other_cpu_share=0.5 if contended else 0.0,
-        steal_share=0.0,
-        cores_to_itself=1.0 if contended else 2.0,
-        contended=contended,
-        reasons=["other processes used 50% of the trial's 2 cores"] if contended else [],
-    )
 
 
 def test_nearest_neighbours_in_normalized_space() -> None:

@@ -3,69 +3,21 @@ unless a finalist beats it beyond the noise."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import pytest
 
-from autotune.conclusion.head_to_head import AS_LOADED, CONFIRMING, Revalidator
-from autotune.core.contract import EntrantOutcome, HeadToHeadResult, HeadToHeadSpec, TrialMetrics
-from autotune.core.metrics import Study, derived
+from autotune.conclusion.head_to_head import AS_LOADED, CONFIRMING
+from autotune.core.contract import HeadToHeadResult, HeadToHeadSpec
 from autotune.execution.base import Executor
-from autotune.results.records import Candidate
-from autotune.strategies import make_strategy
-from tests.coordinator_support import (
-    BASELINE,
-    SPACE,
-    STUDY,
-    WORKLOAD,
-    config_with,
-    make_request,
-    open_store,
-    table_metrics,
+from tests.conclusion_support import (
+    FINALIST,
+    THE_BASELINE,
+    Comparing,
+    ComparingTwice,
+    outcome,
+    revalidator,
 )
-from tests.unit.autotune.conclusion.test_decision import busy, outcome
-
-QUIET = busy(False)
-
-
-class Comparing:
-    """Answers a head-to-head with each entrant's scripted p95 per round."""
-
-    def __init__(self, p95_per_round: dict[int, list[float]]) -> None:
-        self.p95_per_round = p95_per_round
-
-    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
-        entrants = [self._outcome(e.trial_number, e.config) for e in spec.entrants]
-        return HeadToHeadResult(entrants=entrants, contention=[QUIET] * spec.rounds, duration_s=0.0)
-
-    def _outcome(self, number: int, config: dict[str, Any]) -> EntrantOutcome:
-        rounds = self.p95_per_round[number]
-        median = sorted(rounds)[len(rounds) // 2]
-        metrics = table_metrics(config).model_copy(
-            update={"latency_p95_ms": median, "throughput_per_s": 1000 / median}
-        )
-        return outcome(number, rounds).model_copy(update={"metrics": metrics})
-
-
-def candidate(number: int, config: dict[str, Any], p95: float) -> Candidate:
-    metrics: TrialMetrics = table_metrics(config).model_copy(update={"latency_p95_ms": p95})
-    dumped = derived(metrics.model_dump(), Study(table_metrics(BASELINE).accuracy))
-    return Candidate(trial_number=number, config=config, metrics=dumped, feasible=True)
-
-
-def revalidator(p95_per_round: dict[int, list[float]]) -> Revalidator:
-    request = make_request(trials=4)
-    rounds = request.validation.rounds
-    store = open_store(request, make_strategy("random", SPACE, request, seed=0), SPACE)
-    executor = Comparing({n: p[:rounds] for n, p in p95_per_round.items()})
-    return Revalidator(
-        request, WORKLOAD, STUDY, cast(Executor, executor), store, on_phase=lambda p: None
-    )
-
-
-# The baseline (#0), and one finalist (#3) that was faster in its own trial.
-THE_BASELINE = candidate(0, BASELINE, p95=1.2)
-FINALIST = candidate(3, config_with(**{"runtime.threads": 1}), p95=1.0)
 
 
 def chosen_after(p95_per_round: dict[int, list[float]]) -> int:
@@ -94,21 +46,6 @@ def test_a_stored_decision_for_the_baseline_is_reused() -> None:
     again = checker.revalidate([FINALIST], THE_BASELINE)
     assert first.chosen.trial_number == again.chosen.trial_number == 0
     assert again.reused
-
-
-class ComparingTwice(Comparing):
-    """The first head-to-head as scripted; every later one with `then`."""
-
-    def __init__(self, first: dict[int, list[float]], then: dict[int, list[float]]) -> None:
-        super().__init__(first)
-        self.then = then
-        self.specs: list[HeadToHeadSpec] = []
-
-    def compare(self, spec: HeadToHeadSpec) -> HeadToHeadResult:
-        self.specs.append(spec)
-        if len(self.specs) > 1:
-            self.p95_per_round = self.then
-        return super().compare(spec)
 
 
 def test_the_headline_comes_from_fresh_rounds_not_from_those_that_chose() -> None:

@@ -7,7 +7,6 @@ from typing import Any, cast
 
 import pytest
 
-from autotune.conclusion.head_to_head import Revalidation
 from autotune.conclusion.previous import (
     SAME_CONFIGURATION,
     ConfigChange,
@@ -18,27 +17,19 @@ from autotune.conclusion.previous import (
 from autotune.conclusion.tuned_file import TunedConfig
 from autotune.execution.base import Executor
 from autotune.requests.request import Selection
-from tests.coordinator_support import config_with
-from tests.unit.autotune.conclusion.test_head_to_head import (
+from tests.conclusion_support import (
     FINALIST,
+    PREVIOUS,
     THE_BASELINE,
     ComparingTwice,
-    candidate,
+    measured_previous,
+    per_round,
+    retuned,
     revalidator,
+    tuned_config,
 )
-from tests.unit.autotune.conclusion.test_tuned_file import tuned_config
 
 ROUNDS = 10
-# The machine's speed in each round, shared by every entrant timed in it: some rounds are
-# three times slower than others (a busy machine), which a paired ratio cancels.
-MACHINE = [1.0, 3.0, 1.2, 2.5, 1.0, 1.1, 3.0, 1.4, 2.0, 1.0]
-# The previous tuning chose #5; its figures then were measured on another day and are not
-# what this study compares against.
-PREVIOUS = candidate(5, config_with(**{"batch.size": 8}), p95=1.1)
-
-
-def per_round(factor: float) -> list[float]:
-    return [factor * speed for speed in MACHINE]
 
 
 def tuned_document(config: dict[str, Any]) -> dict[str, Any]:
@@ -49,23 +40,6 @@ def tuned_document(config: dict[str, Any]) -> dict[str, Any]:
         "study": {"name": "before"},
         "mlflow": {"run_id": "run-before"},
     }
-
-
-def retuned(
-    p95_factors: dict[int, float], previous: PreviousChoice
-) -> tuple[Revalidation, ComparingTwice]:
-    """The head-to-head of the baseline, FINALIST and the previous choice, each entrant's
-    p95 per round its factor times the machine's speed in that round."""
-    checker = revalidator({})
-    rounds = {n: per_round(f) for n, f in p95_factors.items()}
-    executor = ComparingTwice(rounds, rounds)
-    checker.executor = cast(Executor, executor)
-    checker.previous = previous
-    return checker.revalidate([FINALIST], THE_BASELINE), executor
-
-
-def measured_previous(measured: Any = PREVIOUS) -> PreviousChoice:
-    return PreviousChoice(PREVIOUS.config, "before", "run-before", measured)
 
 
 def test_the_previous_choice_is_compared_in_the_same_paired_rounds() -> None:

@@ -7,34 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from autotune.conclusion.decision import Headline, Ratio
-from autotune.conclusion.tuned_file import TunedConfig, TunedIndex, TunedKind, read_tuned
-
-TEXT = "4.13× lower p95 latency per call (95% CI 4.13–4.13×); 10 paired rounds, replayed"
-
-
-def tuned_config() -> TunedConfig:
-    return TunedConfig(
-        config={"batch.size": 8, "precision.mode": "int8_static"},
-        metrics={"latency_p95_ms": 0.089},
-        baseline={"latency_p95_ms": 0.369},
-        constraints={},
-        model={"source": "experiments.digits.model:build_model", "sha256": "ab"},
-        hardware={"fingerprint": "966fa2efe11c1e8d", "cpu_model": "Intel® Xeon® CPU"},
-        software={"autotune": "0.1"},
-        study={"name": "digits-cnn", "storage": "sqlite:///o.db", "n_trials": 12},
-        mlflow={"tracking_uri": "sqlite:///m.db", "experiment_id": "1", "run_id": "r"},
-        artifact="model/config.json",
-        headline=Headline(
-            text=TEXT,
-            ratios={"latency_p95_ms": Ratio(ratio=0.242, ci_low=0.242, ci_high=0.242)},
-            rounds=10,
-            contended_rounds=0,
-            conditions="replayed",
-            same_as_baseline=False,
-        ),
-        revalidation={"rounds": 10},
-    )
+from autotune.conclusion.tuned_file import TunedIndex, TunedKind, read_tuned
+from tests.conclusion_support import tuned_config
 
 
 def test_the_tuned_file_writes_the_headline_as_it_reads_and_loads_back_equal(

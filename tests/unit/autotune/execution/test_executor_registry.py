@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 import pytest
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict
 
 from autotune.core import plugins
 from autotune.core.errors import RequestError
@@ -25,23 +25,7 @@ from autotune.execution.registry import (
     register_executor,
 )
 from autotune.execution.replay import ReplayExecutor
-from autotune.execution.replay_table import ReplayTable
-from tests.executor_fixtures import DIGITS_TABLE
-
-
-class ShelfConfig(BaseExecutorConfig):
-    """The recorded digits table's trials on `slots` simulated slots, under a type of its own."""
-
-    type: Literal["shelf"] = "shelf"
-    slots: Annotated[int, Field(ge=1)] = 1
-
-
-opened: list[tuple[ShelfConfig, float]] = []
-
-
-def open_shelf(config: ShelfConfig, node_wait_s: float) -> OneExecutor:
-    opened.append((config, node_wait_s))
-    return OneExecutor(ReplayExecutor(ReplayTable.load(DIGITS_TABLE), config.slots))
+from tests.shelf_executor_kind import ShelfConfig, open_shelf, opened
 
 
 @pytest.fixture
@@ -143,7 +127,7 @@ def test_the_executors_group_loads_a_plugin_that_registers_a_kind(
     own_registry: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "shelf_executor.py").write_text(
-        "from tests.unit.autotune.execution.test_executor_registry import ShelfConfig, open_shelf\n"
+        "from tests.shelf_executor_kind import ShelfConfig, open_shelf\n"
         "from autotune.execution.registry import register_executor\n\n"
         "register_executor(ShelfConfig, open_shelf)\n"
     )

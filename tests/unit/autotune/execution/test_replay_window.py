@@ -14,7 +14,7 @@ from autotune.core.contract import MeasurementSettings, Screen, ScreenObjective,
 from autotune.execution.replay import ReplayExecutor
 from autotune.execution.replay_table import ReplayTable
 from autotune.execution.replay_window import SCAN_CALLS, SCREEN_CALLS, short_window
-from tests.component.autotune.execution.test_replay import write_table
+from tests.replay_tables import write_table
 
 COLUMNS = [
     "runtime.engine",

@@ -18,7 +18,6 @@ from autotune.results.leases import Owner
 from autotune.search.budget import SearchBudget
 from autotune.search.reaping import KILLED_REASON, MAX_ATTEMPTS
 from autotune.strategies.autotune import ACCURACY_VIOLATION, UNSUPPORTED_LIKE
-from tests.component.autotune.results.test_result_store_conformance import dead_pid
 from tests.coordinator_support import (
     BASELINE,
     BASELINE_ACCURACY,
@@ -26,6 +25,7 @@ from tests.coordinator_support import (
     PROFILE,
     ScriptedExecutor,
     config_with,
+    dead_pid,
     failing,
     make_rig,
     measured,

@@ -6,8 +6,7 @@ from __future__ import annotations
 from autotune.results import TrialMarks
 from autotune.results.leases import Owner
 from autotune.search.reaping import KILLED_REASON
-from tests.component.autotune.results.test_result_store_conformance import dead_pid
-from tests.coordinator_support import config_with, make_rig
+from tests.coordinator_support import config_with, dead_pid, make_rig
 
 
 def test_a_reaped_trial_reaches_the_tracker_and_the_observers() -> None:

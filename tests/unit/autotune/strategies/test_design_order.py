@@ -10,8 +10,8 @@ from typing import Any
 from autotune.core.contract import ConfigValue, TrialResult, TrialSpec
 from autotune.space.search_space import EffectiveSpace
 from autotune.strategies.autotune import Ledger, designed_configs
-from tests.component.autotune.strategies.test_strategy import request
 from tests.coordinator_support import WORKLOAD, space_of, table_metrics
+from tests.strategy_support import request
 
 # The default objectives (accuracy, latency, energy) and selection (lowest latency).
 DEFAULT = request()

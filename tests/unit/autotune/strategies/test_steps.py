@@ -14,7 +14,6 @@ from autotune.core.contract.trials import NodeSensitivity, SensitivityTable
 from autotune.core.knobs import variant_key
 from autotune.strategies.autotune import SAMPLER_EVERY, AutotuneStrategy, Ledger, config_key
 from autotune.strategies.steps import CLIMB_GAIN
-from tests.component.autotune.strategies.test_strategy import ONNX, request
 from tests.coordinator_support import (
     WORKLOAD,
     scripted_provenance,
@@ -22,6 +21,7 @@ from tests.coordinator_support import (
     space_of,
     table_metrics,
 )
+from tests.strategy_support import ONNX, request
 
 THROUGHPUT = request(selection={"strategy": "highest_throughput"})
 

@@ -7,7 +7,7 @@ import re
 from autotune.core.metrics import OBJECTIVES
 from autotune.tracking.note import experiment_note, figures_block, header_lines, review_note
 from autotune.tracking.review import points
-from tests.unit.autotune.tracking.test_review import (
+from tests.review_study import (
     CANDIDATES,
     CLOUD,
     OBJECTIVE_METRICS,

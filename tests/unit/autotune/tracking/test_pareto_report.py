@@ -15,7 +15,7 @@ from autotune.core.metrics import OBJECTIVES
 from autotune.results.records import Candidate
 from autotune.tracking.pareto_report import _CHAR_PX, pareto_html, pareto_png
 from autotune.tracking.review import Scale, fit_scale, plot_scales, points, tick_labels, ticks
-from tests.unit.autotune.tracking.test_review import CANDIDATES, CLOUD, OBJECTIVE_METRICS, candidate
+from tests.review_study import CANDIDATES, CLOUD, OBJECTIVE_METRICS, candidate
 
 ACCURACY, LATENCY = OBJECTIVES["accuracy"], OBJECTIVES["latency"]
 

@@ -17,7 +17,7 @@ from autotune.tracking.view import (
     view_id,
     view_link,
 )
-from tests.unit.autotune.tracking.test_review import OBJECTIVE_METRICS
+from tests.review_study import OBJECTIVE_METRICS
 
 LATENCY = OBJECTIVES["latency"]
 

@@ -11,7 +11,7 @@ from autotune.core.contract import MeasurementSettings
 from autotune.core.knobs.config import parse_config
 from autotune.core.measured.cpu_time import CPU_TIME_PER_SAMPLE
 from autotune.core.metrics import METRICS, Direction, Metric
-from tests.unit.workers.measuring.test_meters import FakeClock, FakeMeter, settings
+from tests.meter_fakes import FakeClock, FakeMeter, settings
 from workers.measuring.figure_meter import (
     FIGURE_METERS,
     FigureRequest,

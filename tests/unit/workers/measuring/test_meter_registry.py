@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.component.workers.measuring.test_energy import (
+from tests.meter_fakes import (
     SETTINGS,
     SimulatedPower,
     config,

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autotune.core.contract import MAX_SECONDS, MeasurementSettings
+from autotune.core.contract import MAX_SECONDS
 from autotune.core.errors import CallTooSlow
 from autotune.core.stats import median_ci_relative_half_width, quantile_ci_ranks
-from workers.measuring.energy import EnergyReading
+from tests.meter_fakes import FakeClock, FakeMeter, settings
 from workers.measuring.meters import (
     PeakMemorySampler,
     StoppingRule,
@@ -26,42 +26,9 @@ from workers.measuring.meters import (
 )
 
 
-class FakeClock:
-    """A nanosecond clock that only moves when the fake workload runs."""
-
-    def __init__(self, durations_ms: list[float] | None = None, default_ms: float = 10.0) -> None:
-        self.now_ns = 0
-        self.calls = 0
-        self._durations_ms = durations_ms or []
-        self._default_ms = default_ms
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-    def work(self) -> None:
-        index = self.calls
-        self.calls += 1
-        duration = (
-            self._durations_ms[index] if index < len(self._durations_ms) else self._default_ms
-        )
-        self.now_ns += int(duration * 1e6)
-
-
 def lognormal_ms(sigma: float, n: int = 20_000, seed: int = 0) -> list[float]:
     """Synthetic call durations around 1 ms with a lognormal spread `sigma`."""
     return list(np.random.default_rng(seed).lognormal(0.0, sigma, n))
-
-
-def settings(**fields: Any) -> MeasurementSettings:
-    defaults: dict[str, Any] = {
-        "warmup_iters": 0,
-        "min_iters": 5,
-        "max_iters": 1000,
-        "min_seconds": 0.0,
-        "max_seconds": 100.0,
-        "settle_tolerance": None,
-    }
-    return MeasurementSettings(**{**defaults, **fields})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,26 +241,6 @@ def test_concurrent_warm_up_and_repeats() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # The energy window
-
-
-class FakeMeter:
-    source = "nvml"
-
-    def __init__(self, clock: FakeClock, min_window_s: float) -> None:
-        self.min_window_s = min_window_s
-        self._clock = clock
-        self.started_ns: int | None = None
-
-    def start(self) -> None:
-        self.started_ns = self._clock()
-
-    def stop(self) -> EnergyReading:
-        assert self.started_ns is not None
-        seconds = (self._clock() - self.started_ns) / 1e9
-        return EnergyReading(joules=100.0 * seconds, seconds=seconds, idle_power_w=20.0)
-
-    def close(self) -> None:
-        pass
 
 
 def test_the_workload_is_repeated_until_the_energy_window_is_long_enough() -> None:
