@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ADMIN_URL, REPO, postgres_unreachable
+from tests.console_scripts import clean_environment
 from tests.ports import free_port
 from tests.readme_session import (
     RUN_LANGUAGES,
@@ -32,7 +33,6 @@ from tests.readme_session import (
     readme_blocks,
     substituted,
 )
-from tests.system.autotune.service.test_console_script_serve import clean_environment
 
 README = REPO / "README.md"
 VENV = Path(sys.prefix)
