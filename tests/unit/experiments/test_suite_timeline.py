@@ -1,0 +1,37 @@
+"""The suite's timeline report: busy time, waits for the machine and idle tails, per worker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from experiments.suite_timeline import Span, read_spans, report
+
+
+def span(worker: str, test: str, started: float, got_machine: float, ended: float) -> Span:
+    return Span(worker, test, started, got_machine, ended)
+
+
+SPANS = [
+    span("gw0", "tests/component/a.py::test_quick", 0.0, 0.0, 2.0),
+    span("gw0", "tests/system/b.py::test_alone", 2.0, 2.0, 32.0),
+    span("gw1", "tests/component/a.py::test_other", 0.0, 0.0, 4.0),
+    # Waited for the exclusive test above, then ran; the run ends with gw0's idle tail.
+    span("gw1", "tests/system/c.py::test_after", 4.0, 32.0, 50.0),
+]
+
+
+def test_each_worker_is_busy_waits_or_idles_and_long_tests_are_summed() -> None:
+    lines = report(SPANS)
+    assert lines[0] == "span 50 s, 4 tests"
+    assert lines[1] == "gw0: busy 32 s, waited for the machine 0 s, idle after its last test 18 s"
+    assert lines[2] == "gw1: busy 22 s, waited for the machine 28 s, idle after its last test 0 s"
+    assert lines[3] == "summed busy 54 s: component 6 s, system 48 s"
+    assert lines[4] == "2 tests of 10 s or more: 48 s (89% of the busy time)"
+    assert lines[5:] == ["waited 28 s: gw1 tests/system/c.py::test_after"]
+
+
+def test_a_timeline_file_is_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "timeline.jsonl"
+    path.write_text("".join(f"{json.dumps(s.__dict__)}\n" for s in SPANS))
+    assert read_spans(path) == SPANS
