@@ -15,6 +15,7 @@ import pytest
 
 from autotune.core.contract import MeasurementSettings
 from tests.workers_support import FAST, digits_workload, spec_for
+from workers.building.runtimes import machine_profile
 from workers.measuring.contention import ContentionProbe, read_core_ticks, read_pressure_us
 from workers.runner import run_trial
 
@@ -48,6 +49,10 @@ def busy_processes(cores: list[int]) -> Iterator[None]:
 
 @contextmanager
 def pinned(cores: set[int]) -> Iterator[None]:
+    """This process on `cores` alone for the body. The machine's profile, which each process
+    probes once, is probed before, as a trial worker does before it pins itself: probed
+    pinned, it would count one core for the rest of this process's tests."""
+    machine_profile()
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cores)
     try:
