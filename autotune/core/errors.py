@@ -112,6 +112,11 @@ class NodesGone(AutotuneError):
     keeping what it measured; running the same command resumes it."""
 
 
+class NoTrialNodes(AutotuneError):
+    """No alive node offers its cores to trials now: the cluster's nodes are still joining, or
+    all of them left. The service is unavailable (503) until one joins, not broken."""
+
+
 class Unauthorized(AutotuneError):
     """A service call without a valid, unrevoked token."""
 

@@ -14,7 +14,13 @@ from contextlib import contextmanager, suppress
 from typing import Any, Literal
 
 from autotune.core.contract import HardwareProfile, NodeInfo, NodeKind
-from autotune.core.errors import AutotuneError, MissingDependency, NodesGone, RequestError
+from autotune.core.errors import (
+    AutotuneError,
+    MissingDependency,
+    NodesGone,
+    NoTrialNodes,
+    RequestError,
+)
 from autotune.execution.base import describe_wait
 from autotune.execution.ray_reaper import Reaper, children
 
@@ -119,7 +125,7 @@ class RayCluster:
         seen before is not probed again)."""
         nodes = self.trial_nodes()
         if not nodes:
-            raise AutotuneError("the Ray cluster has no alive node that offers CPUs to trials")
+            raise NoTrialNodes("the Ray cluster has no alive node that offers CPUs to trials")
         new = [node for node in nodes if node.node_id not in self._profiles]
         if new:
             for node, profile in zip(new, self._probe(new), strict=True):

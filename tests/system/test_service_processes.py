@@ -266,7 +266,12 @@ def test_the_compose_services_tune_the_digits_example(
             assert client.get("/healthz").json() == {"status": "ok"}
             assert client.post("/v1/jobs", json=request).status_code == 401
             auth = {"Authorization": f"Bearer {token}"}
+            # A client retries a 503: the API may not see the worker node alive yet.
             submitted = client.post("/v1/jobs", json=request, headers=auth)
+            retry_until = time.monotonic() + 120
+            while submitted.status_code == 503 and time.monotonic() < retry_until:
+                time.sleep(float(submitted.headers.get("Retry-After", "5")))
+                submitted = client.post("/v1/jobs", json=request, headers=auth)
             assert submitted.status_code == 202, submitted.text
             job_id = submitted.json()["id"]
 

@@ -16,7 +16,14 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from autotune.core.errors import Conflict, NotFound, RequestError, TooLarge, Unauthorized
+from autotune.core.errors import (
+    Conflict,
+    NotFound,
+    NoTrialNodes,
+    RequestError,
+    TooLarge,
+    Unauthorized,
+)
 from autotune.service.api.dependencies import service_of
 from autotune.service.documents import ParserBusy
 
@@ -41,6 +48,7 @@ def add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NotFound, _message(404))
     app.add_exception_handler(Conflict, _message(409))
     app.add_exception_handler(ParserBusy, _busy)
+    app.add_exception_handler(NoTrialNodes, _no_trial_nodes)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     for unavailable in UNAVAILABLE:
         app.add_exception_handler(unavailable, _database_unavailable)
@@ -78,6 +86,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _busy(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
+
+
+async def _no_trial_nodes(request: Request, exc: Exception) -> JSONResponse:
+    detail = f"{exc}; retry once a node has joined"
+    return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "10"})
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:

@@ -21,13 +21,16 @@ import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
+from autotune.core.contract import NodeKind
+from autotune.core.errors import NoTrialNodes
 from autotune.service import Database, JobRunner, JobStore, ServiceSettings, create_app
 from autotune.service.api import MAX_DOCUMENT_BYTES
 from autotune.service.documents import DocumentParser
+from autotune.service.settings import HardwareSurvey
 from autotune.service.tokens import create_token, revoke_token
 from tests.conftest import postgres_databases
 from tests.service_fixtures import bearer, tiny_onnx_bytes
-from tests.service_support import service_request, settings_for, sqlite_settings
+from tests.service_support import ReplacedNodes, service_request, settings_for, sqlite_settings
 
 YAML_TYPES = ["application/yaml", "application/x-yaml", "text/yaml"]
 
@@ -175,6 +178,33 @@ def test_every_route_is_503_while_the_database_is_down(
         "detail": "the service's job database is unavailable; try again later"
     }
     assert client.get("/healthz").status_code == 503
+
+
+def test_a_submission_while_no_trial_node_is_alive_is_503_and_then_accepted(
+    settings: ServiceSettings, db: Database, alice: dict[str, str]
+) -> None:
+    """A cluster whose nodes are still joining (or all left) has no hardware to key a job by:
+    the service is unavailable for a while, not broken. Once a node is there, the same
+    submission is accepted."""
+    nodes = ReplacedNodes()
+    joined = threading.Event()
+
+    def survey() -> list[NodeKind]:
+        if not joined.is_set():
+            raise NoTrialNodes("the Ray cluster has no alive node that offers CPUs to trials")
+        return nodes.kinds()
+
+    settings.hardware = HardwareSurvey(survey, ttl_s=0)
+    with TestClient(create_app(settings, db)) as client:
+        response = client.post("/v1/jobs", json=service_request(), headers=alice)
+        assert (response.status_code, response.headers["Retry-After"]) == (503, "10")
+        assert response.json()["detail"] == (
+            "the Ray cluster has no alive node that offers CPUs to trials; "
+            "retry once a node has joined"
+        )
+        assert client.get("/v1/jobs", headers=alice).json()["jobs"] == []  # nothing written
+        joined.set()
+        assert submit(client, alice)["created"] is True
 
 
 def test_a_revoked_token_is_refused(client: TestClient, db: Database) -> None:
