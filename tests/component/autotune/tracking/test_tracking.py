@@ -91,6 +91,9 @@ def created(tmp_path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+Writers = Callable[[], list[psutil.Process]]
+
+
 def writer_processes() -> list[psutil.Process]:
     """The writer processes of this process (MLflow's writers here): spawned, or forked from
     the forkserver (which stays, and is not one); running, or exited and not yet reaped."""
@@ -106,6 +109,14 @@ def writer_processes() -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             pass
     return found
+
+
+@pytest.fixture
+def writers() -> Writers:
+    """The writer processes that appeared since the test began: an earlier test's unreaped
+    writer in this worker is that test's failure, not this one's."""
+    before = {process.pid for process in writer_processes()}
+    return lambda: [process for process in writer_processes() if process.pid not in before]
 
 
 def test_a_sqlite_stores_artifacts_live_beside_it_whatever_the_working_directory(
@@ -220,7 +231,7 @@ def test_a_failed_write_is_raised_by_the_next_flush_and_the_others_are_written(
 
 
 def test_finish_raises_a_failed_write_after_ending_the_parent_run(
-    uri: str, make_tracker: Any
+    writers: Writers, uri: str, make_tracker: Any
 ) -> None:
     tracker = make_tracker(refuse=("trial-0", "trial-1"))
     tracker.log_trial(0, 0, CONFIG, METRICS, {})
@@ -231,7 +242,7 @@ def test_finish_raises_a_failed_write_after_ending_the_parent_run(
     assert raised.value.__notes__ == ["1 later deferred writes failed too"]
     assert MlflowClient(uri).get_run(tracker.parent_run_id).info.status == "FINISHED"
     assert not tracker.writing
-    assert writer_processes() == []
+    assert writers() == []
 
 
 def test_revalidation_tags_runs_still_queued_when_it_is_called(uri: str, make_tracker: Any) -> None:
@@ -251,17 +262,17 @@ def test_revalidation_tags_runs_still_queued_when_it_is_called(uri: str, make_tr
     assert finalist.data.metrics["latency_p95_ms"] == METRICS["latency_p95_ms"]  # its search's
 
 
-def test_finish_leaves_no_writer_process(tracker: MlflowTracker) -> None:
+def test_finish_leaves_no_writer_process(writers: Writers, tracker: MlflowTracker) -> None:
     tracker.log_trial(0, 0, CONFIG, METRICS, {})
     assert tracker.writing
-    assert len(writer_processes()) == 1
+    assert len(writers()) == 1
     tracker.finish("FINISHED")
     assert not tracker.writing
-    assert writer_processes() == []
+    assert writers() == []
 
 
 def test_a_failure_between_log_trial_and_finish_still_reaps_the_writer(
-    uri: str, tracker: MlflowTracker
+    writers: Writers, uri: str, tracker: MlflowTracker
 ) -> None:
     with pytest.raises(RuntimeError, match="coordinator failed"):
         try:
@@ -269,21 +280,22 @@ def test_a_failure_between_log_trial_and_finish_still_reaps_the_writer(
             raise RuntimeError("coordinator failed")
         finally:
             tracker.finish("FAILED")
-    assert writer_processes() == []
+    assert writers() == []
     assert MlflowClient(uri).get_run(tracker.parent_run_id).info.status == "FAILED"
     assert list(child_runs(uri, tracker)) == [0]
 
 
 def test_a_tracker_dropped_unfinished_writes_what_was_queued_and_stops_its_writer(
+    writers: Writers,
     uri: str,
 ) -> None:
     tracker = MlflowTracker(uri, "tests", "study")
     experiment_id = tracker.experiment_id
     tracker.log_trial(0, 0, CONFIG, METRICS, {})
-    assert len(writer_processes()) == 1
+    assert len(writers()) == 1
     del tracker
     gc.collect()
-    assert writer_processes() == []
+    assert writers() == []
     (run,) = MlflowClient(uri).search_runs(
         [experiment_id], filter_string=f"tags.`{TRIAL_TAG}` = '0'"
     )
@@ -291,27 +303,27 @@ def test_a_tracker_dropped_unfinished_writes_what_was_queued_and_stops_its_write
 
 
 def test_a_writer_process_that_dies_is_reported_not_waited_for(
-    uri: str, tracker: MlflowTracker
+    writers: Writers, uri: str, tracker: MlflowTracker
 ) -> None:
     tracker.log_trial(0, 0, CONFIG, METRICS, {})
-    (process,) = writer_processes()
+    (process,) = writers()
     os.kill(process.pid, signal.SIGKILL)
     with pytest.raises(WriterFailed, match="exited"):
         tracker.flush()
     with pytest.raises(WriterFailed, match="exited"):
         tracker.finish("FAILED")
-    assert writer_processes() == []
+    assert writers() == []
     assert MlflowClient(uri).get_run(tracker.parent_run_id).info.status == "FAILED"
 
 
 def test_without_a_writer_process_the_caller_writes_each_run(
-    uri: str, tracker: MlflowTracker, monkeypatch: pytest.MonkeyPatch
+    writers: Writers, uri: str, tracker: MlflowTracker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(writer, "START_METHODS", ("no-such-start-method",))
     tracker.log_trial(0, 0, CONFIG, METRICS, {})
     assert list(child_runs(uri, tracker)) == [0]  # written before log_trial returned
     assert not tracker.writing
-    assert writer_processes() == []
+    assert writers() == []
     tracker.finish("FINISHED")
 
 
