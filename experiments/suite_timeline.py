@@ -6,8 +6,9 @@
 `run` runs `.venv/bin/pytest` in the workers `make test` uses (one per core, at most four)
 with this module as a plugin, which writes one line per test: its worker, when the test
 started, when it got the machine (a test waits for it while an `exclusive` test runs, or
-before its own exclusive turn) and when it ended. The default arguments are the component
-and system tiers. `report` reads such a file and prints the span of the run, each worker's
+before its own exclusive turn) and when it ended. The PYTEST ARGS are passed on; where they
+name no test path (options alone, such as --durations=0), the component and system tiers
+are run. `report` reads such a file and prints the span of the run, each worker's
 busy time, its wait for the machine and its idle tail after its last test, the busy time
 per tier, the share of the tests of 10 s or more, and the longest waits.
 """
@@ -119,15 +120,22 @@ def report(spans: list[Span]) -> list[str]:
     return lines
 
 
+def pytest_command(pytest_args: list[str]) -> list[str]:
+    """pytest in the workers `make test` uses, with this plugin; where `pytest_args` name no
+    test path (options alone, such as --durations=0), the component and system tiers."""
+    workers = str(min(os.cpu_count() or 1, 4))
+    names_a_path = any((REPO / arg.split("::")[0]).exists() for arg in pytest_args)
+    tests = [] if names_a_path else DEFAULT_ARGS
+    command = [str(REPO / ".venv" / "bin" / "pytest"), "-n", workers, "--dist", "worksteal"]
+    return [*command, "-p", "experiments.suite_timeline", *pytest_args, *tests]
+
+
 def run(timeline: Path, pytest_args: list[str]) -> int:
     timeline.unlink(missing_ok=True)
-    workers = str(min(os.cpu_count() or 1, 4))
     env = {**os.environ, TIMELINE_ENV: str(timeline.resolve())}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    command = [str(REPO / ".venv" / "bin" / "pytest"), "-n", workers, "--dist", "worksteal"]
-    command += ["-p", "experiments.suite_timeline", *(pytest_args or DEFAULT_ARGS)]
-    return subprocess.run(command, cwd=REPO, env=env, check=False).returncode
+    return subprocess.run(pytest_command(pytest_args), cwd=REPO, env=env, check=False).returncode
 
 
 def main(argv: list[str]) -> int:
