@@ -131,6 +131,19 @@ class LocalRayCluster:
         self._processes.remove(process)
         end_group(process)
 
+    def node_of(self, pid: int) -> str | None:
+        """The name of the node whose processes include `pid` (a worker of its raylet), or None
+        where no node of this cluster started it (or it has exited)."""
+        import psutil
+
+        leaders = {process.pid: name for name, process in self._named.items()}
+        try:
+            process = psutil.Process(pid)
+            lineage = [process, *process.parents()]
+        except psutil.NoSuchProcess:
+            return None
+        return next((leaders[p.pid] for p in lineage if p.pid in leaders), None)
+
     def _check(self, code: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-c", code],
