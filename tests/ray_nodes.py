@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import REPO
@@ -134,8 +135,6 @@ class LocalRayCluster:
     def node_of(self, pid: int) -> str | None:
         """The name of the node whose processes include `pid` (a worker of its raylet), or None
         where no node of this cluster started it (or it has exited)."""
-        import psutil
-
         leaders = {process.pid: name for name, process in self._named.items()}
         try:
             process = psutil.Process(pid)

@@ -47,8 +47,8 @@ def add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Unauthorized, _unauthorized)
     app.add_exception_handler(NotFound, _message(404))
     app.add_exception_handler(Conflict, _message(409))
-    app.add_exception_handler(ParserBusy, _busy)
-    app.add_exception_handler(NoTrialNodes, _no_trial_nodes)
+    app.add_exception_handler(ParserBusy, _retry_later(5))
+    app.add_exception_handler(NoTrialNodes, _retry_later(10, "retry once a node has joined"))
     app.add_exception_handler(StarletteHTTPException, _http_error)
     for unavailable in UNAVAILABLE:
         app.add_exception_handler(unavailable, _database_unavailable)
@@ -84,13 +84,17 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return problem(422, RequestError("body", rule, None))
 
 
-async def _busy(request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
+def _retry_later(
+    after_s: int, hint: str = ""
+) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    """503 with Retry-After: the service cannot take the call now, and will."""
 
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        detail = f"{exc}; {hint}" if hint else str(exc)
+        headers = {"Retry-After": str(after_s)}
+        return JSONResponse({"detail": detail}, status_code=503, headers=headers)
 
-async def _no_trial_nodes(request: Request, exc: Exception) -> JSONResponse:
-    detail = f"{exc}; retry once a node has joined"
-    return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "10"})
+    return handler
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:

@@ -273,8 +273,7 @@ def test_a_killed_runners_job_completes_after_the_lease_expires(tmp_path: Path) 
         with runner_processes(settings, 1) as (first,):
             wait_for(
                 lambda: (
-                    store.get(alice, job.id).trials_done >= 3
-                    or store.get(alice, job.id).state in FINAL_STATES
+                    (now := store.get(alice, job.id)).trials_done >= 3 or now.state in FINAL_STATES
                 ),
                 300,
                 "three trials",
