@@ -299,6 +299,31 @@ def test_a_submission_whose_parse_is_stuck_stalls_nobody_else(
     assert answered == [202]
 
 
+def test_a_submission_while_every_parser_is_taken_is_503_with_retry_after(
+    client: TestClient, alice: dict[str, str]
+) -> None:
+    app: Any = client.app
+    documents = DocumentParser(processes=1, limit_s=60.0, max_waiting=0)
+    app.state.service = dataclasses.replace(app.state.service, documents=documents)
+    body = yaml.safe_dump(service_request())
+    headers = {**alice, "Content-Type": "application/yaml"}
+    assert client.post("/v1/jobs", content=body, headers=headers).status_code == 202
+    (pid,) = documents.pids()
+    os.kill(pid, signal.SIGSTOP)
+    stuck = threading.Thread(target=lambda: client.post("/v1/jobs", content=body, headers=headers))
+    stuck.start()
+    try:
+        while documents.in_flight == 0:
+            threading.Event().wait(0.01)
+        response = client.post("/v1/jobs", content=body, headers=headers)
+        assert (response.status_code, response.headers["Retry-After"]) == (503, "5")
+        assert response.json() == {"detail": "every request parser is busy; retry in a few seconds"}
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        stuck.join()
+        documents.close()
+
+
 def test_a_multipart_submission_without_a_model_is_queued(
     client: TestClient, alice: dict[str, str]
 ) -> None:
