@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.conftest import REPO
@@ -131,17 +130,6 @@ class LocalRayCluster:
         process = self._named.pop(name)
         self._processes.remove(process)
         end_group(process)
-
-    def node_of(self, pid: int) -> str | None:
-        """The name of the node whose processes include `pid` (a worker of its raylet), or None
-        where no node of this cluster started it (or it has exited)."""
-        leaders = {process.pid: name for name, process in self._named.items()}
-        try:
-            process = psutil.Process(pid)
-            lineage = [process, *process.parents()]
-        except psutil.NoSuchProcess:
-            return None
-        return next((leaders[p.pid] for p in lineage if p.pid in leaders), None)
 
     def _check(self, code: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

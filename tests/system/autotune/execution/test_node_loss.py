@@ -68,43 +68,6 @@ class Tuning:
                 pytest.fail(f"no trial running after {counted_at_least}: {self.output[-3000:]}")
             time.sleep(0.2)
 
-    def kill_a_node_as_it_starts_a_trial(self, cluster: LocalRayCluster) -> str:
-        """With every slot inside a trial: once exactly one measured trial ends, its node's
-        slot is the only free one, so the next trial to start runs there (the coordinator may
-        start it before it tells the one that ended); that node is killed then, well inside
-        the trial (trials time for 1.5 s or more). A node chosen before would be idle where
-        its trial had ended but had not been told yet. Returns the node's name."""
-        deadline = time.monotonic() + 300
-        now = trials(self.storage)
-        ended = {t.number for t in now if t.ended}  # type: ignore[attr-defined]
-        running = {t.number for t in now if t.state == "running"}  # type: ignore[attr-defined]
-        while time.monotonic() < deadline and self.process.poll() is None:
-            now = trials(self.storage)
-            just_ended = [t for t in now if t.ended and t.number not in ended]  # type: ignore[attr-defined]
-            ended |= {t.number for t in just_ended}  # type: ignore[attr-defined]
-            seen_running = running | {t.number for t in just_ended}  # type: ignore[attr-defined]
-            running = {t.number for t in now if t.state == "running"}  # type: ignore[attr-defined]
-            if len(just_ended) == 1 and just_ended[0].measured and just_ended[0].provenance:  # type: ignore[attr-defined]
-                node = cluster.node_of(just_ended[0].provenance.pid)  # type: ignore[attr-defined]
-                started = bool(running - seen_running) or self._next_trial_starts(running, ended)
-                if node is not None and started:
-                    cluster.kill_node(node)
-                    return node
-            time.sleep(0.1)
-        pytest.fail(f"no node was seen starting a trial: {self.output[-3000:]}")
-
-    def _next_trial_starts(self, seen_running: set[int], ended: set[int]) -> bool:
-        """Whether a trial not seen running before starts before another trial ends."""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self.process.poll() is None:
-            now = trials(self.storage)
-            if any(t.ended and t.number not in ended for t in now):  # type: ignore[attr-defined]
-                return False
-            if any(t.state == "running" and t.number not in seen_running for t in now):  # type: ignore[attr-defined]
-                return True
-            time.sleep(0.05)
-        return False
-
     def finish(self, within_s: float = 900) -> int:
         try:
             return self.said.finished(within_s)
@@ -147,7 +110,7 @@ def test_a_node_lost_mid_trial_is_rerun_on_the_other_node(
     tuning = Tuning(cluster, tmp_path, "--workers", "2")
     # Both nodes have measured (the baseline may run alone first) and both are inside a trial.
     tuning.wait_inside_a_trial(counted_at_least=2, running_at_least=2, nodes_at_least=2)
-    tuning.kill_a_node_as_it_starts_a_trial(cluster)
+    cluster.kill_node("b")
     assert tuning.finish() == 0, tuning.output[-3000:]
 
     stored = trials(tuning.storage)
