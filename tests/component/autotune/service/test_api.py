@@ -264,19 +264,28 @@ def test_the_same_request_in_json_and_yaml_is_one_job(
     assert again.json() == {**first, "created": False}
 
 
+def stopped_parser(
+    client: TestClient, body: str, headers: dict[str, str], **options: Any
+) -> tuple[DocumentParser, int]:
+    """The app's documents parsed by one parser process of their own (and `options`), started
+    by submitting `body` and then stopped: a parse sent to it now waits until SIGCONT."""
+    app: Any = client.app
+    documents = DocumentParser(processes=1, limit_s=60.0, **options)
+    app.state.service = dataclasses.replace(app.state.service, documents=documents)
+    assert client.post("/v1/jobs", content=body, headers=headers).status_code == 202
+    (pid,) = documents.pids()
+    os.kill(pid, signal.SIGSTOP)
+    return documents, pid
+
+
 def test_a_submission_whose_parse_is_stuck_stalls_nobody_else(
     client: TestClient, alice: dict[str, str], bob: dict[str, str]
 ) -> None:
     """A YAML document may cost seconds to parse: it is parsed in a parser process, so while
     one is stuck (here: stopped), /healthz and other tenants' reads are answered."""
-    app: Any = client.app
-    documents = DocumentParser(processes=1, limit_s=60.0)
-    app.state.service = dataclasses.replace(app.state.service, documents=documents)
     body = yaml.safe_dump(service_request())
     headers = {**alice, "Content-Type": "application/yaml"}
-    assert client.post("/v1/jobs", content=body, headers=headers).status_code == 202
-    (pid,) = documents.pids()
-    os.kill(pid, signal.SIGSTOP)
+    documents, pid = stopped_parser(client, body, headers)
     answered: list[int] = []
     stuck = threading.Thread(
         target=lambda: answered.append(
@@ -302,14 +311,9 @@ def test_a_submission_whose_parse_is_stuck_stalls_nobody_else(
 def test_a_submission_while_every_parser_is_taken_is_503_with_retry_after(
     client: TestClient, alice: dict[str, str]
 ) -> None:
-    app: Any = client.app
-    documents = DocumentParser(processes=1, limit_s=60.0, max_waiting=0)
-    app.state.service = dataclasses.replace(app.state.service, documents=documents)
     body = yaml.safe_dump(service_request())
     headers = {**alice, "Content-Type": "application/yaml"}
-    assert client.post("/v1/jobs", content=body, headers=headers).status_code == 202
-    (pid,) = documents.pids()
-    os.kill(pid, signal.SIGSTOP)
+    documents, pid = stopped_parser(client, body, headers, max_waiting=0)
     stuck = threading.Thread(target=lambda: client.post("/v1/jobs", content=body, headers=headers))
     stuck.start()
     try:
