@@ -15,9 +15,10 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import REPO
@@ -126,10 +127,31 @@ class LocalRayCluster:
 
     def kill_node(self, name: str) -> None:
         """The node gone at once, as a machine that is switched off or preempted: SIGKILL to
-        its process group (its raylet, its object store and its workers)."""
+        every process it started. Ray puts each worker in a process group of its own, so the
+        node's group (its raylet, its object store) is not enough: a worker outside it would
+        go on, and could finish its task and answer the driver after its node was "gone"."""
         process = self._named.pop(name)
         self._processes.remove(process)
+        for worker in self._processes_of(process):
+            with suppress(psutil.NoSuchProcess):
+                worker.kill()
         end_group(process)
+
+    def runs_task(self, name: str, task: str) -> bool:
+        """Whether one of the node's workers is inside `task` (`"TrialWorker.run"`): Ray titles
+        a worker `ray::<class>.<method>` while it runs that method, `ray::<class>` between."""
+        titles = []
+        for worker in self._processes_of(self._named[name]):
+            with suppress(psutil.NoSuchProcess):
+                titles.append((worker.cmdline() or [""])[0])
+        return f"ray::{task}" in titles
+
+    @staticmethod
+    def _processes_of(process: subprocess.Popen[bytes]) -> list[psutil.Process]:
+        try:
+            return psutil.Process(process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
 
     def _check(self, code: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -174,8 +196,13 @@ class LocalRayCluster:
         return "\n".join(p.read_text()[-1500:] for p in sorted(self.workdir.glob("ray-*.log")))
 
     def stop(self) -> None:
-        """The nodes' process groups: SIGTERM, then SIGKILL to what is left."""
+        """The nodes' process groups: SIGTERM, then SIGKILL to what is left, workers (in
+        groups of their own) included."""
+        started = [p for process in self._processes for p in self._processes_of(process)]
         end_groups(reversed(self._processes), grace_s=3.0)
+        for process in started:
+            with suppress(psutil.NoSuchProcess):
+                process.kill()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 

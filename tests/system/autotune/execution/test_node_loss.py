@@ -68,6 +68,16 @@ class Tuning:
                 pytest.fail(f"no trial running after {counted_at_least}: {self.output[-3000:]}")
             time.sleep(0.2)
 
+    def kill_inside_a_trial(self, cluster: LocalRayCluster, node: str) -> None:
+        """Kill `node` while its worker runs a trial. A trial the study still shows running
+        may have ended on its worker already (it is told afterwards), leaving the node idle."""
+        deadline = time.monotonic() + 300
+        while not cluster.runs_task(node, "TrialWorker.run"):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                pytest.fail(f"node {node} ran no trial: {self.output[-3000:]}")
+            time.sleep(0.05)
+        cluster.kill_node(node)
+
     def finish(self, within_s: float = 900) -> int:
         try:
             return self.said.finished(within_s)
@@ -110,7 +120,7 @@ def test_a_node_lost_mid_trial_is_rerun_on_the_other_node(
     tuning = Tuning(cluster, tmp_path, "--workers", "2")
     # Both nodes have measured (the baseline may run alone first) and both are inside a trial.
     tuning.wait_inside_a_trial(counted_at_least=2, running_at_least=2, nodes_at_least=2)
-    cluster.kill_node("b")
+    tuning.kill_inside_a_trial(cluster, "b")
     assert tuning.finish() == 0, tuning.output[-3000:]
 
     stored = trials(tuning.storage)
@@ -135,7 +145,7 @@ def test_a_study_whose_only_node_left_waits_for_a_replacement(
     write_request(tmp_path, trials=6, node_wait_s=300)
     tuning = Tuning(cluster, tmp_path)
     tuning.wait_inside_a_trial(counted_at_least=2)
-    cluster.kill_node("a")
+    tuning.kill_inside_a_trial(cluster, "a")
     tuning.said.wait_for("0 of 1 nodes of this kind remain; waiting up to 5 min", 120)
     cluster.add_node("replacement", [0])
     assert tuning.finish() == 0, tuning.output[-3000:]
@@ -151,7 +161,7 @@ def test_past_the_wait_the_study_stops_resumable(cluster: LocalRayCluster, tmp_p
     write_request(tmp_path, trials=6, node_wait_s=5)
     tuning = Tuning(cluster, tmp_path)
     tuning.wait_inside_a_trial(counted_at_least=2)
-    cluster.kill_node("a")
+    tuning.kill_inside_a_trial(cluster, "a")
     assert tuning.finish(within_s=300) == EXIT_NODES_GONE, tuning.output[-3000:]
     assert "came back within 5 s" in tuning.output and "resume" in tuning.output
     stored = trials(tuning.storage)
