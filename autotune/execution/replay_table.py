@@ -83,6 +83,7 @@ from autotune.core.metrics import (
     mapped_metrics,
 )
 from autotune.space.search_space import (
+    DIMENSION_NAME,
     Dimension,
     EffectiveDimension,
     EffectiveSpace,
@@ -110,7 +111,7 @@ BASELINE_VALUES = (*DEFAULTS.values(), default_engine("torch"))
 NOT_IN_TABLE = "not in the replay table"
 
 
-_DIMENSION = re.compile(r"^[a-z_]+\.[a-z_0-9]+$")
+_DIMENSION = re.compile(DIMENSION_NAME)
 
 
 _INT = re.compile(r"^[+-]?\d+$")

@@ -78,10 +78,15 @@ class Range(Strict):
         return self
 
 
+# A dimension's name: a configuration key, `group.param` or deeper (`runtime.provider.<provider>.
+# <option>`).
+DIMENSION_NAME = r"^[a-z_]+(\.[a-z_0-9]+)+$"
+
+
 class Dimension(Strict):
     """One searchable parameter, namespaced `group.param`."""
 
-    name: str = Field(pattern=r"^[a-z_]+\.[a-z_0-9]+$")
+    name: str = Field(pattern=DIMENSION_NAME)
     values: list[ConfigValue] | None = Field(default=None, min_length=1)
     range: Range | None = None
     baseline: ConfigValue | Literal["max"] | list[ConfigValue] | None = Field(

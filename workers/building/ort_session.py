@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from autotune.core.errors import Unsupported
+from autotune.core.knobs.base import ConfigValue
 from autotune.core.knobs.engines import ORT_GRAPH_LEVELS
 from autotune.core.knobs.providers import PROVIDER_KEY, PROVIDERS
 from workers.building.observed_outputs import FirstCallOutputs, ReadsFirstCall
@@ -30,8 +31,9 @@ _ORT_INPUT_TYPES = {
 
 
 class OnnxRuntimeSession(ReadsFirstCall):
-    """An onnxruntime session on a registered execution provider (its chain, each with its
-    options) at a graph optimization level; returns the model's output (several as one
+    """An onnxruntime session on a registered execution provider (its chain, each with the
+    options `provider_settings`, a configuration's engine options, give it) at a graph
+    optimization level; returns the model's output (several as one
     structured array, `workers.loading.feeds`). Refuses (`Unsupported`) a provider that is not
     available or that the session silently replaced by a fallback. `configure`, where given,
     sets more of onnxruntime's `SessionOptions` before the session is built (an engine with
@@ -44,6 +46,7 @@ class OnnxRuntimeSession(ReadsFirstCall):
         provider: str = "cpu",
         graph_opt: str = "all",
         configure: Callable[[Any], None] | None = None,
+        provider_settings: Mapping[str, ConfigValue] | None = None,
     ) -> None:
         import onnxruntime
 
@@ -57,7 +60,7 @@ class OnnxRuntimeSession(ReadsFirstCall):
         )
         if configure is not None:
             configure(options)
-        self._session = _loaded(model_bytes, options, PROVIDERS[provider].chain())
+        self._session = _loaded(model_bytes, options, PROVIDERS[provider].chain(provider_settings))
         self.providers: list[str] = list(self._session.get_providers())
         if wanted not in self.providers:
             raise Unsupported(

@@ -16,7 +16,7 @@ read them. How each knob builds, runs and exports is its data-plane implementati
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 
@@ -59,21 +59,32 @@ class Target:
         return "needs " + ", ".join(n.replace("|", " or ") for n in missing)
 
 
+def positive_integer(value: ConfigValue) -> str | None:
+    """The rule of an open option that counts something."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return "must be an integer >= 1"
+    return None
+
+
 @dataclass(frozen=True)
 class Option:
-    """A dimension key a knob owns: its allowed values (None: any integer >= 1), its default,
-    and whether it changes the model's numerics."""
+    """A dimension key a knob owns: its allowed values (None: open, any value its `rule`
+    allows, an integer >= 1 unless it says otherwise), its default, and whether it changes the
+    model's numerics."""
 
     key: str
     values: tuple[ConfigValue, ...] | None
     default: ConfigValue
     defines_variant: bool = False
+    # An open option's rule: why a value is refused ('must be ...'), or None.
+    rule: Callable[[ConfigValue], str | None] = positive_integer
 
     def parse(self, config: Mapping[str, ConfigValue]) -> ConfigValue:
         value = config.get(self.key, self.default)
         if self.values is None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise Unsupported(f"{self.key}={value!r} must be an integer >= 1")
+            reason = self.rule(value)
+            if reason is not None:
+                raise Unsupported(f"{self.key}={value!r} {reason}")
         elif value not in self.values or self._flag_mismatch(value):
             raise Unsupported(f"{self.key}={value!r} is not one of {list(self.values)}")
         return value

@@ -11,8 +11,9 @@ apply).
   max-autotune-no-cudagraphs; the CUDA-graph modes need CUDA), attention.sdpa_backend,
   cuda.cudnn_benchmark, shard.data_parallel, precision.fallback (as torch_eager). CUDA graphs
   come from mode reduce-overhead.
-- onnxruntime: runtime.provider (the execution providers of `providers.py`, with their
-  options; must be available and really used),
+- onnxruntime: runtime.provider (the execution providers of `providers.py`; must be
+  available and really used) and each provider's options (runtime.provider.<provider>.<option>,
+  only those of the provider and its fallbacks),
   runtime.graph_opt, precision.fallback (int8 modes only: how many of the nodes most sensitive
   to quantization stay in float), and how its static int8 quantizer works (int8_static only):
   precision.calibration (minmax, entropy, percentile), precision.per_channel (weights),
@@ -23,6 +24,7 @@ apply).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
 from autotune.core.knobs.base import (
@@ -82,6 +84,8 @@ SYMMETRIC_ACTIVATIONS = Option(
 )
 OP_TYPES = Option("precision.op_types", ("all", "matmul_only"), "all", defines_variant=True)
 STATIC_INT8_OPTIONS = (CALIBRATION, PER_CHANNEL, SYMMETRIC_ACTIVATIONS, OP_TYPES)
+# Every registered provider's options, `runtime.provider.<provider>.<option>`.
+PROVIDER_OPTIONS = tuple(o for provider in PROVIDERS.values() for o in provider.option_keys())
 
 
 def foreign_setting(engine: Engine, config: TrialConfig, hints: dict[str, str]) -> str | None:
@@ -209,7 +213,7 @@ class OnnxRuntime(Engine):
     name = "onnxruntime"
     model_format = "onnx"
     precisions = frozenset({"fp32", "fp16", "int8_dynamic", "int8_static", "int4_weight_only"})
-    options = (ORT_PROVIDER, ORT_GRAPH_OPT, *STATIC_INT8_OPTIONS)
+    options = (ORT_PROVIDER, ORT_GRAPH_OPT, *STATIC_INT8_OPTIONS, *PROVIDER_OPTIONS)
     applies = frozenset({"fallback"})
     needs = ("|".join(provider.capability for provider in PROVIDERS.values()),)
     provides = tuple(provider.capability for provider in PROVIDERS.values())
@@ -237,7 +241,7 @@ class OnnxRuntime(Engine):
             reason = static_int8_setting(config)
             if reason is not None:
                 return reason
-        return provider.refuses_precision(config.precision)
+        return provider.refuses_precision(config.precision) or unused_provider_option(config)
 
     def on_cuda(self, config: TrialConfig) -> bool:
         return provider_of(config).device == "cuda"
@@ -257,14 +261,39 @@ def provider_of(config: TrialConfig) -> ExecutionProvider:
     return PROVIDERS[str(config.option(ORT_PROVIDER.key))]
 
 
+def unused_provider_option(config: TrialConfig) -> str | None:
+    """Why a configuration cannot set an option of a provider its session does not use (not
+    the provider it asks for, nor one of that provider's fallbacks) away from its default."""
+    chosen = provider_of(config)
+    for provider in PROVIDERS.values():
+        if provider.name in (chosen.name, *chosen.fallbacks):
+            continue
+        setting = _first_set(config, provider.option_keys())
+        if setting is not None:
+            return (
+                f"{setting} is an option of {PROVIDER_KEY}={provider.name}; "
+                f"a session of {PROVIDER_KEY}={chosen.name} does not use it"
+            )
+    return None
+
+
 def static_int8_setting(config: TrialConfig) -> str | None:
     """Why a configuration whose precision is not int8_static cannot set a static int8
     quantizer setting away from its default, or None where it leaves them all at it."""
-    for option in STATIC_INT8_OPTIONS:
+    setting = _first_set(config, STATIC_INT8_OPTIONS)
+    if setting is None:
+        return None
+    return (
+        f"{setting} sets how static int8 quantizes; it applies to "
+        f"{PRECISION_KEY}={STATIC_INT8_MODE} only, not {config.precision}"
+    )
+
+
+def _first_set(config: TrialConfig, options: Iterable[Option]) -> str | None:
+    """'key=value' of the first of `options` that the configuration sets away from its
+    default, or None."""
+    for option in options:
         value = config.option(option.key)
         if value != option.default:
-            return (
-                f"{option.key}={_show(value)} sets how static int8 quantizes; it applies to "
-                f"{PRECISION_KEY}={STATIC_INT8_MODE} only, not {config.precision}"
-            )
+            return f"{option.key}={_show(value)}"
     return None

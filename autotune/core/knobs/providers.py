@@ -6,20 +6,33 @@ installs an ONNX Runtime with it (`package`, None where the engine's own extras 
 typed provider options (`options`), which the session passes to ONNX Runtime as they are.
 
 A provider is `ort.<name>` among a node's capabilities where that node's ONNX Runtime has it
-(`HardwareProfile.onnxruntime_providers`). Option values are the declared defaults; a request
-cannot change them. Providers are the `autotune.providers` entry points
+(`HardwareProfile.onnxruntime_providers`). Each option is a configuration key of the
+onnxruntime engine, `runtime.provider.<provider>.<option>` (`option_keys`), typed by its field:
+a search space fixes or searches it like any engine option, and it travels in the
+configuration to the worker, the tuned file and `autotune.load`. Left out, it is the declared
+default. A provider option may change what the kernels compute (TensorRT's fp16, an OpenVINO
+GPU's precision), so each one names its own model variant: accuracy is measured again for a
+value away from the default. Providers are the `autotune.providers` entry points
 (`autotune.core.plugins`): autotune's own (`ort_providers.py`) first, then installed plugins',
 loaded at the end of this module. Nothing here imports ONNX Runtime.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from autotune.core.knobs.base import DEFAULTS, DEVICE_KEY, PRECISION_KEY, Package
+from autotune.core.knobs.base import (
+    DEFAULTS,
+    DEVICE_KEY,
+    PRECISION_KEY,
+    ConfigValue,
+    Option,
+    Package,
+)
 from autotune.core.plugins import PROVIDERS_GROUP, load_plugins
 
 if TYPE_CHECKING:
@@ -42,6 +55,15 @@ def _as_text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def _field_rule(model: type[ProviderOptions], field: str, value: ConfigValue) -> str | None:
+    """Why `value` is not one the options' `field` takes (its type, strictly, and bounds)."""
+    try:
+        model.model_validate({field: value}, strict=True)
+    except ValidationError as error:
+        return f"is refused by {model.__name__}.{field}: {error.errors()[0]['msg']}"
+    return None
+
+
 class ExecutionProvider:
     """One value of `runtime.provider`; subclasses are registered by name
     (`register_provider`)."""
@@ -59,11 +81,43 @@ class ExecutionProvider:
     def capability(self) -> str:
         return f"ort.{self.name}"
 
-    def chain(self) -> list[tuple[str, dict[str, str]]]:
+    def option_key(self, field: str) -> str:
+        return f"{PROVIDER_KEY}.{self.name}.{field}"
+
+    def option_keys(self) -> tuple[Option, ...]:
+        """Each option as a configuration key: a flag offers false and true, any other field
+        is open, its values checked against the field's type and bounds."""
+        keys = []
+        for field, info in type(self.options).model_fields.items():
+            default = getattr(self.options, field)
+            flag = info.annotation is bool
+            keys.append(
+                Option(
+                    self.option_key(field),
+                    (False, True) if flag else None,
+                    default,
+                    defines_variant=True,
+                    rule=partial(_field_rule, type(self.options), field),
+                )
+            )
+        return tuple(keys)
+
+    def options_in(self, config: Mapping[str, ConfigValue]) -> ProviderOptions:
+        """The options a configuration gives this provider (the declared default for a key it
+        leaves out)."""
+        fields = type(self.options).model_fields
+        given = {f: config[key] for f in fields if (key := self.option_key(f)) in config}
+        if not given:
+            return self.options
+        return self.options.model_validate({**self.options.model_dump(), **given}, strict=True)
+
+    def chain(
+        self, config: Mapping[str, ConfigValue] | None = None
+    ) -> list[tuple[str, dict[str, str]]]:
         """What an ONNX Runtime session is given: this provider and its fallbacks, each with
-        its options."""
+        the options `config` gives it."""
         providers = [self, *(PROVIDERS[name] for name in self.fallbacks)]
-        return [(p.ort_name, p.options.for_onnxruntime()) for p in providers]
+        return [(p.ort_name, p.options_in(config or {}).for_onnxruntime()) for p in providers]
 
     def unavailable(self, target: Target) -> str | None:
         """Why this provider cannot run on `target`: ONNX Runtime there lacks it, or the

@@ -149,6 +149,7 @@ class OnnxRuntimeImplementation(OnnxEngineImplementation, OnnxRuntime):
             config.threads,
             str(config.option(ORT_PROVIDER.key)),
             str(config.option(ORT_GRAPH_OPT.key)),
+            provider_settings=config.options,
         )
 
 

@@ -20,6 +20,7 @@ import yaml
 from onnx import TensorProto, helper
 
 from autotune.core.errors import Unsupported
+from autotune.core.knobs.config import parse_config
 from autotune.core.knobs.providers import (
     PROVIDERS,
     ExecutionProvider,
@@ -27,7 +28,9 @@ from autotune.core.knobs.providers import (
     register_provider,
 )
 from tests.conftest import REPO
+from workers.building.knobs.base import ENGINE_IMPLEMENTATIONS
 from workers.building.ort_session import OnnxRuntimeSession
+from workers.building.variants import OnnxVariant
 
 
 def relu_model() -> bytes:
@@ -104,6 +107,40 @@ def test_a_chain_with_options_that_onnx_runtime_falls_back_from_is_refused(
     assert [name for name, _ in chain[1:]] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
 
+def test_a_configuration_s_provider_options_reach_the_session_it_builds(
+    given_providers: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`runtime.provider.<provider>.<option>` keys, parsed with the configuration, are what the
+    onnxruntime engine's implementation gives ONNX Runtime for that provider and its fallbacks
+    (here TensorRT's session cannot start, so it is refused after the chain was given)."""
+    real = onnxruntime.get_available_providers()
+    if "TensorrtExecutionProvider" in real:
+        pytest.skip("TensorrtExecutionProvider really is available")
+    monkeypatch.setattr(
+        onnxruntime, "get_available_providers", lambda: ["TensorrtExecutionProvider", *real]
+    )
+    config = {
+        "runtime.engine": "onnxruntime",
+        "runtime.provider": "tensorrt",
+        "runtime.provider.tensorrt.trt_fp16_enable": True,
+        "runtime.provider.cuda.device_id": 1,
+    }
+    engine = ENGINE_IMPLEMENTATIONS["onnxruntime"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(Unsupported, match="could not start TensorrtExecutionProvider"):
+            engine.session(OnnxVariant(relu_model()), parse_config(config, "onnx"))
+    [chain] = given_providers
+    assert chain == [
+        (
+            "TensorrtExecutionProvider",
+            {"device_id": "0", "trt_fp16_enable": "true", "trt_engine_cache_enable": "false"},
+        ),
+        ("CUDAExecutionProvider", {"device_id": "1"}),
+        ("CPUExecutionProvider", {}),
+    ]
+
+
 PLUGIN_MODULE = """
 from autotune.core.knobs.providers import ExecutionProvider, ProviderOptions, register_provider
 
@@ -157,13 +194,15 @@ def test_a_plugin_provider_is_a_value_of_runtime_provider(provider_plugin: dict[
         [
             "-c",
             "from autotune.core.knobs.engines import ORT_PROVIDER, OnnxRuntime; "
-            "print(list(ORT_PROVIDER.values)); print(OnnxRuntime.provides)",
+            "print(list(ORT_PROVIDER.values)); print(OnnxRuntime.provides); "
+            "print([(o.key, o.default) for o in OnnxRuntime.options if 'example_npu' in o.key])",
         ],
         provider_plugin,
     )
-    values, provides = printed.splitlines()
+    values, provides, options = printed.splitlines()
     assert values == "['cpu', 'cuda', 'tensorrt', 'openvino', 'example_npu']"
     assert "'ort.example_npu'" in provides
+    assert options == "[('runtime.provider.example_npu.device_type', 'NPU')]"
 
 
 def test_autotune_space_says_why_a_plugin_provider_is_left_out_here(

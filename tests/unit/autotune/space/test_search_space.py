@@ -274,3 +274,55 @@ def test_a_knob_dimension_without_values_searches_every_declared_value(tmp_path:
     assert dimensions["runtime.graph_opt"].values == ["disable", "basic", "extended", "all"]
     assert dimensions["prune.method"].values == list(PRUNINGS)
     assert declared_values("batch.size") is None  # no knob declares it: values are required
+
+
+def test_a_provider_option_is_searched_only_with_its_provider(tmp_path: Path) -> None:
+    """A provider's option is a dimension like an engine option: a flag takes its declared
+    false and true, and a value away from the default is offered only with that provider."""
+    path = tmp_path / "providers.yaml"
+    path.write_text(
+        "name: providers\n"
+        "dimensions:\n"
+        "  - {name: runtime.engine, values: [onnxruntime], baseline: onnxruntime}\n"
+        "  - {name: runtime.provider, values: [cuda, tensorrt], baseline: cuda}\n"
+        "  - {name: runtime.provider.tensorrt.trt_fp16_enable, baseline: false}\n"
+    )
+    space = effective_space(load_space(path), load_profile(PROFILES / "h200x8.json"), str(path))
+    assert space.choices()["runtime.provider.tensorrt.trt_fp16_enable"] == [False, True]
+    [dropped] = space.excluded
+    assert (dropped.dimension, dropped.value, dropped.when) == (
+        "runtime.provider.tensorrt.trt_fp16_enable",
+        True,
+        {"runtime.provider": "cuda"},
+    )
+    assert dropped.reason == (
+        "runtime.provider.tensorrt.trt_fp16_enable=true is an option of "
+        "runtime.provider=tensorrt; a session of runtime.provider=cuda does not use it"
+    )
+
+
+def test_an_open_provider_option_lists_its_values_and_each_is_type_checked(
+    tmp_path: Path, cpu_profile: HardwareProfile
+) -> None:
+    dimension = "runtime.provider.openvino.device_type"
+    assert declared_values(dimension) is None  # a device name: no list to search by default
+    path = tmp_path / "openvino.yaml"
+    path.write_text(
+        "name: ov\n"
+        "dimensions:\n"
+        "  - {name: runtime.engine, values: [onnxruntime], baseline: onnxruntime}\n"
+        "  - {name: runtime.provider, values: [openvino], baseline: openvino}\n"
+        f"  - {{name: {dimension}, baseline: CPU}}\n"
+    )
+    with pytest.raises(SpaceError, match="give exactly one of 'values' or 'range'"):
+        load_space(path)
+    path.write_text(
+        path.read_text().replace("baseline: CPU}", "values: [CPU, GPU, 1], baseline: CPU}")
+    )
+    providers = [*cpu_profile.onnxruntime_providers, "OpenVINOExecutionProvider"]
+    profile = cpu_profile.model_copy(update={"onnxruntime_providers": providers})
+    space = effective_space(load_space(path), profile, str(path))
+    assert space.choices()[dimension] == ["CPU", "GPU"]
+    assert always_excluded(space)[(dimension, 1)] == (
+        f"{dimension}=1 is refused by OpenVinoOptions.device_type: Input should be a valid string"
+    )

@@ -1,7 +1,8 @@
 """ONNX Runtime's execution providers are declarations (`autotune.core.knobs.providers`):
 `runtime.provider` takes their names in registration order, the onnxruntime engine refuses a
 configuration for the reasons its provider gives, and a provider's typed options are what
-ONNX Runtime is given."""
+ONNX Runtime is given: its declared defaults, or what a configuration sets through the keys
+`runtime.provider.<provider>.<option>`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from autotune.core.contract import HardwareProfile
-from autotune.core.knobs import ENGINES, Package, Target, supports
+from autotune.core.errors import Unsupported
+from autotune.core.knobs import ENGINES, Package, Target, supports, variant_key
 from autotune.core.knobs.config import parse_config
 from autotune.core.knobs.engines import ORT_PROVIDER
 from autotune.core.knobs.ort_providers import CudaOptions, TensorrtOptions
@@ -28,7 +30,7 @@ CPU_HERE = Target(frozenset({"cpu", "ort.cpu"}), "onnx")
 GPU_HERE = Target(frozenset({"cpu", "cuda", "ort.cpu", "ort.cuda", "ort.tensorrt"}), "onnx")
 
 
-def reason(config: dict[str, str], target: Target) -> str | None:
+def reason(config: dict[str, str | int | bool], target: Target) -> str | None:
     return supports(parse_config({"runtime.engine": "onnxruntime", **config}, "onnx"), target)
 
 
@@ -154,3 +156,83 @@ def test_a_registered_provider_declares_its_options_and_package() -> None:
 
     register_provider(CpuAgain)
     assert PROVIDERS["cpu_again"].chain() == [("CPUExecutionProvider", {"tag": "b"})]
+
+
+TENSORRT = {"runtime.engine": "onnxruntime", "runtime.provider": "tensorrt"}
+TRT_FP16 = "runtime.provider.tensorrt.trt_fp16_enable"
+
+
+def test_each_provider_option_is_a_key_of_the_onnxruntime_engine() -> None:
+    keys = {option.key: option for option in ENGINES["onnxruntime"].options}
+    fp16 = keys[TRT_FP16]
+    assert (fp16.values, fp16.default, fp16.defines_variant) == ((False, True), False, True)
+    device_type = keys["runtime.provider.openvino.device_type"]
+    assert (device_type.values, device_type.default) == (None, "CPU")  # open: typed, not listed
+    assert keys["runtime.provider.cuda.device_id"].default == 0
+    assert not [key for key in keys if key.startswith("runtime.provider.cpu.")]
+
+
+def test_a_configuration_gives_the_chain_its_options() -> None:
+    config = {**TENSORRT, TRT_FP16: True, "runtime.provider.cuda.device_id": 1}
+    parsed = parse_config(config, "onnx")
+    assert PROVIDERS["tensorrt"].chain(parsed.options) == [
+        (
+            "TensorrtExecutionProvider",
+            {"device_id": "0", "trt_fp16_enable": "true", "trt_engine_cache_enable": "false"},
+        ),
+        ("CUDAExecutionProvider", {"device_id": "1"}),  # a fallback's option is used too
+        ("CPUExecutionProvider", {}),
+    ]
+    assert reason(config, GPU_HERE) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "refusal"),
+    [
+        (
+            "runtime.provider.cuda.device_id",
+            -1,
+            "runtime.provider.cuda.device_id=-1 is refused by CudaOptions.device_id: "
+            "Input should be greater than or equal to 0",
+        ),
+        (
+            "runtime.provider.cuda.device_id",
+            "1",
+            "runtime.provider.cuda.device_id='1' is refused by CudaOptions.device_id: "
+            "Input should be a valid integer",
+        ),
+        (
+            "runtime.provider.openvino.device_type",
+            1,
+            "runtime.provider.openvino.device_type=1 is refused by OpenVinoOptions.device_type: "
+            "Input should be a valid string",
+        ),
+        (TRT_FP16, "yes", f"{TRT_FP16}='yes' is not one of [False, True]"),
+        (TRT_FP16, 1, f"{TRT_FP16}=1 is not one of [False, True]"),
+    ],
+)
+def test_a_provider_option_of_the_wrong_type_is_refused_naming_key_rule_and_value(
+    key: str, value: object, refusal: str
+) -> None:
+    with pytest.raises(Unsupported) as refused:
+        parse_config({**TENSORRT, key: value}, "onnx")  # type: ignore[dict-item]
+    assert str(refused.value) == refusal
+
+
+def test_an_option_of_a_provider_the_session_does_not_use_is_refused() -> None:
+    cuda = {"runtime.engine": "onnxruntime", "runtime.provider": "cuda"}
+    assert reason({**cuda, TRT_FP16: True}, GPU_HERE) == (
+        f"{TRT_FP16}=true is an option of runtime.provider=tensorrt; a session of "
+        "runtime.provider=cuda does not use it"
+    )
+    assert reason({**cuda, TRT_FP16: False}, GPU_HERE) is None  # its default: nothing claimed
+    torch = parse_config({"runtime.provider.openvino.device_type": "GPU"}, "torch")
+    assert supports(torch, GPU_HERE) == (
+        "runtime.provider.openvino.device_type=GPU: runtime.engine=torch_eager does not apply it"
+    )
+
+
+def test_a_provider_option_away_from_its_default_is_another_model_variant() -> None:
+    assert variant_key({**TENSORRT, TRT_FP16: False}) == variant_key(TENSORRT)
+    assert variant_key({**TENSORRT, TRT_FP16: True}) != variant_key(TENSORRT)
+    assert f"{TRT_FP16}=True" in variant_key({**TENSORRT, TRT_FP16: True})
