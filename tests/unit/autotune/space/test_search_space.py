@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import optuna
@@ -9,6 +10,7 @@ from autotune.core.knobs import ENGINES, PRUNINGS, declared_values
 from autotune.space.hardware import load_profile
 from autotune.space.knob_rules import parameter_key
 from autotune.space.search_space import (
+    DIMENSION_NAME,
     SPACES_DIR,
     EffectiveSpace,
     effective_space,
@@ -326,3 +328,9 @@ def test_an_open_provider_option_lists_its_values_and_each_is_type_checked(
     assert always_excluded(space)[(dimension, 1)] == (
         f"{dimension}=1 is refused by OpenVinoOptions.device_type: Input should be a valid string"
     )
+
+
+def test_every_engine_option_can_name_a_dimension() -> None:
+    keys = [option.key for engine in ENGINES.values() for option in engine.options]
+    assert "runtime.provider.openvino.device_type" in keys
+    assert [key for key in keys if not re.fullmatch(DIMENSION_NAME, key)] == []
