@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -55,6 +55,15 @@ def _as_text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def _declared(annotation: object) -> tuple[ConfigValue, ...] | None:
+    """The values a field's type lists (a flag's, a `Literal`'s), or None."""
+    if annotation is bool:
+        return (False, True)
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)
+    return None
+
+
 def _field_rule(model: type[ProviderOptions], field: str, value: ConfigValue) -> str | None:
     """Why `value` is not one the options' `field` takes (its type, strictly, and bounds)."""
     try:
@@ -85,22 +94,20 @@ class ExecutionProvider:
         return f"{PROVIDER_KEY}.{self.name}.{field}"
 
     def option_keys(self) -> tuple[Option, ...]:
-        """Each option as a configuration key: a flag offers false and true, any other field
-        is open, its values checked against the field's type and bounds."""
-        keys = []
-        for field, info in type(self.options).model_fields.items():
-            default = getattr(self.options, field)
-            flag = info.annotation is bool
-            keys.append(
-                Option(
-                    self.option_key(field),
-                    (False, True) if flag else None,
-                    default,
-                    defines_variant=True,
-                    rule=partial(_field_rule, type(self.options), field),
-                )
+        """Each option as a configuration key: a flag offers false and true, a `Literal` field
+        its values; any other field is open, its values checked against the field's type and
+        bounds."""
+        model = type(self.options)
+        return tuple(
+            Option(
+                self.option_key(field),
+                _declared(info.annotation),
+                getattr(self.options, field),
+                defines_variant=True,
+                rule=partial(_field_rule, model, field),
             )
-        return tuple(keys)
+            for field, info in model.model_fields.items()
+        )
 
     def options_in(self, config: Mapping[str, ConfigValue]) -> ProviderOptions:
         """The options a configuration gives this provider (the declared default for a key it

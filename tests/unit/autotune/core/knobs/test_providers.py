@@ -7,6 +7,7 @@ ONNX Runtime is given: its declared defaults, or what a configuration sets throu
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
 from pydantic import ValidationError
@@ -156,6 +157,28 @@ def test_a_registered_provider_declares_its_options_and_package() -> None:
 
     register_provider(CpuAgain)
     assert PROVIDERS["cpu_again"].chain() == [("CPUExecutionProvider", {"tag": "b"})]
+
+
+def test_a_providers_option_keys_take_their_values_from_the_fields_types() -> None:
+    class Typed(ProviderOptions):
+        level: Literal["low", "high"] = "low"
+        cached: bool = True
+        device: str = "NPU"
+
+    class TypedProvider(ExecutionProvider):
+        name = "typed"
+        ort_name = "TypedExecutionProvider"
+        options = Typed()
+
+    keys = {o.key: o for o in TypedProvider().option_keys()}
+    assert [(o.values, o.default) for o in keys.values()] == [
+        (("low", "high"), "low"),
+        ((False, True), True),
+        (None, "NPU"),
+    ]
+    assert list(keys) == [f"runtime.provider.typed.{f}" for f in ("level", "cached", "device")]
+    with pytest.raises(Unsupported, match=r"runtime.provider.typed.level='mid' is not one of"):
+        keys["runtime.provider.typed.level"].parse({"runtime.provider.typed.level": "mid"})
 
 
 TENSORRT = {"runtime.engine": "onnxruntime", "runtime.provider": "tensorrt"}
