@@ -334,3 +334,14 @@ def test_every_engine_option_can_name_a_dimension() -> None:
     keys = [option.key for engine in ENGINES.values() for option in engine.options]
     assert "runtime.provider.openvino.device_type" in keys
     assert [key for key in keys if not re.fullmatch(DIMENSION_NAME, key)] == []
+
+
+def test_the_gpu_space_searches_tensorrts_fp16_kernels_where_tensorrt_runs(
+    cpu_profile: HardwareProfile,
+) -> None:
+    dimension = "runtime.provider.tensorrt.trt_fp16_enable"
+    gpu = effective("nvidia-gpu.yaml", load_profile(PROFILES / "h200x8.json"))
+    assert gpu.choices()[dimension] == [False, True]
+    assert always_excluded(effective("nvidia-gpu.yaml", cpu_profile))[(dimension, None)] == (
+        "active only when runtime.provider is tensorrt, which is not offered here"
+    )
