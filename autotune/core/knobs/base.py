@@ -245,7 +245,7 @@ def selecting_keys() -> tuple[str, ...]:
 def declared_values(key: str) -> list[ConfigValue] | None:
     """The values the knobs declare for `key`, in registration order: a selecting key's knob
     names (plugins' after autotune's), an engine option's values; None for a key that no knob
-    declares or whose values are open (any integer)."""
+    declares or whose values are open (`Option.rule`)."""
     if key in _REGISTRIES:
         return list(_REGISTRIES[key])
     option = next((o for o in engine_options() if o.key == key), None)

@@ -26,7 +26,7 @@ from autotune.core.knobs import (
     option_default,
     variant_key,
 )
-from autotune.core.knobs.base import ConfigValue
+from autotune.core.knobs.base import ConfigValue, positive_integer
 
 DEVICES = ("cpu", "cuda")
 SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
@@ -158,8 +158,9 @@ def _choice(
 
 def _positive_int(config: dict[str, ConfigValue], key: str, default: int) -> int:
     value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise Unsupported(f"{key}={value!r} must be an integer >= 1")
+    reason = positive_integer(value)
+    if reason is not None or not isinstance(value, int):
+        raise Unsupported(f"{key}={value!r} {reason}")
     return value
 
 
