@@ -9,25 +9,12 @@ import logging
 import os
 import platform
 import shutil
-from pathlib import Path
 from typing import Any
 
 from autotune.core.contract import GpuInfo, HardwareProfile
+from workers.building.cpu_flags import cpu_flags, cpuinfo
 
 logger = logging.getLogger(__name__)
-
-# CPU flags that change which kernels are fast; the rest of /proc/cpuinfo is noise here.
-_RELEVANT_CPU_FLAGS = (
-    "avx2",
-    "fma",
-    "avx512f",
-    "avx512_vnni",
-    "avx_vnni",
-    "avx512_bf16",
-    "amx_bf16",
-    "amx_int8",
-    "amx_tile",
-)
 
 
 def probe() -> HardwareProfile:
@@ -39,7 +26,7 @@ def probe() -> HardwareProfile:
         cpu_model=_cpu_model(),
         cpu_cores=len(os.sched_getaffinity(0)),
         memory_mb=_memory_mb(),
-        cpu_flags=_cpu_flags(),
+        cpu_flags=cpu_flags(),
         gpus=gpus,
         onnxruntime_providers=_ort_providers(notes),
         engines=_engine_capabilities(notes),
@@ -52,27 +39,11 @@ def probe() -> HardwareProfile:
     )
 
 
-def _cpuinfo() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text()
-    except OSError as error:
-        logger.info("no CPU flags or model name: /proc/cpuinfo is not readable (%s)", error)
-        return ""
-
-
 def _cpu_model() -> str:
-    for line in _cpuinfo().splitlines():
+    for line in cpuinfo().splitlines():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
-
-
-def _cpu_flags() -> list[str]:
-    for line in _cpuinfo().splitlines():
-        if line.startswith("flags"):
-            present = set(line.split(":", 1)[1].split())
-            return [f for f in _RELEVANT_CPU_FLAGS if f in present]
-    return []
 
 
 def _memory_mb() -> int:

@@ -33,6 +33,7 @@ from workers.building.calibration import (
     calibration_reader,
     calibration_subset,
 )
+from workers.building.cpu_flags import int8_sums_saturate
 from workers.building.failures import is_out_of_memory
 from workers.building.variants import TorchVariant
 from workers.loading.onnx_normalize import subgraphs
@@ -184,6 +185,7 @@ def quantize_dynamic_nodes(
             with_node_names(model_bytes),
             output,
             weight_type=QuantType.QInt8,
+            reduce_range=int8_sums_saturate(),
             op_types_to_quantize=list(op_types) if op_types else None,
             nodes_to_quantize=list(only) if only is not None else None,
             nodes_to_exclude=list(exclude),
@@ -250,6 +252,7 @@ def quantize_static_nodes(
                 model, output, quant_format=QuantFormat.QDQ,
                 per_channel=per_channel and settings.per_channel,
                 activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                reduce_range=int8_sums_saturate(),
                 op_types_to_quantize=list(op_types) if op_types else None,
                 nodes_to_quantize=list(only) if only is not None else None,
                 nodes_to_exclude=[*exclude, *sorted(infinite - set(exclude))],

@@ -16,7 +16,9 @@ from autotune.core.contract import ConfigValue
 from autotune.core.knobs.config import parse_config
 from tests.workers_support import digits_workload, spec_for
 from workers import run_trial
+from workers.building import quantization
 from workers.building.calibration import calibration_reader, calibration_subset
+from workers.building.cpu_flags import int8_sums_saturate
 from workers.building.knobs import precision_of
 from workers.building.knobs.precisions import most_sensitive, static_settings
 from workers.building.quantization import (
@@ -99,7 +101,8 @@ def activation_quantizers(model: onnx.ModelProto) -> list[onnx.NodeProto]:
 
 def test_the_defaults_build_the_model_the_quantizer_built_before() -> None:
     """The call as it was before the settings existed (MinMax, per channel, ORT's own
-    activation symmetry, every op type) gives the same bytes as the defaults."""
+    activation symmetry, every op type), with 7-bit weights where this CPU's int8 sums
+    saturate, gives the same bytes as the defaults."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     model = with_node_names(conv_matmul_model())
@@ -110,10 +113,33 @@ def test_the_defaults_build_the_model_the_quantizer_built_before() -> None:
             model, output, calibration_reader(model, subset), quant_format=QuantFormat.QDQ,
             per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax, nodes_to_quantize=None,
-            nodes_to_exclude=[],
+            nodes_to_exclude=[], reduce_range=int8_sums_saturate(),
         )  # fmt: skip
         before = output.read_bytes()
     assert quantize_onnx_int8_static(conv_matmul_model(), samples()) == before
+
+
+@pytest.mark.parametrize(("saturate", "largest"), [(False, 127), (True, 64)])
+def test_weights_take_seven_bits_where_the_cpus_int8_sums_saturate(
+    monkeypatch: pytest.MonkeyPatch, saturate: bool, largest: int
+) -> None:
+    """On AVX2 or AVX-512 without VNNI, ONNX Runtime's int8 kernels add two products in 16
+    bits, which full 8-bit weights can overflow: the quantizer then keeps weights in 7 bits
+    (its reduce_range), dynamic and static alike."""
+    monkeypatch.setattr(quantization, "int8_sums_saturate", lambda: saturate)
+
+    def weights(model_bytes: bytes) -> list[int]:
+        model = onnx.load_model_from_string(model_bytes)
+        return [
+            int(np.abs(numpy_helper.to_array(i).astype(np.int32)).max())
+            for i in model.graph.initializer
+            if i.name.endswith("_w_quantized")
+        ]
+
+    static = quantization.quantize_onnx_int8_static(conv_matmul_model(), samples())
+    assert weights(static) == [largest, largest]
+    dynamic = quantization.quantize_dynamic_nodes(conv_matmul_model(), ("MatMul",))
+    assert weights(dynamic) == [largest]
 
 
 def test_per_channel_false_gives_one_weight_scale_per_tensor() -> None:

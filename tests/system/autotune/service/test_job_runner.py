@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
@@ -16,7 +18,9 @@ from mlflow.tracking import MlflowClient
 from autotune.service.db import Database
 from autotune.service.jobs import FINAL_STATES, JobStore
 from autotune.service.runner import JobRunner
+from autotune.service.settings import ServiceSettings
 from autotune.service.submission import prepare_job
+from autotune.service.tokens import Principal
 from tests.conftest import postgres_databases, stored_trials
 from tests.onnx_models import tiny_onnx
 from tests.service_support import (
@@ -50,6 +54,21 @@ def test_a_model_that_does_not_fit_the_data_fails_naming_the_field_on_ray(tmp_pa
     db.close()
 
 
+@contextmanager
+def on_postgres(
+    tmp_path: Path, lease_s: float
+) -> Iterator[tuple[ServiceSettings, JobStore, Principal]]:
+    """The service's settings on three fresh PostgreSQL databases (jobs, studies, MLflow), its
+    job store and alice."""
+    with postgres_databases(3) as (jobs_db, studies_db, mlflow_db):
+        settings = settings_for(tmp_path, jobs_db, studies_db, mlflow_db, lease_s=lease_s)
+        db = Database(settings.db)
+        try:
+            yield settings, JobStore(db), principal(db)
+        finally:
+            db.close()
+
+
 # Ten jobs submitted at once: both runners claim several while the other claims too.
 JOBS = 10
 
@@ -57,10 +76,7 @@ JOBS = 10
 @pytest.mark.integration
 @pytest.mark.slow
 def test_jobs_on_two_runners_each_run_exactly_once(tmp_path: Path) -> None:
-    with postgres_databases(3) as (jobs_db, studies_db, mlflow_db):
-        settings = settings_for(tmp_path, jobs_db, studies_db, mlflow_db, lease_s=10.0)
-        db = Database(settings.db)
-        store, alice = JobStore(db), principal(db)
+    with on_postgres(tmp_path, lease_s=10.0) as (settings, store, alice):
         ids: list[str] = []
         lock = threading.Lock()
 
@@ -96,16 +112,12 @@ def test_jobs_on_two_runners_each_run_exactly_once(tmp_path: Path) -> None:
             name = f"token~alice~{job.request['name']}"
             (version,) = client.search_model_versions(f"name = '{name}'")
             assert version.tags["autotune.job"] == job.id
-        db.close()
 
 
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_killed_runners_job_completes_after_the_lease_expires(tmp_path: Path) -> None:
-    with postgres_databases(3) as (jobs_db, studies_db, mlflow_db):
-        settings = settings_for(tmp_path, jobs_db, studies_db, mlflow_db, lease_s=3.0)
-        db = Database(settings.db)
-        store, alice = JobStore(db), principal(db)
+    with on_postgres(tmp_path, lease_s=3.0) as (settings, store, alice):
         job, _ = store.submit(prepare_job(service_request(trials=8), alice, settings))
 
         with runner_processes(settings, 1) as (first,):
@@ -134,4 +146,3 @@ def test_a_killed_runners_job_completes_after_the_lease_expires(tmp_path: Path) 
         assert kept <= complete  # resumed: the first runner's trials were kept
         counted = [t for t in trials if t.counted]
         assert len(counted) == 8  # the budget, not the budget twice
-        db.close()
