@@ -132,9 +132,7 @@ class LocalRayCluster:
         go on, and could finish its task and answer the driver after its node was "gone"."""
         process = self._named.pop(name)
         self._processes.remove(process)
-        for worker in self._processes_of(process):
-            with suppress(psutil.NoSuchProcess):
-                worker.kill()
+        _kill(self._processes_of(process))
         end_group(process)
 
     def runs_task(self, name: str, task: str) -> bool:
@@ -200,10 +198,15 @@ class LocalRayCluster:
         groups of their own) included."""
         started = [p for process in self._processes for p in self._processes_of(process)]
         end_groups(reversed(self._processes), grace_s=3.0)
-        for process in started:
-            with suppress(psutil.NoSuchProcess):
-                process.kill()
+        _kill(started)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _kill(processes: list[psutil.Process]) -> None:
+    """SIGKILL to each of `processes` that is still there."""
+    for process in processes:
+        with suppress(psutil.NoSuchProcess):
+            process.kill()
 
 
 @contextmanager

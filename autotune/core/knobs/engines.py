@@ -84,8 +84,9 @@ SYMMETRIC_ACTIVATIONS = Option(
 )
 OP_TYPES = Option("precision.op_types", ("all", "matmul_only"), "all", defines_variant=True)
 STATIC_INT8_OPTIONS = (CALIBRATION, PER_CHANNEL, SYMMETRIC_ACTIVATIONS, OP_TYPES)
-# Every registered provider's options, `runtime.provider.<provider>.<option>`.
-PROVIDER_OPTIONS = tuple(o for provider in PROVIDERS.values() for o in provider.option_keys())
+# Each registered provider's options, `runtime.provider.<provider>.<option>`, by provider.
+OPTIONS_OF_PROVIDER = {name: provider.option_keys() for name, provider in PROVIDERS.items()}
+PROVIDER_OPTIONS = tuple(o for options in OPTIONS_OF_PROVIDER.values() for o in options)
 
 
 def foreign_setting(engine: Engine, config: TrialConfig, hints: dict[str, str]) -> str | None:
@@ -265,13 +266,13 @@ def unused_provider_option(config: TrialConfig) -> str | None:
     """Why a configuration cannot set an option of a provider its session does not use (not
     the provider it asks for, nor one of that provider's fallbacks) away from its default."""
     chosen = provider_of(config)
-    for provider in PROVIDERS.values():
-        if provider.name in (chosen.name, *chosen.fallbacks):
+    for name, options in OPTIONS_OF_PROVIDER.items():
+        if name in (chosen.name, *chosen.fallbacks):
             continue
-        setting = _first_set(config, provider.option_keys())
+        setting = _first_set(config, options)
         if setting is not None:
             return (
-                f"{setting} is an option of {PROVIDER_KEY}={provider.name}; "
+                f"{setting} is an option of {PROVIDER_KEY}={name}; "
                 f"a session of {PROVIDER_KEY}={chosen.name} does not use it"
             )
     return None
