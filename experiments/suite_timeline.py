@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from experiments.test_suite_time import WORKERS
+
 REPO = Path(__file__).resolve().parent.parent
 TIMELINE_ENV = "AUTOTUNE_TEST_TIMELINE"
 DEFAULT_ARGS = ["tests/component", "tests/system"]
@@ -120,14 +122,19 @@ def report(spans: list[Span]) -> list[str]:
     return lines
 
 
-def pytest_command(pytest_args: list[str]) -> list[str]:
+def suite_command(pytest_args: list[str]) -> list[str]:
     """pytest in the workers `make test` uses, with this plugin; where `pytest_args` name no
     test path (options alone, such as --durations=0), the component and system tiers."""
-    workers = str(min(os.cpu_count() or 1, 4))
     names_a_path = any((REPO / arg.split("::")[0]).exists() for arg in pytest_args)
     tests = [] if names_a_path else DEFAULT_ARGS
-    command = [str(REPO / ".venv" / "bin" / "pytest"), "-n", workers, "--dist", "worksteal"]
-    return [*command, "-p", "experiments.suite_timeline", *pytest_args, *tests]
+    return [
+        str(REPO / ".venv" / "bin" / "pytest"),
+        *WORKERS,
+        "-p",
+        "experiments.suite_timeline",
+        *pytest_args,
+        *tests,
+    ]
 
 
 def run(timeline: Path, pytest_args: list[str]) -> int:
@@ -135,7 +142,7 @@ def run(timeline: Path, pytest_args: list[str]) -> int:
     env = {**os.environ, TIMELINE_ENV: str(timeline.resolve())}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return subprocess.run(pytest_command(pytest_args), cwd=REPO, env=env, check=False).returncode
+    return subprocess.run(suite_command(pytest_args), cwd=REPO, env=env, check=False).returncode
 
 
 def main(argv: list[str]) -> int:

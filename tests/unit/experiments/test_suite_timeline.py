@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from experiments.suite_timeline import DEFAULT_ARGS, Span, pytest_command, read_spans, report
+from experiments.suite_timeline import DEFAULT_ARGS, Span, suite_command, read_spans, report
 
 
 def span(worker: str, test: str, started: float, got_machine: float, ended: float) -> Span:
@@ -38,7 +38,7 @@ def test_a_timeline_file_is_read_back(tmp_path: Path) -> None:
 
 
 def test_options_alone_keep_the_default_tiers_and_a_path_replaces_them() -> None:
-    assert pytest_command(["--durations=0"])[-3:] == ["--durations=0", *DEFAULT_ARGS]
-    named = pytest_command(["-x", "tests/unit/experiments/test_suite_timeline.py::test_x"])
+    assert suite_command(["--durations=0"])[-3:] == ["--durations=0", *DEFAULT_ARGS]
+    named = suite_command(["-x", "tests/unit/experiments/test_suite_timeline.py::test_x"])
     assert named[-2:] == ["-x", "tests/unit/experiments/test_suite_timeline.py::test_x"]
     assert not set(DEFAULT_ARGS) & set(named)
