@@ -27,9 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from experiments.test_suite_time import WORKERS
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from experiments.test_suite_time import WORKERS  # noqa: E402
+
 TIMELINE_ENV = "AUTOTUNE_TEST_TIMELINE"
 DEFAULT_ARGS = ["tests/component", "tests/system"]
 LONG_S = 10.0
