@@ -1,6 +1,6 @@
 """What a study records, and where: typed trial records behind the `ResultStore` interface."""
 
-from autotune.results.optuna_store import OptunaStore, opened_store, producible
+from autotune.results.optuna_store import OptunaStore, opened_store
 from autotune.results.records import (
     StoredRevalidation,
     StudyIdentity,
@@ -19,5 +19,4 @@ __all__ = [
     "TrialMarks",
     "TrialRecord",
     "opened_store",
-    "producible",
 ]

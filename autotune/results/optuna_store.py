@@ -402,24 +402,6 @@ def distributions(space: EffectiveSpace, config: dict[str, ConfigValue]) -> dict
     return dict(trial.distributions)
 
 
-def producible(space: EffectiveSpace, config: dict[str, ConfigValue]) -> bool:
-    """Whether sampling `space` can give exactly `config`: every active dimension has its
-    key with a value inside its distribution, and there is no other key."""
-    import optuna
-
-    params = space.params_of(config)
-    trial = optuna.trial.FixedTrial(params)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # out-of-range values are rejected below instead
-        try:
-            produced = space.sample(trial)  # type: ignore[arg-type]
-        except ValueError:  # a key the space needs is missing, or a value is not a choice
-            return False
-    return produced == config and all(
-        optuna_api.contains(dist, params[name]) for name, dist in trial.distributions.items()
-    )
-
-
 def record_of(trial: optuna.trial.FrozenTrial) -> TrialRecord:
     """The typed record of a stored trial; a study written before records were typed keeps
     each field in an attribute of its own, and reads the same."""

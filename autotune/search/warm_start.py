@@ -13,7 +13,7 @@ from typing import Any
 
 from autotune.core.contract import Provenance, TrialMetrics, TrialResult, TrialSpec
 from autotune.core.knobs import variant_key
-from autotune.results.optuna_store import opened_store, producible
+from autotune.results.optuna_store import opened_store
 from autotune.results.records import Candidate, configuration_key
 from autotune.search.front import front_of
 from autotune.space.search_space import EffectiveSpace
@@ -40,7 +40,7 @@ class WarmStart:
         baseline (which every study measures anyway)."""
         kept: list[dict[str, Any]] = []
         for config in self.front:
-            if config != space.baseline() and config not in kept and producible(space, config):
+            if config != space.baseline() and config not in kept and space.produces(config):
                 kept.append(config)
         return kept
 

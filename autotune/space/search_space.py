@@ -9,6 +9,7 @@ A configuration always uses the plain key."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from autotune import optuna_api
 from autotune.core.contract import CAPABILITIES, ConfigValue, HardwareProfile, ModelInfo, Strict
 from autotune.core.errors import SpaceError
 from autotune.core.knobs import ENGINE_KEY, Target, declared_values
@@ -237,6 +239,23 @@ class EffectiveSpace(Strict):
                 kept = choices.setdefault(dim.name, [])
                 kept.extend(v for v in dim.values if v not in kept)
         return choices
+
+    def produces(self, config: dict[str, ConfigValue]) -> bool:
+        """Whether sampling this space can give exactly `config`: every active dimension has
+        its key with a value inside its distribution, and there is no other key."""
+        import optuna
+
+        params = self.params_of(config)
+        trial = optuna.trial.FixedTrial(params)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # out-of-range values are rejected below instead
+            try:
+                produced = self.sample(trial)  # type: ignore[arg-type]
+            except ValueError:  # a key the space needs is missing, or a value is not a choice
+                return False
+        return produced == config and all(
+            optuna_api.contains(dist, params[name]) for name, dist in trial.distributions.items()
+        )
 
     def params_of(self, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
         """`config` under the Optuna parameter names that sampling it would use."""

@@ -76,7 +76,6 @@ from autotune.core.contract import (
 from autotune.core.contract.trials import SensitivityKey, SensitivityTable
 from autotune.core.errors import engine_that_cannot_convert
 from autotune.core.knobs import ENGINE_KEY, ENGINES, variant_key
-from autotune.results.optuna_store import producible
 from autotune.strategies.base import Answer, Proposal, Strategy, register_strategy
 from autotune.strategies.batch_sizes import (
     BATCH,
@@ -280,7 +279,7 @@ class Ledger:
         count (`int8_steps.beyond_ranking`), and producible by the space."""
         if self.unsupported_like(config) is not None or beyond_ranking(self, config) is not None:
             return False
-        return producible(self.space, config)
+        return self.space.produces(config)
 
     def unsupported_like(self, config: dict[str, ConfigValue]) -> PastResult | None:
         """A finished trial that could not be built (or failed with a deterministic error)

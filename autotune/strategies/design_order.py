@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 from autotune.core.contract import ConfigValue
 from autotune.core.knobs import ENGINE_KEY, ENGINES, variant_key
 from autotune.core.metrics import OBJECTIVES, Metric, selection_objective
-from autotune.results.optuna_store import producible
 from autotune.strategies.batch_sizes import BATCH, BatchSteps, as_number
 from autotune.strategies.designed import changed, config_key
 from autotune.strategies.steps import climb, figure, improves
@@ -56,7 +55,7 @@ def thread_probe(ledger: Ledger) -> dict[str, ConfigValue] | None:
     here = as_number(baseline[THREADS])
     farthest = max(counts, key=lambda count: abs(as_number(count) - here))
     probe = changed(ledger.space, baseline, {THREADS: farthest})
-    return probe if probe != baseline and producible(ledger.space, probe) else None
+    return probe if probe != baseline and ledger.space.produces(probe) else None
 
 
 def probed_threads(ledger: Ledger) -> ConfigValue | None:
@@ -157,7 +156,7 @@ def _batch_siblings(
         option = changed(ledger.space, top, {BATCH: there})
         if rank is None or ledger.known(config_key(option)) or variant_key(option) in excluded:
             continue
-        if not blocked(option) and producible(ledger.space, option):
+        if not blocked(option) and ledger.space.produces(option):
             siblings.append((rank, option))
     siblings.sort(key=lambda pair: pair[0])
     return [(rank[0] == 1 and not rank[2], option) for rank, option in siblings]
@@ -179,7 +178,7 @@ def _planned(ledger: Ledger, excluded: set[str]) -> list[dict[str, ConfigValue]]
         option = changed(ledger.space, config, {THREADS: threads}) if threads else config
         if config.get(BATCH) != main_batch:
             option = _in_best_precision(ledger, option, main_batch, excluded)
-        if option != config and not producible(ledger.space, option):
+        if option != config and not ledger.space.produces(option):
             option = config
         if not ledger.known(config_key(option)) and option not in planned:
             planned.append(option)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.contract import ConfigValue
-from autotune.results.optuna_store import producible
 from autotune.strategies.batch_sizes import (
     BATCH,
     as_number,
@@ -61,7 +60,7 @@ def _designed_at(
     for precision in precisions:
         for engine in _alternatives(space.choices(), "runtime.engine"):
             config = changed(space, baseline, {**batch, **precision, **engine})
-            if config != baseline and config not in designed and producible(space, config):
+            if config != baseline and config not in designed and space.produces(config):
                 designed.append(config)
     return designed
 

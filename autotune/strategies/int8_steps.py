@@ -35,7 +35,6 @@ from autotune.core.int8_fallback import (
 from autotune.core.knobs import FALLBACK_KEY, PRECISION_KEY, variant_key
 from autotune.core.knobs.engines import CALIBRATION, OP_TYPES
 from autotune.core.metrics import ACCURACY, LATENCY_P95, Metric
-from autotune.results.optuna_store import producible
 from autotune.strategies.batch_sizes import as_number
 from autotune.strategies.designed import changed, config_key
 from autotune.strategies.steps import figure
@@ -159,7 +158,7 @@ def _measurable(ledger: Ledger, option: dict[str, ConfigValue], blocked: Blocked
         return False
     if blocked(option) or ledger.unsupported_like(option) is not None:
         return False
-    return producible(ledger.space, option)
+    return ledger.space.produces(option)
 
 
 def _most_accurate(ledger: Ledger, chain: list[dict[str, ConfigValue]]) -> dict[str, ConfigValue]:
@@ -183,7 +182,7 @@ def _more_in_float(
     option = changed(ledger.space, config, {FALLBACK_KEY: step})
     if option.get(FALLBACK_KEY) != step or blocked(option):
         return None  # the dimension is not active for this configuration, or it waits
-    return option if producible(ledger.space, option) else None
+    return option if ledger.space.produces(option) else None
 
 
 def _fallback_step(

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from autotune.core.contract import ConfigValue
 from autotune.core.knobs import variant_key
 from autotune.core.metrics import Metric, selection_objective
-from autotune.results.optuna_store import producible
 from autotune.strategies.batch_sizes import BATCH, as_number
 from autotune.strategies.designed import changed, config_key
 
@@ -47,7 +46,7 @@ def climb(
             continue
         if variant_key(option) in excluded or blocked(option):
             continue
-        if ledger.unsupported_like(option) is None and producible(ledger.space, option):
+        if ledger.unsupported_like(option) is None and ledger.space.produces(option):
             return option
     return None
 

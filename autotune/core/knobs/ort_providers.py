@@ -4,18 +4,26 @@ through autotune's `autotune.providers` entry point, in this order."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from autotune.core.knobs.base import Package
 from autotune.core.knobs.providers import ExecutionProvider, ProviderOptions, register_provider
 
 
+# No option names a device: a trial's slot sees only the GPUs it was given, and a session
+# runs on the first of them (ONNX Runtime's device_id 0).
+
+
 class CudaOptions(ProviderOptions):
-    device_id: int = Field(default=0, ge=0)
+    # How cuDNN picks each convolution's algorithm: timing every one, its heuristics, or none.
+    cudnn_conv_algo_search: Literal["EXHAUSTIVE", "HEURISTIC", "DEFAULT"] = "EXHAUSTIVE"
 
 
 class TensorrtOptions(ProviderOptions):
-    device_id: int = Field(default=0, ge=0)
+    # How long TensorRT's builder searches for kernels; below 3 it may build slower engines.
+    trt_builder_optimization_level: int = Field(default=3, ge=0, le=5)
     # fp16 kernels for an fp32 model change its numerics: off, as ONNX Runtime has it.
     trt_fp16_enable: bool = False
     trt_engine_cache_enable: bool = False

@@ -102,7 +102,7 @@ def test_a_chain_with_options_that_onnx_runtime_falls_back_from_is_refused(
     [chain] = given_providers
     assert chain[0] == (
         "TensorrtExecutionProvider",
-        {"device_id": "0", "trt_fp16_enable": "false", "trt_engine_cache_enable": "false"},
+        {"trt_builder_optimization_level": "3", "trt_fp16_enable": "false", "trt_engine_cache_enable": "false"},
     )
     assert [name for name, _ in chain[1:]] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
@@ -123,7 +123,7 @@ def test_a_configuration_s_provider_options_reach_the_session_it_builds(
         "runtime.engine": "onnxruntime",
         "runtime.provider": "tensorrt",
         "runtime.provider.tensorrt.trt_fp16_enable": True,
-        "runtime.provider.cuda.device_id": 1,
+        "runtime.provider.cuda.cudnn_conv_algo_search": "HEURISTIC",
     }
     engine = ENGINE_IMPLEMENTATIONS["onnxruntime"]
     with warnings.catch_warnings():
@@ -134,9 +134,9 @@ def test_a_configuration_s_provider_options_reach_the_session_it_builds(
     assert chain == [
         (
             "TensorrtExecutionProvider",
-            {"device_id": "0", "trt_fp16_enable": "true", "trt_engine_cache_enable": "false"},
+            {"trt_builder_optimization_level": "3", "trt_fp16_enable": "true", "trt_engine_cache_enable": "false"},
         ),
-        ("CUDAExecutionProvider", {"device_id": "1"}),
+        ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"}),
         ("CPUExecutionProvider", {}),
     ]
 

@@ -207,6 +207,23 @@ def test_enqueued_baseline_is_sampled_exactly(cpu_profile: HardwareProfile) -> N
     assert space.sample(study.ask()) == space.baseline()
 
 
+def test_the_space_produces_exactly_what_sampling_it_can_give(
+    cpu_profile: HardwareProfile,
+) -> None:
+    space = effective("default.yaml", cpu_profile)
+    baseline = space.baseline()
+    pruned = {**baseline, "prune.method": "magnitude", "prune.ratio": 0.3}
+    assert space.produces(baseline)
+    assert space.produces(pruned)
+    assert not space.produces({**baseline, "prune.ratio": 0.3})  # inactive without a method
+    assert not space.produces({**pruned, "prune.ratio": 0.9})  # outside its range
+    assert not space.produces({**baseline, "batch.size": 3})  # not one of its values
+    assert not space.produces({**baseline, "colour.name": "red"})  # a key the space lacks
+    missing = dict(baseline)
+    del missing["batch.size"]
+    assert not space.produces(missing)
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "fragment"),
     [

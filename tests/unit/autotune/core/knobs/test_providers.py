@@ -46,9 +46,9 @@ def test_a_chain_is_the_provider_and_its_fallbacks_each_with_its_options() -> No
     assert PROVIDERS["tensorrt"].chain() == [
         (
             "TensorrtExecutionProvider",
-            {"device_id": "0", "trt_fp16_enable": "false", "trt_engine_cache_enable": "false"},
+            {"trt_builder_optimization_level": "3", "trt_fp16_enable": "false", "trt_engine_cache_enable": "false"},
         ),
-        ("CUDAExecutionProvider", {"device_id": "0"}),
+        ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "EXHAUSTIVE"}),
         ("CPUExecutionProvider", {}),
     ]
     assert PROVIDERS["openvino"].chain()[0] == ("OpenVINOExecutionProvider", {"device_type": "CPU"})
@@ -61,11 +61,11 @@ def test_a_chain_is_the_provider_and_its_fallbacks_each_with_its_options() -> No
 
 def test_an_option_onnx_runtime_does_not_know_is_refused_naming_it() -> None:
     with pytest.raises(ValidationError) as refused:
-        CudaOptions(devise_id=1)  # type: ignore[call-arg]
-    assert "devise_id" in str(refused.value)
+        CudaOptions(cudnn_conv_algo_serch="HEURISTIC")  # type: ignore[call-arg]
+    assert "cudnn_conv_algo_serch" in str(refused.value)
     assert "Extra inputs are not permitted" in str(refused.value)
-    with pytest.raises(ValidationError, match="device_id"):
-        CudaOptions(device_id=-1)
+    with pytest.raises(ValidationError, match="trt_builder_optimization_level"):
+        TensorrtOptions(trt_builder_optimization_level=6)
     assert TensorrtOptions(trt_fp16_enable=True).for_onnxruntime()["trt_fp16_enable"] == "true"
 
 
@@ -183,6 +183,7 @@ def test_a_providers_option_keys_take_their_values_from_the_fields_types() -> No
 
 TENSORRT = {"runtime.engine": "onnxruntime", "runtime.provider": "tensorrt"}
 TRT_FP16 = "runtime.provider.tensorrt.trt_fp16_enable"
+TRT_LEVEL = "runtime.provider.tensorrt.trt_builder_optimization_level"
 
 
 def test_each_provider_option_is_a_key_of_the_onnxruntime_engine() -> None:
@@ -191,19 +192,22 @@ def test_each_provider_option_is_a_key_of_the_onnxruntime_engine() -> None:
     assert (fp16.values, fp16.default, fp16.defines_variant) == ((False, True), False, True)
     device_type = keys["runtime.provider.openvino.device_type"]
     assert (device_type.values, device_type.default) == (None, "CPU")  # open: typed, not listed
-    assert keys["runtime.provider.cuda.device_id"].default == 0
+    cudnn = keys["runtime.provider.cuda.cudnn_conv_algo_search"]
+    assert (cudnn.values, cudnn.default) == (("EXHAUSTIVE", "HEURISTIC", "DEFAULT"), "EXHAUSTIVE")
+    assert keys["runtime.provider.tensorrt.trt_builder_optimization_level"].values is None
+    assert not [key for key in keys if key.endswith(".device_id")]  # the slot's GPU, not a knob
     assert not [key for key in keys if key.startswith("runtime.provider.cpu.")]
 
 
 def test_a_configuration_gives_the_chain_its_options() -> None:
-    config = {**TENSORRT, TRT_FP16: True, "runtime.provider.cuda.device_id": 1}
+    config = {**TENSORRT, TRT_FP16: True, "runtime.provider.cuda.cudnn_conv_algo_search": "HEURISTIC"}
     parsed = parse_config(config, "onnx")
     assert PROVIDERS["tensorrt"].chain(parsed.options) == [
         (
             "TensorrtExecutionProvider",
-            {"device_id": "0", "trt_fp16_enable": "true", "trt_engine_cache_enable": "false"},
+            {"trt_builder_optimization_level": "3", "trt_fp16_enable": "true", "trt_engine_cache_enable": "false"},
         ),
-        ("CUDAExecutionProvider", {"device_id": "1"}),  # a fallback's option is used too
+        ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"}),  # a fallback's option is used too
         ("CPUExecutionProvider", {}),
     ]
     assert reason(config, GPU_HERE) is None
@@ -213,15 +217,15 @@ def test_a_configuration_gives_the_chain_its_options() -> None:
     ("key", "value", "refusal"),
     [
         (
-            "runtime.provider.cuda.device_id",
+            TRT_LEVEL,
             -1,
-            "runtime.provider.cuda.device_id=-1 is refused by CudaOptions.device_id: "
+            f"{TRT_LEVEL}=-1 is refused by TensorrtOptions.trt_builder_optimization_level: "
             "Input should be greater than or equal to 0",
         ),
         (
-            "runtime.provider.cuda.device_id",
+            TRT_LEVEL,
             "1",
-            "runtime.provider.cuda.device_id='1' is refused by CudaOptions.device_id: "
+            f"{TRT_LEVEL}='1' is refused by TensorrtOptions.trt_builder_optimization_level: "
             "Input should be a valid integer",
         ),
         (
