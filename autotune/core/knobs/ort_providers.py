@@ -11,7 +11,6 @@ from pydantic import Field
 from autotune.core.knobs.base import Package
 from autotune.core.knobs.providers import ExecutionProvider, ProviderOptions, register_provider
 
-
 # No option names a device: a trial's slot sees only the GPUs it was given, and a session
 # runs on the first of them (ONNX Runtime's device_id 0).
 

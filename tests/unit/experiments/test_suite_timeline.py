@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from experiments.suite_timeline import DEFAULT_ARGS, Span, suite_command, read_spans, report
+from experiments.suite_timeline import DEFAULT_ARGS, Span, read_spans, report, suite_command
 
 
 def span(worker: str, test: str, started: float, got_machine: float, ended: float) -> Span:

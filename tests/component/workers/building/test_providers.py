@@ -32,6 +32,13 @@ from workers.building.knobs.base import ENGINE_IMPLEMENTATIONS
 from workers.building.ort_session import OnnxRuntimeSession
 from workers.building.variants import OnnxVariant
 
+# What ONNX Runtime is given for TensorRT where a configuration leaves its options out.
+TENSORRT_DEFAULTS = {
+    "trt_builder_optimization_level": "3",
+    "trt_fp16_enable": "false",
+    "trt_engine_cache_enable": "false",
+}
+
 
 def relu_model() -> bytes:
     graph = helper.make_graph(
@@ -102,7 +109,7 @@ def test_a_chain_with_options_that_onnx_runtime_falls_back_from_is_refused(
     [chain] = given_providers
     assert chain[0] == (
         "TensorrtExecutionProvider",
-        {"trt_builder_optimization_level": "3", "trt_fp16_enable": "false", "trt_engine_cache_enable": "false"},
+        TENSORRT_DEFAULTS,
     )
     assert [name for name, _ in chain[1:]] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
@@ -134,7 +141,7 @@ def test_a_configuration_s_provider_options_reach_the_session_it_builds(
     assert chain == [
         (
             "TensorrtExecutionProvider",
-            {"trt_builder_optimization_level": "3", "trt_fp16_enable": "true", "trt_engine_cache_enable": "false"},
+            {**TENSORRT_DEFAULTS, "trt_fp16_enable": "true"},
         ),
         ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"}),
         ("CPUExecutionProvider", {}),

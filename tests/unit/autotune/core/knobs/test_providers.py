@@ -30,6 +30,14 @@ PROFILES = REPO / "search_spaces" / "profiles"
 CPU_HERE = Target(frozenset({"cpu", "ort.cpu"}), "onnx")
 GPU_HERE = Target(frozenset({"cpu", "cuda", "ort.cpu", "ort.cuda", "ort.tensorrt"}), "onnx")
 
+# What ONNX Runtime is given for TensorRT where a configuration leaves its options out.
+TENSORRT_DEFAULTS = {
+    "trt_builder_optimization_level": "3",
+    "trt_fp16_enable": "false",
+    "trt_engine_cache_enable": "false",
+}
+CUDNN_SEARCH = "runtime.provider.cuda.cudnn_conv_algo_search"
+
 
 def reason(config: dict[str, str | int | bool], target: Target) -> str | None:
     return supports(parse_config({"runtime.engine": "onnxruntime", **config}, "onnx"), target)
@@ -46,7 +54,7 @@ def test_a_chain_is_the_provider_and_its_fallbacks_each_with_its_options() -> No
     assert PROVIDERS["tensorrt"].chain() == [
         (
             "TensorrtExecutionProvider",
-            {"trt_builder_optimization_level": "3", "trt_fp16_enable": "false", "trt_engine_cache_enable": "false"},
+            TENSORRT_DEFAULTS,
         ),
         ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "EXHAUSTIVE"}),
         ("CPUExecutionProvider", {}),
@@ -200,14 +208,21 @@ def test_each_provider_option_is_a_key_of_the_onnxruntime_engine() -> None:
 
 
 def test_a_configuration_gives_the_chain_its_options() -> None:
-    config = {**TENSORRT, TRT_FP16: True, "runtime.provider.cuda.cudnn_conv_algo_search": "HEURISTIC"}
+    config = {
+        **TENSORRT,
+        TRT_FP16: True,
+        "runtime.provider.cuda.cudnn_conv_algo_search": "HEURISTIC",
+    }
     parsed = parse_config(config, "onnx")
     assert PROVIDERS["tensorrt"].chain(parsed.options) == [
         (
             "TensorrtExecutionProvider",
-            {"trt_builder_optimization_level": "3", "trt_fp16_enable": "true", "trt_engine_cache_enable": "false"},
+            {**TENSORRT_DEFAULTS, "trt_fp16_enable": "true"},
         ),
-        ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"}),  # a fallback's option is used too
+        (
+            "CUDAExecutionProvider",
+            {"cudnn_conv_algo_search": "HEURISTIC"},
+        ),  # a fallback's option is used too
         ("CPUExecutionProvider", {}),
     ]
     assert reason(config, GPU_HERE) is None
