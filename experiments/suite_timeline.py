@@ -10,7 +10,11 @@ before its own exclusive turn) and when it ended. The PYTEST ARGS are passed on;
 name no test path (options alone, such as --durations=0), the component and system tiers
 are run. `report` reads such a file and prints the span of the run, each worker's
 busy time, its wait for the machine and its idle tail after its last test, the busy time
-per tier, the share of the tests of 10 s or more, and the longest waits.
+per tier, the share of the tests of 10 s or more, and the longest waits. `run` also reads
+the machine's CPU time (/proc/stat) before and after the suite, into TIMELINE.cpu.json:
+the core-seconds the suite's processes computed, and so the least wall time this machine's
+cores could run that work in, however the tests were ordered or overlapped (keep the machine
+otherwise quiet: every process counts).
 """
 
 from __future__ import annotations
@@ -84,6 +88,33 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
                 out.write(json.dumps(span.__dict__) + "\n")
 
 
+# -- the machine's CPU time ------------------------------------------------------------------
+
+
+def busy_core_seconds(proc_stat: str, ticks_per_s: float) -> float:
+    """The machine's busy CPU time so far, summed over its cores (user, nice, system, irq and
+    softirq; not idle, I/O wait or steal), from /proc/stat's first line."""
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, proc_stat.split()[1:8])
+    return (user + nice + system + irq + softirq) / ticks_per_s
+
+
+def machine_busy_core_seconds() -> float:
+    return busy_core_seconds(Path("/proc/stat").read_text(), os.sysconf("SC_CLK_TCK"))
+
+
+def cpu_line(usage: dict[str, float]) -> str:
+    wall, busy, cores = usage["wall_s"], usage["busy_core_s"], usage["cores"]
+    return (
+        f"CPU: {busy:.0f} core-seconds busy in {wall:.0f} s ({100 * busy / (wall * cores):.0f}% "
+        f"of {cores:g} cores); that work alone needs {busy / cores:.0f} s of wall time or more "
+        f"on {cores:g} cores"
+    )
+
+
+def cpu_path(timeline: Path) -> Path:
+    return timeline.with_name(timeline.name + ".cpu.json")
+
+
 # -- the report ---------------------------------------------------------------------------
 
 
@@ -144,7 +175,12 @@ def run(timeline: Path, pytest_args: list[str]) -> int:
     env = {**os.environ, TIMELINE_ENV: str(timeline.resolve())}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return subprocess.run(suite_command(pytest_args), cwd=REPO, env=env, check=False).returncode
+    started, before = time.monotonic(), machine_busy_core_seconds()
+    code = subprocess.run(suite_command(pytest_args), cwd=REPO, env=env, check=False).returncode
+    wall, busy = time.monotonic() - started, machine_busy_core_seconds() - before
+    usage = {"wall_s": wall, "busy_core_s": busy, "cores": os.cpu_count()}
+    cpu_path(timeline).write_text(json.dumps(usage) + "\n")
+    return code
 
 
 def main(argv: list[str]) -> int:
@@ -154,6 +190,8 @@ def main(argv: list[str]) -> int:
     timeline = Path(argv[1])
     code = run(timeline, argv[2:]) if argv[0] == "run" else 0
     print("\n".join(report(read_spans(timeline))))
+    if cpu_path(timeline).exists():
+        print(cpu_line(json.loads(cpu_path(timeline).read_text())))
     return code
 
 

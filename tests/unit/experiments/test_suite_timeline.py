@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from experiments.suite_timeline import DEFAULT_ARGS, Span, read_spans, report, suite_command
+from experiments.suite_timeline import (
+    DEFAULT_ARGS,
+    Span,
+    busy_core_seconds,
+    cpu_line,
+    read_spans,
+    report,
+    suite_command,
+)
 
 
 def span(worker: str, test: str, started: float, got_machine: float, ended: float) -> Span:
@@ -42,3 +50,14 @@ def test_options_alone_keep_the_default_tiers_and_a_path_replaces_them() -> None
     named = suite_command(["-x", "tests/unit/experiments/test_suite_timeline.py::test_x"])
     assert named[-2:] == ["-x", "tests/unit/experiments/test_suite_timeline.py::test_x"]
     assert not set(DEFAULT_ARGS) & set(named)
+
+
+def test_the_machine_s_cpu_time_is_what_its_cores_computed_and_bounds_the_wall_time() -> None:
+    # user nice system idle iowait irq softirq steal: ticks of 1/100 s over all cores
+    stat = "cpu  6000 100 1900 3000 500 200 300 7000 0 0\ncpu0 1 2 3\n"
+    assert busy_core_seconds(stat, 100.0) == 85.0  # not idle, I/O wait or steal
+    line = cpu_line({"wall_s": 100.0, "busy_core_s": 150.0, "cores": 2})
+    assert line == (
+        "CPU: 150 core-seconds busy in 100 s (75% of 2 cores); that work alone needs 75 s of "
+        "wall time or more on 2 cores"
+    )
