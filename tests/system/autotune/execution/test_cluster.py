@@ -256,7 +256,8 @@ def test_a_stop_signal_lets_the_running_trials_finish(
     assert session_ends(process.pid, within_s=60)
 
 
-# Seen to fail once in five runs on this machine, cause not yet found: one rerun, visible.
+# Seen to fail once in five runs on one machine, cause not yet found (the assertion on the
+# owners says what each coordinator did): one rerun, visible.
 @pytest.mark.flaky(reruns=1)
 def test_two_coordinators_share_one_study(databases: tuple[str, str], tmp_path: Path) -> None:
     storage, tracking = databases
@@ -269,8 +270,10 @@ def test_two_coordinators_share_one_study(databases: tuple[str, str], tmp_path: 
     assert "failed" not in trial_states(storage)
     trials = stored_trials(storage, "digits-test")
     assert sum(t.marks.baseline for t in trials) == 1
-    owners = {t.owner for t in trials}
-    assert len(owners) == 2  # both coordinators ran trials
+    # Both coordinators ran trials. Where one did not, the order of the owners and the two
+    # outputs say whether it came too late (the other had asked for every trial by then).
+    owners = [t.owner for t in sorted(trials, key=lambda t: t.number)]
+    assert len(set(owners)) == 2, (owners, outputs[0][-1500:], outputs[1][-1500:])
     assert child_run_numbers(tracking) == list(range(10))
 
 
