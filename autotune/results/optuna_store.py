@@ -276,7 +276,7 @@ class OptunaStore:
     ) -> TrialRecord:
         """A running trial of `config` (which `space` can produce), in one write."""
         params = space.params_of(config)
-        return self._create(config, params, distributions(space, config), marks, owner)
+        return self._create(config, params, space.distributions_of(config), marks, owner)
 
     def _create(
         self,
@@ -389,17 +389,6 @@ def opened_store(
         yield store
     finally:
         store.close()
-
-
-def distributions(space: EffectiveSpace, config: dict[str, ConfigValue]) -> dict[str, Any]:
-    """The distribution of each of `config`'s dimensions, as sampling `space` declares them."""
-    import optuna
-
-    trial = optuna.trial.FixedTrial(space.params_of(config))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        space.sample(trial)  # type: ignore[arg-type]
-    return dict(trial.distributions)
 
 
 def record_of(trial: optuna.trial.FrozenTrial) -> TrialRecord:

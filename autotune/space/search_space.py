@@ -243,19 +243,31 @@ class EffectiveSpace(Strict):
     def produces(self, config: dict[str, ConfigValue]) -> bool:
         """Whether sampling this space can give exactly `config`: every active dimension has
         its key with a value inside its distribution, and there is no other key."""
-        import optuna
-
+        try:
+            produced, trial = self._sampled_as(config)
+        except ValueError:  # a key the space needs is missing, or a value is not a choice
+            return False
         params = self.params_of(config)
-        trial = optuna.trial.FixedTrial(params)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # out-of-range values are rejected below instead
-            try:
-                produced = self.sample(trial)  # type: ignore[arg-type]
-            except ValueError:  # a key the space needs is missing, or a value is not a choice
-                return False
         return produced == config and all(
             optuna_api.contains(dist, params[name]) for name, dist in trial.distributions.items()
         )
+
+    def distributions_of(self, config: dict[str, ConfigValue]) -> dict[str, Any]:
+        """The distribution of each of `config`'s dimensions, as sampling this space declares
+        them."""
+        return dict(self._sampled_as(config)[1].distributions)
+
+    def _sampled_as(
+        self, config: dict[str, ConfigValue]
+    ) -> tuple[dict[str, ConfigValue], optuna.trial.FixedTrial]:
+        """This space sampled with `config`'s values fixed: what it gives, and the trial that
+        holds each dimension's distribution. Out-of-range values are not refused here."""
+        import optuna
+
+        trial = optuna.trial.FixedTrial(self.params_of(config))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # FixedTrial warns of an out-of-range value
+            return self.sample(trial), trial  # type: ignore[arg-type]
 
     def params_of(self, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
         """`config` under the Optuna parameter names that sampling it would use."""

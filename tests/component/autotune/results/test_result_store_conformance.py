@@ -26,7 +26,6 @@ from autotune.results import (
     optuna_store,
 )
 from autotune.results.leases import Owner
-from autotune.results.optuna_store import distributions
 from autotune.search.front import front_of
 from tests.conftest import postgres_databases
 from tests.coordinator_support import (
@@ -296,7 +295,7 @@ def test_a_stored_trial_reads_back_through_optuna_as_optuna_writes_it(
     [trial] = study.get_trials()
     assert (trial.number, trial.state) == (record.number, optuna.trial.TrialState.COMPLETE)
     assert trial.params == SPACE.params_of(SIXTY_FOUR)
-    assert trial.distributions == distributions(SPACE, SIXTY_FOUR)
+    assert trial.distributions == SPACE.distributions_of(SIXTY_FOUR)
     assert trial.values == pytest.approx(values_of(outcome))
     assert trial.system_attrs["constraints"] == pytest.approx([0.01])
     assert trial.constraints == pytest.approx({"0": 0.01})
@@ -453,7 +452,7 @@ def old_format_trial(
     return optuna.trial.create_trial(
         state=state,
         params=config,
-        distributions=distributions(SPACE, config),
+        distributions=SPACE.distributions_of(config),
         values=values,
         user_attrs=attrs,
         system_attrs=system_attrs,
