@@ -247,9 +247,9 @@ class EffectiveSpace(Strict):
             produced, trial = self._sampled_as(config)
         except ValueError:  # a key the space needs is missing, or a value is not a choice
             return False
-        params = self.params_of(config)
         return produced == config and all(
-            optuna_api.contains(dist, params[name]) for name, dist in trial.distributions.items()
+            optuna_api.contains(dist, trial.params[name])
+            for name, dist in trial.distributions.items()
         )
 
     def distributions_of(self, config: dict[str, ConfigValue]) -> dict[str, Any]:
