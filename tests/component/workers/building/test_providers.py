@@ -28,16 +28,10 @@ from autotune.core.knobs.providers import (
     register_provider,
 )
 from tests.conftest import REPO
+from tests.provider_chains import TENSORRT_DEFAULTS
 from workers.building.knobs.base import ENGINE_IMPLEMENTATIONS
 from workers.building.ort_session import OnnxRuntimeSession
 from workers.building.variants import OnnxVariant
-
-# What ONNX Runtime is given for TensorRT where a configuration leaves its options out.
-TENSORRT_DEFAULTS = {
-    "trt_builder_optimization_level": "3",
-    "trt_fp16_enable": "false",
-    "trt_engine_cache_enable": "false",
-}
 
 
 def relu_model() -> bytes:

@@ -25,18 +25,11 @@ from autotune.core.knobs.providers import (
     register_provider,
 )
 from tests.conftest import REPO
+from tests.provider_chains import TENSORRT_DEFAULTS
 
 PROFILES = REPO / "search_spaces" / "profiles"
 CPU_HERE = Target(frozenset({"cpu", "ort.cpu"}), "onnx")
 GPU_HERE = Target(frozenset({"cpu", "cuda", "ort.cpu", "ort.cuda", "ort.tensorrt"}), "onnx")
-
-# What ONNX Runtime is given for TensorRT where a configuration leaves its options out.
-TENSORRT_DEFAULTS = {
-    "trt_builder_optimization_level": "3",
-    "trt_fp16_enable": "false",
-    "trt_engine_cache_enable": "false",
-}
-CUDNN_SEARCH = "runtime.provider.cuda.cudnn_conv_algo_search"
 
 
 def reason(config: dict[str, str | int | bool], target: Target) -> str | None:
@@ -192,6 +185,7 @@ def test_a_providers_option_keys_take_their_values_from_the_fields_types() -> No
 TENSORRT = {"runtime.engine": "onnxruntime", "runtime.provider": "tensorrt"}
 TRT_FP16 = "runtime.provider.tensorrt.trt_fp16_enable"
 TRT_LEVEL = "runtime.provider.tensorrt.trt_builder_optimization_level"
+CUDNN_SEARCH = "runtime.provider.cuda.cudnn_conv_algo_search"
 
 
 def test_each_provider_option_is_a_key_of_the_onnxruntime_engine() -> None:
@@ -200,29 +194,23 @@ def test_each_provider_option_is_a_key_of_the_onnxruntime_engine() -> None:
     assert (fp16.values, fp16.default, fp16.defines_variant) == ((False, True), False, True)
     device_type = keys["runtime.provider.openvino.device_type"]
     assert (device_type.values, device_type.default) == (None, "CPU")  # open: typed, not listed
-    cudnn = keys["runtime.provider.cuda.cudnn_conv_algo_search"]
+    cudnn = keys[CUDNN_SEARCH]
     assert (cudnn.values, cudnn.default) == (("EXHAUSTIVE", "HEURISTIC", "DEFAULT"), "EXHAUSTIVE")
-    assert keys["runtime.provider.tensorrt.trt_builder_optimization_level"].values is None
+    assert keys[TRT_LEVEL].values is None
     assert not [key for key in keys if key.endswith(".device_id")]  # the slot's GPU, not a knob
     assert not [key for key in keys if key.startswith("runtime.provider.cpu.")]
 
 
 def test_a_configuration_gives_the_chain_its_options() -> None:
-    config = {
-        **TENSORRT,
-        TRT_FP16: True,
-        "runtime.provider.cuda.cudnn_conv_algo_search": "HEURISTIC",
-    }
+    config = {**TENSORRT, TRT_FP16: True, CUDNN_SEARCH: "HEURISTIC"}
     parsed = parse_config(config, "onnx")
     assert PROVIDERS["tensorrt"].chain(parsed.options) == [
         (
             "TensorrtExecutionProvider",
             {**TENSORRT_DEFAULTS, "trt_fp16_enable": "true"},
         ),
-        (
-            "CUDAExecutionProvider",
-            {"cudnn_conv_algo_search": "HEURISTIC"},
-        ),  # a fallback's option is used too
+        # a fallback's option is used too
+        ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"}),
         ("CPUExecutionProvider", {}),
     ]
     assert reason(config, GPU_HERE) is None
